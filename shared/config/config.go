@@ -1,0 +1,155 @@
+// Package config loads Spool's environment configuration with envconfig
+// under the SPOOL_ prefix. Each binary defines one Config struct that embeds
+// Common, loads it once in main with Load, and passes it down.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/kelseyhightower/envconfig"
+
+	spool "github.com/spoolq/spool/shared"
+)
+
+// EnvPrefix is the prefix of every variable: SPOOL_NATS_URL, SPOOL_PREFIX, ...
+const EnvPrefix = "SPOOL"
+
+// NATS says how to reach the NATS server. At most one of user/password, token
+// and creds file may be set.
+type NATS struct {
+	// URL is a comma-separated list of server URLs. SPOOL_NATS_URL, default nats://127.0.0.1:4222.
+	URL string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222"`
+	// User and Password authenticate with a username. SPOOL_NATS_USER, SPOOL_NATS_PASSWORD.
+	User     string `envconfig:"NATS_USER"`
+	Password string `envconfig:"NATS_PASSWORD"`
+	// Token authenticates with a token. SPOOL_NATS_TOKEN.
+	Token string `envconfig:"NATS_TOKEN"`
+	// CredsFile is a JWT user credentials file. SPOOL_NATS_CREDS.
+	CredsFile string `envconfig:"NATS_CREDS"`
+	// TLSCA verifies the server; TLSCert and TLSKey present a client
+	// certificate. SPOOL_NATS_TLS_CA, SPOOL_NATS_TLS_CERT, SPOOL_NATS_TLS_KEY.
+	TLSCA   string `envconfig:"NATS_TLS_CA"`
+	TLSCert string `envconfig:"NATS_TLS_CERT"`
+	TLSKey  string `envconfig:"NATS_TLS_KEY"`
+}
+
+// Validate checks the NATS settings and names the variable at fault.
+func (n NATS) Validate() error {
+	if strings.TrimSpace(n.URL) == "" {
+		return errors.New("SPOOL_NATS_URL: must not be empty")
+	}
+	for _, u := range strings.Split(n.URL, ",") {
+		u = strings.TrimSpace(u)
+		if !strings.Contains(u, "://") {
+			return fmt.Errorf("SPOOL_NATS_URL: %q has no scheme (want e.g. nats://127.0.0.1:4222)", u)
+		}
+	}
+	methods := 0
+	if n.User != "" || n.Password != "" {
+		methods++
+		if n.User == "" {
+			return errors.New("SPOOL_NATS_PASSWORD: set without SPOOL_NATS_USER")
+		}
+	}
+	if n.Token != "" {
+		methods++
+	}
+	if n.CredsFile != "" {
+		methods++
+		if err := readable(n.CredsFile); err != nil {
+			return fmt.Errorf("SPOOL_NATS_CREDS: %w", err)
+		}
+	}
+	if methods > 1 {
+		return errors.New("SPOOL_NATS_USER/PASSWORD, SPOOL_NATS_TOKEN and SPOOL_NATS_CREDS: set at most one")
+	}
+	if (n.TLSCert == "") != (n.TLSKey == "") {
+		return errors.New("SPOOL_NATS_TLS_CERT and SPOOL_NATS_TLS_KEY: set both or neither")
+	}
+	for name, path := range map[string]string{"SPOOL_NATS_TLS_CA": n.TLSCA, "SPOOL_NATS_TLS_CERT": n.TLSCert, "SPOOL_NATS_TLS_KEY": n.TLSKey} {
+		if path == "" {
+			continue
+		}
+		if err := readable(path); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func readable(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("cannot read %q: %w", path, err)
+	}
+	return f.Close()
+}
+
+// Common holds the settings every Spool binary shares.
+type Common struct {
+	NATS
+	// Prefix names every subject, stream and bucket. SPOOL_PREFIX, default spool.
+	Prefix string `envconfig:"PREFIX" default:"spool"`
+	// LogLevel is debug, info, warn or error. SPOOL_LOG_LEVEL, default info.
+	LogLevel string `envconfig:"LOG_LEVEL" default:"info"`
+	// LogFormat is text (coloured, for people) or json. SPOOL_LOG_FORMAT, default text.
+	LogFormat string `envconfig:"LOG_FORMAT" default:"text"`
+}
+
+// Validate checks the common settings and names the variable at fault.
+func (c Common) Validate() error {
+	if err := c.NATS.Validate(); err != nil {
+		return err
+	}
+	if _, err := spool.NewNames(c.Prefix); err != nil {
+		return fmt.Errorf("SPOOL_PREFIX: %w", err)
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("SPOOL_LOG_LEVEL: %q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		return fmt.Errorf("SPOOL_LOG_FORMAT: %q is not text or json", c.LogFormat)
+	}
+	return nil
+}
+
+// Names returns the names derived from the validated prefix.
+func (c Common) Names() spool.Names {
+	n, err := spool.NewNames(c.Prefix)
+	if err != nil {
+		// Validate rejects a bad prefix before anyone asks for names.
+		return spool.DefaultNames()
+	}
+	return n
+}
+
+// Validator is a configuration that checks itself after loading.
+type Validator interface {
+	Validate() error
+}
+
+// Load fills spec from the SPOOL_ environment variables, applies defaults and
+// validates it. Parse errors name the variable, as envconfig reports them.
+func Load(spec Validator) error {
+	if err := envconfig.Process(EnvPrefix, spec); err != nil {
+		return fmt.Errorf("loading configuration: %w", err)
+	}
+	if err := spec.Validate(); err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
+	}
+	return nil
+}
+
+// Usage writes the table of variables spec understands, with defaults.
+func Usage(spec any) string {
+	var b strings.Builder
+	_ = envconfig.Usagef(EnvPrefix, spec, &b, "{{range .}}  {{usage_key .}}\t{{usage_default .}}\t{{usage_description .}}\n{{end}}")
+	return b.String()
+}

@@ -1,0 +1,179 @@
+package spool
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Header names of the wire contract. Every one is optional for a raw
+// publisher.
+const (
+	// HeaderMsgID is JetStream's publish-side dedup id (Nats-Msg-Id).
+	HeaderMsgID = nats.MsgIdHdr
+	// HeaderTaskID carries the task id. The server strips Nats-Msg-Id from
+	// scheduled messages, so the id needs a header of its own.
+	HeaderTaskID = "Spool-Task-Id"
+	// HeaderMaxRetries is the number of retries after the first attempt.
+	HeaderMaxRetries = "Spool-Max-Retries"
+	// HeaderTimeout is the per-attempt handler deadline, a Go duration.
+	HeaderTimeout = "Spool-Timeout"
+	// HeaderUniqueKey makes the task unique while the key lives.
+	HeaderUniqueKey = "Spool-Unique-Key"
+	// HeaderUniqueTTL is how long the unique key lives, a Go duration.
+	HeaderUniqueTTL = "Spool-Unique-TTL"
+	// HeaderTraceParent and HeaderTraceState carry W3C trace context.
+	HeaderTraceParent = "traceparent"
+	HeaderTraceState  = "tracestate"
+
+	// HeaderSchedule and HeaderScheduleTarget are JetStream's scheduling
+	// headers, used for delayed tasks on spool.sched.<id>.
+	HeaderSchedule       = "Nats-Schedule"
+	HeaderScheduleTarget = "Nats-Schedule-Target"
+
+	// Headers added to dead letters.
+	HeaderError           = "Spool-Error"
+	HeaderReason          = "Spool-Reason"
+	HeaderAttempts        = "Spool-Attempts"
+	HeaderFailedAt        = "Spool-Failed-At"
+	HeaderOriginalSubject = "Spool-Original-Subject"
+	HeaderOriginalSeq     = "Spool-Original-Seq"
+)
+
+// Limits on header values.
+const (
+	// DefaultMaxRetries applies when a task names no Spool-Max-Retries.
+	DefaultMaxRetries = 3
+	// MaxMaxRetries is the largest Spool-Max-Retries accepted.
+	MaxMaxRetries = 1000
+	// MaxTimeout is the longest Spool-Timeout accepted.
+	MaxTimeout = 24 * time.Hour
+	// MaxUniqueKeyLen is the longest Spool-Unique-Key accepted.
+	MaxUniqueKeyLen = 256
+)
+
+// Meta is the task metadata carried in headers. Zero fields mean "not set".
+type Meta struct {
+	// ID is the task id (Spool-Task-Id, else Nats-Msg-Id, else empty).
+	ID string
+	// MaxRetries is nil when the header is absent.
+	MaxRetries *int
+	// Timeout is zero when the header is absent.
+	Timeout time.Duration
+	// UniqueKey and UniqueTTL are empty/zero when absent.
+	UniqueKey string
+	UniqueTTL time.Duration
+	// TraceParent and TraceState are the W3C trace context, if any.
+	TraceParent string
+	TraceState  string
+}
+
+// Validate checks every set field against the contract.
+func (m Meta) Validate() error {
+	if m.ID != "" {
+		if err := ValidateID(m.ID); err != nil {
+			return err
+		}
+	}
+	if m.MaxRetries != nil && (*m.MaxRetries < 0 || *m.MaxRetries > MaxMaxRetries) {
+		return fmt.Errorf("%w: %s %d must be 0 to %d", ErrInvalidHeader, HeaderMaxRetries, *m.MaxRetries, MaxMaxRetries)
+	}
+	if m.Timeout < 0 || m.Timeout > MaxTimeout {
+		return fmt.Errorf("%w: %s %s must be positive and at most %s", ErrInvalidHeader, HeaderTimeout, m.Timeout, MaxTimeout)
+	}
+	if len(m.UniqueKey) > MaxUniqueKeyLen {
+		return fmt.Errorf("%w: %s is %d bytes, at most %d", ErrInvalidHeader, HeaderUniqueKey, len(m.UniqueKey), MaxUniqueKeyLen)
+	}
+	if m.UniqueTTL < 0 {
+		return fmt.Errorf("%w: %s %s is negative", ErrInvalidHeader, HeaderUniqueTTL, m.UniqueTTL)
+	}
+	if m.UniqueTTL > 0 && m.UniqueKey == "" {
+		return fmt.Errorf("%w: %s without %s", ErrInvalidHeader, HeaderUniqueTTL, HeaderUniqueKey)
+	}
+	if m.UniqueKey != "" && m.UniqueTTL < time.Second {
+		return fmt.Errorf("%w: %s needs %s of at least 1s", ErrInvalidHeader, HeaderUniqueKey, HeaderUniqueTTL)
+	}
+	return nil
+}
+
+// Encode validates m and writes its set fields into h. ID goes into both
+// Spool-Task-Id and Nats-Msg-Id, so a retried publish is deduplicated.
+func (m Meta) Encode(h nats.Header) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	set := func(k, v string) {
+		if v != "" {
+			h.Set(k, v)
+		}
+	}
+	set(HeaderTaskID, m.ID)
+	set(HeaderMsgID, m.ID)
+	if m.MaxRetries != nil {
+		h.Set(HeaderMaxRetries, strconv.Itoa(*m.MaxRetries))
+	}
+	if m.Timeout > 0 {
+		h.Set(HeaderTimeout, m.Timeout.String())
+	}
+	set(HeaderUniqueKey, m.UniqueKey)
+	if m.UniqueTTL > 0 {
+		h.Set(HeaderUniqueTTL, m.UniqueTTL.String())
+	}
+	set(HeaderTraceParent, m.TraceParent)
+	set(HeaderTraceState, m.TraceState)
+	return nil
+}
+
+// DecodeMeta reads and validates the metadata headers of a task. The id falls
+// back from Spool-Task-Id to Nats-Msg-Id; it is empty when neither is set,
+// and the caller then uses the stream sequence. Errors wrap ErrInvalidHeader
+// or ErrInvalidID and name the header.
+func DecodeMeta(h nats.Header) (Meta, error) {
+	var m Meta
+	m.ID = h.Get(HeaderTaskID)
+	if m.ID == "" {
+		m.ID = h.Get(HeaderMsgID)
+	}
+	if v := h.Get(HeaderMaxRetries); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return m, fmt.Errorf("%w: %s %q is not a whole number", ErrInvalidHeader, HeaderMaxRetries, v)
+		}
+		m.MaxRetries = &n
+	}
+	var err error
+	if m.Timeout, err = parseDurationHeader(h, HeaderTimeout); err != nil {
+		return m, err
+	}
+	if m.Timeout == 0 && h.Get(HeaderTimeout) != "" {
+		return m, fmt.Errorf("%w: %s must be positive", ErrInvalidHeader, HeaderTimeout)
+	}
+	m.UniqueKey = h.Get(HeaderUniqueKey)
+	if m.UniqueTTL, err = parseDurationHeader(h, HeaderUniqueTTL); err != nil {
+		return m, err
+	}
+	m.TraceParent = h.Get(HeaderTraceParent)
+	m.TraceState = h.Get(HeaderTraceState)
+	return m, m.Validate()
+}
+
+func parseDurationHeader(h nats.Header, key string) (time.Duration, error) {
+	v := h.Get(key)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s %q is not a Go duration such as 30s or 5m", ErrInvalidHeader, key, v)
+	}
+	return d, nil
+}
+
+// FormatScheduleAt renders the Nats-Schedule value for a one-shot schedule
+// at t, keeping sub-second precision (nats.go's WithScheduleAt truncates to
+// whole seconds).
+func FormatScheduleAt(t time.Time) string {
+	return "@at " + t.UTC().Format(time.RFC3339Nano)
+}

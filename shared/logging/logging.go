@@ -1,0 +1,43 @@
+// Package logging builds the *slog.Logger a Spool binary injects into its
+// libraries: tint's coloured text for people, JSON for machines.
+package logging
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/lmittmann/tint"
+)
+
+// ParseLevel maps debug, info, warn and error to slog levels.
+func ParseLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info", "":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("log level %q is not one of debug, info, warn, error", s)
+}
+
+// New returns a logger writing to w in format "text" (tint) or "json".
+func New(w io.Writer, format, level string) (*slog.Logger, error) {
+	lvl, err := ParseLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	switch format {
+	case "text", "":
+		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly})), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+	}
+	return nil, fmt.Errorf("log format %q is not text or json", format)
+}

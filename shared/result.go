@@ -1,0 +1,70 @@
+package spool
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// State is a task's lifecycle state in its result document.
+type State string
+
+// Task states. Completed and Dead are terminal.
+const (
+	StatePending    State = "pending"
+	StateScheduled  State = "scheduled"
+	StateProcessing State = "processing"
+	StateRetrying   State = "retrying"
+	StateCompleted  State = "completed"
+	StateDead       State = "dead"
+)
+
+// Terminal reports whether no further attempt will follow.
+func (s State) Terminal() bool { return s == StateCompleted || s == StateDead }
+
+// Reason says why a task was dead-lettered (header Spool-Reason).
+type Reason string
+
+// Dead-letter reasons.
+const (
+	ReasonError      Reason = "error"       // the last allowed attempt failed
+	ReasonPermanent  Reason = "permanent"   // the handler returned a permanent error
+	ReasonTimeout    Reason = "timeout"     // the last allowed attempt ran past its deadline
+	ReasonPanic      Reason = "panic"       // the last allowed attempt panicked
+	ReasonMaxDeliver Reason = "max_deliver" // deliveries ran out without a verdict (worker crashes)
+	ReasonBadInput   Reason = "bad_input"   // headers or id could not be decoded
+	ReasonNoHandler  Reason = "no_handler"  // no handler is registered for the type
+)
+
+// Result is the document stored under the task id in the results bucket.
+// Result holds the handler's output: JSON output is kept as JSON, anything
+// else is stored as a JSON string.
+type Result struct {
+	ID          string          `json:"id"`
+	Type        string          `json:"type"`
+	Priority    Priority        `json:"priority"`
+	State       State           `json:"state"`
+	Attempts    int             `json:"attempts"`
+	Result      json.RawMessage `json:"result,omitempty"`
+	Error       string          `json:"error,omitempty"`
+	Reason      Reason          `json:"reason,omitempty"`
+	NextAttempt *time.Time      `json:"next_attempt_at,omitempty"`
+	EnqueuedAt  time.Time       `json:"enqueued_at"`
+	StartedAt   *time.Time      `json:"started_at,omitempty"`
+	FinishedAt  *time.Time      `json:"finished_at,omitempty"`
+	Worker      string          `json:"worker,omitempty"`
+	TraceParent string          `json:"traceparent,omitempty"`
+}
+
+// ResultValue turns handler output into the document's Result field: valid
+// JSON is kept as is, anything else becomes a JSON string; empty output is
+// omitted.
+func ResultValue(out []byte) json.RawMessage {
+	if len(out) == 0 {
+		return nil
+	}
+	if json.Valid(out) {
+		return json.RawMessage(out)
+	}
+	s, _ := json.Marshal(string(out)) // a string always marshals
+	return s
+}

@@ -1,0 +1,183 @@
+package spool
+
+import (
+	"fmt"
+	"strings"
+)
+
+// DefaultPrefix is the subject prefix and name stem used unless a deployment
+// picks another.
+const DefaultPrefix = "spool"
+
+// MaxTypeLen is the longest task type accepted.
+const MaxTypeLen = 200
+
+// Names derives every subject, stream, consumer and bucket name from a prefix.
+// The zero value is not usable; build one with NewNames.
+type Names struct {
+	prefix string
+}
+
+// NewNames validates prefix (one token of [A-Za-z0-9_-], at most 32
+// characters) and returns the names derived from it.
+func NewNames(prefix string) (Names, error) {
+	if prefix == "" || len(prefix) > 32 {
+		return Names{}, fmt.Errorf("%w: %q must be 1 to 32 characters", ErrInvalidPrefix, prefix)
+	}
+	for i := 0; i < len(prefix); i++ {
+		if !isTokenChar(prefix[i]) {
+			return Names{}, fmt.Errorf("%w: %q has %q (allowed: A-Z a-z 0-9 _ -)", ErrInvalidPrefix, prefix, prefix[i])
+		}
+	}
+	return Names{prefix: prefix}, nil
+}
+
+// DefaultNames returns the names for DefaultPrefix.
+func DefaultNames() Names { return Names{prefix: DefaultPrefix} }
+
+// Prefix returns the subject prefix.
+func (n Names) Prefix() string { return n.prefix }
+
+func (n Names) upper() string { return strings.ToUpper(n.prefix) }
+
+// TaskStream is the WorkQueue stream holding queued tasks: SPOOL_TASKS.
+func (n Names) TaskStream() string { return n.upper() + "_TASKS" }
+
+// DLQStream is the dead-letter stream: SPOOL_DLQ.
+func (n Names) DLQStream() string { return n.upper() + "_DLQ" }
+
+// AdvisoryStream captures MAX_DELIVERIES advisories: SPOOL_ADVISORIES.
+func (n Names) AdvisoryStream() string { return n.upper() + "_ADVISORIES" }
+
+// ResultsBucket is the KV bucket of result documents: spool_results.
+func (n Names) ResultsBucket() string { return n.prefix + "_results" }
+
+// UniqueBucket is the KV bucket of unique-task keys: spool_unique.
+func (n Names) UniqueBucket() string { return n.prefix + "_unique" }
+
+// Consumer is the durable pull consumer of one priority: spool-high.
+func (n Names) Consumer(p Priority) string { return n.prefix + "-" + p.String() }
+
+// RouterConsumer is the durable consumer of the DLQ router on the advisory
+// stream: spool-dlq-router.
+func (n Names) RouterConsumer() string { return n.prefix + "-dlq-router" }
+
+// PriorityFilter is the subject filter of one priority: spool.tasks.high.>.
+func (n Names) PriorityFilter(p Priority) string {
+	return n.prefix + ".tasks." + p.String() + ".>"
+}
+
+// SchedFilter matches every schedule subject: spool.sched.>.
+func (n Names) SchedFilter() string { return n.prefix + ".sched.>" }
+
+// DLQFilter matches every dead-letter subject: spool.dlq.>.
+func (n Names) DLQFilter() string { return n.prefix + ".dlq.>" }
+
+// AdvisoryFilter matches the MAX_DELIVERIES advisories of the task stream's
+// consumers.
+func (n Names) AdvisoryFilter() string {
+	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + n.TaskStream() + ".*"
+}
+
+// TaskSubject returns spool.tasks.<priority>.<type> after validating both.
+func (n Names) TaskSubject(p Priority, typ string) (string, error) {
+	if !p.Valid() {
+		return "", fmt.Errorf("%w: %d", ErrInvalidPriority, int(p))
+	}
+	if err := ValidateType(typ); err != nil {
+		return "", err
+	}
+	return n.prefix + ".tasks." + p.String() + "." + typ, nil
+}
+
+// ParseTaskSubject splits spool.tasks.<priority>.<type>.
+func (n Names) ParseTaskSubject(subject string) (Priority, string, error) {
+	return n.parsePriType(subject, ".tasks.")
+}
+
+// DLQSubject returns spool.dlq.<priority>.<type>.
+func (n Names) DLQSubject(p Priority, typ string) (string, error) {
+	if !p.Valid() {
+		return "", fmt.Errorf("%w: %d", ErrInvalidPriority, int(p))
+	}
+	if err := ValidateType(typ); err != nil {
+		return "", err
+	}
+	return n.prefix + ".dlq." + p.String() + "." + typ, nil
+}
+
+// ParseDLQSubject splits spool.dlq.<priority>.<type>.
+func (n Names) ParseDLQSubject(subject string) (Priority, string, error) {
+	return n.parsePriType(subject, ".dlq.")
+}
+
+func (n Names) parsePriType(subject, kind string) (Priority, string, error) {
+	head := n.prefix + kind
+	rest, ok := strings.CutPrefix(subject, head)
+	if !ok {
+		return 0, "", fmt.Errorf("%w: %q does not start with %q", ErrInvalidSubject, subject, head)
+	}
+	pri, typ, ok := strings.Cut(rest, ".")
+	if !ok {
+		return 0, "", fmt.Errorf("%w: %q has no type after the priority", ErrInvalidSubject, subject)
+	}
+	p, err := ParsePriority(pri)
+	if err != nil {
+		return 0, "", fmt.Errorf("%w: %q: %w", ErrInvalidSubject, subject, err)
+	}
+	if err := ValidateType(typ); err != nil {
+		return 0, "", fmt.Errorf("%w: %q: %w", ErrInvalidSubject, subject, err)
+	}
+	return p, typ, nil
+}
+
+// SchedSubject returns spool.sched.<id>, the subject holding a task's
+// schedule until it fires.
+func (n Names) SchedSubject(id string) (string, error) {
+	if err := ValidateID(id); err != nil {
+		return "", err
+	}
+	return n.prefix + ".sched." + id, nil
+}
+
+// ParseSchedSubject returns the task id of spool.sched.<id>.
+func (n Names) ParseSchedSubject(subject string) (string, error) {
+	head := n.prefix + ".sched."
+	id, ok := strings.CutPrefix(subject, head)
+	if !ok {
+		return "", fmt.Errorf("%w: %q does not start with %q", ErrInvalidSubject, subject, head)
+	}
+	if err := ValidateID(id); err != nil {
+		return "", fmt.Errorf("%w: %q: %w", ErrInvalidSubject, subject, err)
+	}
+	return id, nil
+}
+
+// ValidateType checks a task type: one or more dot-separated tokens of
+// [A-Za-z0-9_-], at most MaxTypeLen characters ("email.send").
+func ValidateType(typ string) error {
+	if typ == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidType)
+	}
+	if len(typ) > MaxTypeLen {
+		return fmt.Errorf("%w: %d characters, at most %d", ErrInvalidType, len(typ), MaxTypeLen)
+	}
+	start := 0
+	for i := 0; i <= len(typ); i++ {
+		if i == len(typ) || typ[i] == '.' {
+			if i == start {
+				return fmt.Errorf("%w: %q has an empty token at %d", ErrInvalidType, typ, i)
+			}
+			start = i + 1
+			continue
+		}
+		if !isTokenChar(typ[i]) {
+			return fmt.Errorf("%w: %q has %q at %d (allowed: A-Z a-z 0-9 _ - and . between tokens)", ErrInvalidType, typ, typ[i], i)
+		}
+	}
+	return nil
+}
+
+func isTokenChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+}

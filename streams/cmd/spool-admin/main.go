@@ -1,0 +1,167 @@
+// Command spool-admin provisions Spool's JetStream topology and reports the
+// queue's status.
+//
+//	spool-admin provision          create or update streams, consumers and buckets
+//	spool-admin status [--json]    pending, in flight and oldest wait per priority
+//
+// Configuration comes from SPOOL_ environment variables (spool-admin help
+// lists them); --url overrides SPOOL_NATS_URL.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spoolq/spool/shared/config"
+	"github.com/spoolq/spool/shared/logging"
+	"github.com/spoolq/spool/shared/natsconn"
+	"github.com/spoolq/spool/streams"
+)
+
+// Config is spool-admin's configuration.
+type Config struct {
+	config.Common
+	streams.Settings
+}
+
+// Validate checks both halves.
+func (c Config) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	return c.Settings.Validate()
+}
+
+const usage = `usage: spool-admin <command> [flags]
+
+commands:
+  provision   create or update Spool's streams, consumers and KV buckets
+  status      show pending, in-flight and oldest wait per priority, DLQ size, results
+  help        show this text and the environment variables
+
+flags:
+  --url URL   NATS server URL (overrides SPOOL_NATS_URL)
+  --json      (status) print JSON
+  --timeout D time allowed for the command (default 30s)
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "spool-admin:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	cmd, args := args[0], args[1:]
+	fs := flag.NewFlagSet("spool-admin "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("url", "", "NATS server URL (overrides SPOOL_NATS_URL)")
+	asJSON := fs.Bool("json", false, "print JSON (status)")
+	timeout := fs.Duration("timeout", 30*time.Second, "time allowed for the command")
+	switch cmd {
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		fmt.Fprintf(stdout, "\nenvironment:\n%s", config.Usage(&Config{}))
+		return nil
+	case "provision", "status":
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s takes no arguments, got %q", cmd, fs.Args())
+	}
+	if *timeout <= 0 {
+		return fmt.Errorf("--timeout %s must be positive", *timeout)
+	}
+	var cfg Config
+	if err := config.Load(&cfg); err != nil {
+		return err
+	}
+	if *url != "" {
+		cfg.URL = *url // the flag wins over SPOOL_NATS_URL
+		if err := cfg.Validate(); err != nil {
+			return fmt.Errorf("--url: %w", err)
+		}
+	}
+	logger, err := logging.New(stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	nc, err := natsconn.Connect(ctx, cfg.NATS, "spool-admin", logger)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("opening JetStream: %w", err)
+	}
+	names := cfg.Names()
+	switch cmd {
+	case "provision":
+		topo, err := streams.New(names, cfg.Settings)
+		if err != nil {
+			return err
+		}
+		if err := streams.Provision(ctx, js, topo, logger); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "provisioned %s, %s, %s, 5 priority consumers, KV %s and %s\n",
+			names.TaskStream(), names.DLQStream(), names.AdvisoryStream(), names.ResultsBucket(), names.UniqueBucket())
+		return nil
+	default: // status
+		st, err := streams.ReadStatus(ctx, js, names)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(st)
+		}
+		return printStatus(stdout, st)
+	}
+}
+
+func printStatus(w io.Writer, st streams.Status) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "priority\tpending\tin flight\tredelivered\toldest wait\t")
+	for _, p := range st.Priorities {
+		wait := "-"
+		if p.OldestWait > 0 {
+			wait = p.OldestWait.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t\n", p.Priority, p.Pending, p.InFlight, p.Redelivered, wait)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\nscheduled %d · dead letters %d · results %d · task store %d bytes\n",
+		st.Scheduled, st.DeadLetters, st.Results, st.StoreBytes)
+	return err
+}

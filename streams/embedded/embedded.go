@@ -1,0 +1,102 @@
+// Package embedded starts nats-server with JetStream inside the current
+// process: one server for the dev stack (make run), and one server or an
+// N-node cluster for tests.
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Options configures one embedded server.
+type Options struct {
+	// Name is the server name; default "spool-<port>".
+	Name string
+	// Host to listen on; default 127.0.0.1.
+	Host string
+	// Port for clients; 0 picks a free port (the default), -1 as well.
+	Port int
+	// StoreDir holds JetStream's files. Required.
+	StoreDir string
+	// SyncAlways fsyncs every write before acknowledging it
+	// (sync_interval: always): the durable setting.
+	SyncAlways bool
+	// MaxStore caps JetStream file storage in bytes; 0 means the server's
+	// default (a share of the disk).
+	MaxStore int64
+	// Logger receives the server's log; nil keeps it quiet.
+	Logger *slog.Logger
+	// Debug logs the server's debug lines too (with Logger).
+	Debug bool
+}
+
+// ReadyTimeout bounds how long Start waits for the server to accept clients.
+const ReadyTimeout = 10 * time.Second
+
+func (o Options) serverOptions() (*server.Options, error) {
+	if o.StoreDir == "" {
+		return nil, errors.New("embedded server: StoreDir is required")
+	}
+	host := o.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	port := o.Port
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	opts := &server.Options{
+		ServerName:            o.Name,
+		Host:                  host,
+		Port:                  port,
+		JetStream:             true,
+		StoreDir:              o.StoreDir,
+		JetStreamMaxStore:     o.MaxStore,
+		SyncAlways:            o.SyncAlways,
+		NoSigs:                true,
+		NoLog:                 o.Logger == nil,
+		Debug:                 o.Debug,
+		MaxPayload:            8 << 20,
+		DisableShortFirstPing: true,
+	}
+	return opts, nil
+}
+
+// Start starts one JetStream server and waits until it accepts clients.
+func Start(o Options) (*server.Server, error) {
+	opts, err := o.serverOptions()
+	if err != nil {
+		return nil, err
+	}
+	return startServer(opts, o.Logger, o.Debug)
+}
+
+func startServer(opts *server.Options, logger *slog.Logger, debug bool) (*server.Server, error) {
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("creating embedded nats-server: %w", err)
+	}
+	if logger != nil {
+		s.SetLogger(slogAdapter{logger.With("component", "nats-server")}, debug, false)
+	}
+	s.Start()
+	if !s.ReadyForConnections(ReadyTimeout) {
+		s.Shutdown()
+		return nil, fmt.Errorf("embedded nats-server on %s:%d not ready after %s", opts.Host, opts.Port, ReadyTimeout)
+	}
+	return s, nil
+}
+
+// slogAdapter routes nats-server's logger into slog.
+type slogAdapter struct{ l *slog.Logger }
+
+func (a slogAdapter) Noticef(format string, v ...any) { a.l.Info(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Warnf(format string, v ...any)   { a.l.Warn(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Fatalf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Errorf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Debugf(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Tracef(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }

@@ -1,0 +1,251 @@
+package streams_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/embedded"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// startServer starts an embedded JetStream server owned by t and returns a
+// JetStream context on a connection to it.
+func startServer(t *testing.T) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func topology(t *testing.T, prefix string) streams.Topology {
+	t.Helper()
+	names, err := spool.NewNames(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, err := streams.New(names, streams.Settings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topo
+}
+
+// snapshot reads every object's configuration, without server-managed
+// metadata, so two provisionings can be compared.
+func snapshot(t *testing.T, ctx context.Context, js jetstream.JetStream, topo streams.Topology) map[string]any {
+	t.Helper()
+	out := map[string]any{}
+	for _, name := range []string{topo.Names.TaskStream(), topo.Names.DLQStream(), topo.Names.AdvisoryStream(),
+		"KV_" + topo.Names.ResultsBucket(), "KV_" + topo.Names.UniqueBucket()} {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatalf("stream %s: %v", name, err)
+		}
+		out[name] = s.CachedInfo().Config
+	}
+	for _, p := range spool.Priorities {
+		c, err := js.Consumer(ctx, topo.Names.TaskStream(), topo.Names.Consumer(p))
+		if err != nil {
+			t.Fatalf("consumer %s: %v", topo.Names.Consumer(p), err)
+		}
+		out[topo.Names.Consumer(p)] = c.CachedInfo().Config
+	}
+	c, err := js.Consumer(ctx, topo.Names.AdvisoryStream(), topo.Names.RouterConsumer())
+	if err != nil {
+		t.Fatalf("router consumer: %v", err)
+	}
+	out[topo.Names.RouterConsumer()] = c.CachedInfo().Config
+	return out
+}
+
+func TestProvisionIsIdempotent(t *testing.T) {
+	t.Parallel()
+	_, js := startServer(t)
+	ctx := ctxFor(t)
+	topo := topology(t, "spool")
+	if err := streams.Provision(ctx, js, topo, testLogger(t)); err != nil {
+		t.Fatalf("first provision: %v", err)
+	}
+	first := snapshot(t, ctx, js, topo)
+	if err := streams.Provision(ctx, js, topo, testLogger(t)); err != nil {
+		t.Fatalf("second provision: %v", err)
+	}
+	second := snapshot(t, ctx, js, topo)
+	for name, want := range first {
+		if got := second[name]; !reflect.DeepEqual(got, want) {
+			t.Errorf("%s changed on the second provision:\nfirst  %+v\nsecond %+v", name, want, got)
+		}
+	}
+	tasks := first[topo.Names.TaskStream()].(jetstream.StreamConfig)
+	if tasks.Retention != jetstream.WorkQueuePolicy || !tasks.AllowMsgSchedules || !tasks.AllowDirect ||
+		tasks.MaxMsgs != -1 || tasks.MaxBytes != -1 || tasks.MaxMsgSize != 1<<20 || tasks.Storage != jetstream.FileStorage {
+		t.Errorf("task stream config not as designed: %+v", tasks)
+	}
+	if tasks.SubjectDeleteMarkerTTL != 0 {
+		t.Errorf("task stream must not set SubjectDeleteMarkerTTL, has %s", tasks.SubjectDeleteMarkerTTL)
+	}
+}
+
+func TestProvisionRefusesConflictingStream(t *testing.T) {
+	t.Parallel()
+	_, js := startServer(t)
+	ctx := ctxFor(t)
+	topo := topology(t, "conflict")
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:      topo.Names.TaskStream(),
+		Subjects:  []string{"conflict.tasks.>"},
+		Retention: jetstream.LimitsPolicy,
+		Storage:   jetstream.FileStorage,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	err := streams.Provision(ctx, js, topo, testLogger(t))
+	if !errors.Is(err, streams.ErrConflict) {
+		t.Fatalf("want ErrConflict, got %v", err)
+	}
+	for _, want := range []string{"CONFLICT_TASKS", "retention", "limits", "workqueue"} {
+		if !containsFold(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+func TestProvisionRefusesConflictingStorage(t *testing.T) {
+	t.Parallel()
+	_, js := startServer(t)
+	ctx := ctxFor(t)
+	topo := topology(t, "store")
+	if err := streams.Provision(ctx, js, topo, testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	mem := topo
+	mem.Settings.Storage = "memory"
+	err := streams.Provision(ctx, js, mem, testLogger(t))
+	if !errors.Is(err, streams.ErrConflict) || !containsFold(err.Error(), "SPOOL_STORAGE") {
+		t.Fatalf("want ErrConflict naming SPOOL_STORAGE, got %v", err)
+	}
+}
+
+func TestRawPublishByPriority(t *testing.T) {
+	t.Parallel()
+	_, js := startServer(t)
+	ctx := ctxFor(t)
+	topo := topology(t, "spool")
+	if err := streams.Provision(ctx, js, topo, testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.Publish(ctx, "spool.tasks.high.x", []byte("payload"))
+	if err != nil {
+		t.Fatalf("publish to a known priority: %v", err)
+	}
+	if ack.Stream != "SPOOL_TASKS" {
+		t.Fatalf("stored in %q", ack.Stream)
+	}
+	msg, err := js.Stream(ctx, "SPOOL_TASKS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := msg.GetMsg(ctx, ack.Sequence)
+	if err != nil || string(got.Data) != "payload" || got.Subject != "spool.tasks.high.x" {
+		t.Fatalf("stored message %+v, %v", got, err)
+	}
+
+	// An unknown priority matches no stream: JetStream answers "no responders".
+	_, err = js.Publish(ctx, "spool.tasks.bogus.x", []byte("payload"))
+	if !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("publish to an unknown priority: want no stream response, got %v", err)
+	}
+
+	// A schedule targeting an unknown priority is refused at publish time.
+	m := nats.NewMsg("spool.sched.t1")
+	m.Header.Set(spool.HeaderSchedule, spool.FormatScheduleAt(time.Now().Add(time.Hour)))
+	m.Header.Set(spool.HeaderScheduleTarget, "spool.tasks.bogus.x")
+	if _, err := js.PublishMsg(ctx, m); err == nil {
+		t.Fatal("schedule to an unknown priority was accepted")
+	} else {
+		t.Logf("schedule to an unknown priority refused: %v", err)
+	}
+}
+
+func TestProvisionCluster(t *testing.T) {
+	t.Parallel()
+	c, err := embedded.StartCluster(3, embedded.Options{StoreDir: t.TempDir(), Name: "prov"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Shutdown)
+	nc, err := nats.Connect(c.ClientURLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t)
+	names := spool.DefaultNames()
+	topo, err := streams.New(names, streams.Settings{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Provision(ctx, js, topo, testLogger(t)); err != nil {
+		t.Fatalf("provision R3: %v", err)
+	}
+	for _, name := range []string{"SPOOL_TASKS", "SPOOL_DLQ", "SPOOL_ADVISORIES", "KV_spool_results", "KV_spool_unique"} {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := s.CachedInfo()
+		if info.Config.Replicas != 3 {
+			t.Errorf("%s has %d replicas", name, info.Config.Replicas)
+		}
+		if info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+			t.Errorf("%s cluster info %+v: want a leader and 2 replicas", name, info.Cluster)
+		}
+	}
+	if err := streams.Provision(ctx, js, topo, testLogger(t)); err != nil {
+		t.Fatalf("second provision R3: %v", err)
+	}
+}
+
+func containsFold(s, sub string) bool {
+	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
+}

@@ -1,0 +1,139 @@
+package streams
+
+import (
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	spool "github.com/spoolq/spool/shared"
+)
+
+// uniqueMarkerTTL is how long the unique bucket keeps a marker when a key's
+// TTL runs out; it enables per-key TTLs.
+const uniqueMarkerTTL = time.Minute
+
+// TaskStreamConfig is SPOOL_TASKS: the five priority filters and the
+// schedule subjects, WorkQueue retention, schedules and direct get on, no
+// message or byte limits (see the package doc).
+func (t Topology) TaskStreamConfig() jetstream.StreamConfig {
+	subjects := make([]string, 0, len(spool.Priorities)+1)
+	for _, p := range spool.Priorities {
+		subjects = append(subjects, t.Names.PriorityFilter(p))
+	}
+	subjects = append(subjects, t.Names.SchedFilter())
+	return jetstream.StreamConfig{
+		Name:              t.Names.TaskStream(),
+		Description:       "Spool queued tasks, one subject tree per priority, and pending schedules",
+		Subjects:          subjects,
+		Retention:         jetstream.WorkQueuePolicy,
+		Discard:           jetstream.DiscardOld,
+		MaxMsgs:           -1,
+		MaxBytes:          -1,
+		MaxAge:            0,
+		MaxMsgsPerSubject: -1,
+		MaxConsumers:      -1,
+		MaxMsgSize:        t.Settings.MaxMsgSize,
+		Storage:           t.Settings.storage(),
+		Replicas:          t.Settings.Replicas,
+		Duplicates:        t.Settings.DuplicateWindow,
+		AllowDirect:       true,
+		AllowMsgSchedules: true,
+	}
+}
+
+// ConsumerConfig is the durable pull consumer of one priority.
+func (t Topology) ConsumerConfig(p spool.Priority) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       t.Names.Consumer(p),
+		Description:   "Spool workers pulling " + p.String() + " tasks",
+		FilterSubject: t.Names.PriorityFilter(p),
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       t.Settings.AckWait,
+		MaxDeliver:    t.Settings.MaxDeliver,
+		MaxAckPending: t.Settings.MaxAckPending,
+		MaxWaiting:    512,
+		ReplayPolicy:  jetstream.ReplayInstantPolicy,
+	}
+}
+
+// DLQStreamConfig is SPOOL_DLQ: browsable (Limits retention), never cleaned
+// automatically, deduplicated so routing a dead letter twice stores it once.
+func (t Topology) DLQStreamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              t.Names.DLQStream(),
+		Description:       "Spool dead letters, with the reason in Spool-Reason",
+		Subjects:          []string{t.Names.DLQFilter()},
+		Retention:         jetstream.LimitsPolicy,
+		Discard:           jetstream.DiscardOld,
+		MaxMsgs:           -1,
+		MaxBytes:          -1,
+		MaxMsgsPerSubject: -1,
+		MaxConsumers:      -1,
+		Storage:           t.Settings.storage(),
+		Replicas:          t.Settings.Replicas,
+		Duplicates:        t.Settings.DuplicateWindow,
+		AllowDirect:       true,
+	}
+}
+
+// AdvisoryStreamConfig is SPOOL_ADVISORIES: it keeps MAX_DELIVERIES
+// advisories until the DLQ router has handled them.
+func (t Topology) AdvisoryStreamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              t.Names.AdvisoryStream(),
+		Description:       "Spool MAX_DELIVERIES advisories for the DLQ router",
+		Subjects:          []string{t.Names.AdvisoryFilter()},
+		Retention:         jetstream.WorkQueuePolicy,
+		Discard:           jetstream.DiscardOld,
+		MaxMsgs:           -1,
+		MaxBytes:          -1,
+		MaxMsgsPerSubject: -1,
+		MaxConsumers:      -1,
+		Storage:           t.Settings.storage(),
+		Replicas:          t.Settings.Replicas,
+		Duplicates:        t.Settings.DuplicateWindow,
+	}
+}
+
+// RouterConsumerConfig is the DLQ router's durable consumer on the advisory
+// stream. Several routers may share it.
+func (t Topology) RouterConsumerConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       t.Names.RouterConsumer(),
+		Description:   "Spool DLQ router: moves tasks that ran out of deliveries to the DLQ",
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxDeliver:    -1,
+		MaxAckPending: 1000,
+		MaxWaiting:    512,
+		ReplayPolicy:  jetstream.ReplayInstantPolicy,
+	}
+}
+
+// ResultsConfig is the spool_results bucket: one document per task id,
+// expiring after ResultTTL.
+func (t Topology) ResultsConfig() jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      t.Names.ResultsBucket(),
+		Description: "Spool task results and states, key = task id",
+		History:     1,
+		TTL:         t.Settings.ResultTTL,
+		Storage:     t.Settings.storage(),
+		Replicas:    t.Settings.Replicas,
+	}
+}
+
+// UniqueConfig is the spool_unique bucket: Create with a per-key TTL holds a
+// unique key while its task lives.
+func (t Topology) UniqueConfig() jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:         t.Names.UniqueBucket(),
+		Description:    "Spool unique-task keys, value = task id, per-key TTL",
+		History:        1,
+		Storage:        t.Settings.storage(),
+		Replicas:       t.Settings.Replicas,
+		LimitMarkerTTL: uniqueMarkerTTL,
+	}
+}
