@@ -1,0 +1,83 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	spool "github.com/spoolq/spool/shared"
+)
+
+// Task is one attempt's view of a queued task.
+type Task struct {
+	// ID is the task id (Spool-Task-Id, else Nats-Msg-Id, else the stream
+	// sequence).
+	ID       string
+	Type     string
+	Priority spool.Priority
+	// Payload is the message body, byte for byte.
+	Payload []byte
+	// Headers are the message headers as published. Do not modify.
+	Headers nats.Header
+	// Attempt counts from 1.
+	Attempt int
+	// MaxAttempts is the last attempt that will be made (retries + 1, capped
+	// by the consumer's MaxDeliver).
+	MaxAttempts int
+	// EnqueuedAt is when the task entered its priority subject.
+	EnqueuedAt time.Time
+}
+
+// Handler processes tasks of one type. The returned bytes become the result
+// (JSON is kept as JSON). A nil error completes the task; an error retries it
+// with backoff until its attempts run out; an error wrapped by Permanent goes
+// to the dead-letter stream at once. ctx carries the attempt's deadline.
+type Handler interface {
+	ProcessTask(ctx context.Context, t *Task) ([]byte, error)
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, t *Task) ([]byte, error)
+
+// ProcessTask calls f.
+func (f HandlerFunc) ProcessTask(ctx context.Context, t *Task) ([]byte, error) { return f(ctx, t) }
+
+var _ Handler = HandlerFunc(nil)
+
+// Middleware wraps a Handler.
+type Middleware func(Handler) Handler
+
+// ErrPermanent marks an error that retrying cannot fix.
+var ErrPermanent = errors.New("permanent failure")
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() []error {
+	return []error{e.err, ErrPermanent}
+}
+
+// Permanent marks err as permanent: the task skips its remaining retries and
+// goes to the dead-letter stream with reason "permanent". errors.Is(err,
+// ErrPermanent) reports true on the result, and the original error stays
+// reachable with errors.Is/As.
+func Permanent(err error) error {
+	if err == nil {
+		err = errors.New("permanent failure")
+	}
+	return permanentError{err: err}
+}
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
+
+// PanicError is the error of an attempt whose handler panicked.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
