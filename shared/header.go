@@ -3,6 +3,7 @@ package spool
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -126,17 +127,18 @@ func (m Meta) Encode(h nats.Header) error {
 	return nil
 }
 
-// DecodeMeta reads and validates the metadata headers of a task. The id falls
-// back from Spool-Task-Id to Nats-Msg-Id; it is empty when neither is set,
-// and the caller then uses the stream sequence. Errors wrap ErrInvalidHeader
-// or ErrInvalidID and name the header.
+// DecodeMeta reads and validates the metadata headers of a task. Header
+// names match in any case. The id falls back from Spool-Task-Id to
+// Nats-Msg-Id; it is empty when neither is set, and the caller then uses the
+// stream sequence. Errors wrap ErrInvalidHeader or ErrInvalidID and name the
+// header.
 func DecodeMeta(h nats.Header) (Meta, error) {
 	var m Meta
-	m.ID = h.Get(HeaderTaskID)
+	m.ID = headerValue(h, HeaderTaskID)
 	if m.ID == "" {
-		m.ID = h.Get(HeaderMsgID)
+		m.ID = headerValue(h, HeaderMsgID)
 	}
-	if v := h.Get(HeaderMaxRetries); v != "" {
+	if v := headerValue(h, HeaderMaxRetries); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
 			return m, fmt.Errorf("%w: %s %q is not a whole number", ErrInvalidHeader, HeaderMaxRetries, v)
@@ -147,20 +149,35 @@ func DecodeMeta(h nats.Header) (Meta, error) {
 	if m.Timeout, err = parseDurationHeader(h, HeaderTimeout); err != nil {
 		return m, err
 	}
-	if m.Timeout == 0 && h.Get(HeaderTimeout) != "" {
+	if m.Timeout == 0 && headerValue(h, HeaderTimeout) != "" {
 		return m, fmt.Errorf("%w: %s must be positive", ErrInvalidHeader, HeaderTimeout)
 	}
-	m.UniqueKey = h.Get(HeaderUniqueKey)
+	m.UniqueKey = headerValue(h, HeaderUniqueKey)
 	if m.UniqueTTL, err = parseDurationHeader(h, HeaderUniqueTTL); err != nil {
 		return m, err
 	}
-	m.TraceParent = h.Get(HeaderTraceParent)
-	m.TraceState = h.Get(HeaderTraceState)
+	m.TraceParent = headerValue(h, HeaderTraceParent)
+	m.TraceState = headerValue(h, HeaderTraceState)
 	return m, m.Validate()
 }
 
+// headerValue returns the first value of key, matching the exact name first
+// and then any spelling that differs only in case (some clients canonicalise
+// header names, turning Spool-Unique-TTL into Spool-Unique-Ttl).
+func headerValue(h nats.Header, key string) string {
+	if v := h.Get(key); v != "" {
+		return v
+	}
+	for k, vs := range h {
+		if len(vs) > 0 && strings.EqualFold(k, key) {
+			return vs[0]
+		}
+	}
+	return ""
+}
+
 func parseDurationHeader(h nats.Header, key string) (time.Duration, error) {
-	v := h.Get(key)
+	v := headerValue(h, key)
 	if v == "" {
 		return 0, nil
 	}
