@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/embedded"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestProvisionThenStatus(t *testing.T) {
+	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	t.Setenv("SPOOL_LOG_LEVEL", "warn")
+
+	var out, errOut bytes.Buffer
+	if err := run(t.Context(), []string{"provision", "--url", s.ClientURL()}, &out, &errOut); err != nil {
+		t.Fatalf("provision: %v\n%s", err, errOut.String())
+	}
+	if !strings.Contains(out.String(), "SPOOL_TASKS") {
+		t.Fatalf("provision output %q", out.String())
+	}
+
+	out.Reset()
+	if err := run(t.Context(), []string{"status", "--json", "--url", s.ClientURL()}, &out, &errOut); err != nil {
+		t.Fatalf("status: %v\n%s", err, errOut.String())
+	}
+	var st streams.Status
+	if err := json.Unmarshal(out.Bytes(), &st); err != nil {
+		t.Fatalf("status --json is not JSON: %v\n%s", err, out.String())
+	}
+	if len(st.Priorities) != 5 || st.Priorities[0].Priority.String() != "critical" {
+		t.Fatalf("status %+v", st)
+	}
+
+	out.Reset()
+	if err := run(t.Context(), []string{"status", "--url", s.ClientURL()}, &out, &errOut); err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	for _, want := range []string{"priority", "idle", "dead letters"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status table lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestBadInvocations(t *testing.T) {
+	tests := []struct {
+		args    []string
+		wantErr string
+	}{
+		{nil, "no command"},
+		{[]string{"frobnicate"}, "unknown command"},
+		{[]string{"status", "extra"}, "takes no arguments"},
+		{[]string{"status", "--timeout", "-1s"}, "--timeout"},
+		{[]string{"status", "--url", "localhost"}, "SPOOL_NATS_URL"},
+		{[]string{"status", "--bogus"}, "bogus"},
+	}
+	for _, tt := range tests {
+		var out, errOut bytes.Buffer
+		err := run(t.Context(), tt.args, &out, &errOut)
+		if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("run(%q) = %v, want an error containing %q", tt.args, err, tt.wantErr)
+		}
+	}
+}
+
+func TestStatusCountsTasks(t *testing.T) {
+	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	t.Setenv("SPOOL_LOG_LEVEL", "warn")
+	var out, errOut bytes.Buffer
+	if err := run(t.Context(), []string{"provision", "--url", s.ClientURL()}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	nc, js := connect(t, s.ClientURL())
+	defer nc.Close()
+	for range 3 {
+		if _, err := js.Publish(t.Context(), "spool.tasks.low.report", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out.Reset()
+	if err := run(t.Context(), []string{"status", "--json", "--url", s.ClientURL()}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	var st streams.Status
+	if err := json.Unmarshal(out.Bytes(), &st); err != nil {
+		t.Fatal(err)
+	}
+	low := st.Priorities[3]
+	if low.Pending != 3 || low.OldestWait <= 0 {
+		t.Fatalf("low priority status %+v: want 3 pending with an oldest wait", low)
+	}
+}
