@@ -7,6 +7,7 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/spoolq/spool/shared v0.0.0
 	github.com/spoolq/spool/streams v0.0.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (
