@@ -1,0 +1,179 @@
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	spool "github.com/spoolq/spool/shared"
+)
+
+// Results writes result documents to the results bucket and releases
+// unique keys. The worker uses one; the DLQ router makes its own with
+// NewResults and calls Dead after PublishDeadLetter. It is safe for
+// concurrent use.
+type Results struct {
+	js      jetstream.JetStream
+	names   spool.Names
+	results jetstream.KeyValue
+	unique  jetstream.KeyValue
+	worker  string
+	// putPrefix is the subject prefix of a put to the results bucket, for
+	// writes that do not wait ($KV.<bucket>.).
+	putPrefix string
+}
+
+// NewResults binds the results and unique-key buckets of names. worker
+// names the writer in every document (host-pid, "dlq-router", ...).
+func NewResults(ctx context.Context, js jetstream.JetStream, names spool.Names, worker string) (*Results, error) {
+	results, err := js.KeyValue(ctx, names.ResultsBucket())
+	if err != nil {
+		return nil, fmt.Errorf("binding results bucket %q: %w", names.ResultsBucket(), err)
+	}
+	unique, err := js.KeyValue(ctx, names.UniqueBucket())
+	if err != nil {
+		return nil, fmt.Errorf("binding unique bucket %q: %w", names.UniqueBucket(), err)
+	}
+	return &Results{
+		js:        js,
+		names:     names,
+		results:   results,
+		unique:    unique,
+		worker:    worker,
+		putPrefix: "$KV." + names.ResultsBucket() + ".",
+	}, nil
+}
+
+// TaskID returns the result key of a task: Spool-Task-Id, else
+// Nats-Msg-Id, else (or when that id is not a valid task id) the stream
+// sequence as a decimal string.
+func TaskID(h nats.Header, seq uint64) string {
+	id := h.Get(spool.HeaderTaskID)
+	if id == "" {
+		id = h.Get(spool.HeaderMsgID)
+	}
+	if id == "" || spool.ValidateID(id) != nil {
+		return strconv.FormatUint(seq, 10)
+	}
+	return id
+}
+
+// Put stores doc under doc.ID and waits for the bucket's acknowledgement.
+// The worker name is filled in when empty.
+func (r *Results) Put(ctx context.Context, doc spool.Result) error {
+	b, err := r.encode(&doc)
+	if err != nil {
+		return err
+	}
+	if _, err := r.results.Put(ctx, doc.ID, b); err != nil {
+		return fmt.Errorf("writing %s result of task %s: %w", doc.State, doc.ID, err)
+	}
+	return nil
+}
+
+// PutAsync stores doc without waiting for the acknowledgement; failures
+// reach the JetStream context's async error handler. Writes from one
+// connection are stored in order, so a later Put of the same key wins.
+func (r *Results) PutAsync(doc spool.Result) error {
+	b, err := r.encode(&doc)
+	if err != nil {
+		return err
+	}
+	if _, err := r.js.PublishAsync(r.putPrefix+doc.ID, b); err != nil {
+		return fmt.Errorf("writing %s result of task %s: %w", doc.State, doc.ID, err)
+	}
+	return nil
+}
+
+func (r *Results) encode(doc *spool.Result) ([]byte, error) {
+	if doc.Worker == "" {
+		doc.Worker = r.worker
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("encoding result of task %s: %w", doc.ID, err)
+	}
+	return b, nil
+}
+
+// Get reads the result document of id; the error wraps
+// jetstream.ErrKeyNotFound when there is none.
+func (r *Results) Get(ctx context.Context, id string) (spool.Result, error) {
+	var doc spool.Result
+	e, err := r.results.Get(ctx, id)
+	if err != nil {
+		return doc, fmt.Errorf("reading result of task %s: %w", id, err)
+	}
+	if err := json.Unmarshal(e.Value(), &doc); err != nil {
+		return doc, fmt.Errorf("decoding result of task %s: %w", id, err)
+	}
+	return doc, nil
+}
+
+// Dead records a task that went to the dead-letter stream: it writes the
+// dead result document (waiting for it) and releases the task's unique key.
+// Call it after PublishDeadLetter succeeded and before removing the
+// original. The type and priority come from m.Subject when it parses.
+func (r *Results) Dead(ctx context.Context, m DeadMessage) error {
+	id := TaskID(m.Header, m.Seq)
+	finished := m.FailedAt
+	if finished.IsZero() {
+		finished = time.Now()
+	}
+	doc := spool.Result{
+		ID:          id,
+		State:       spool.StateDead,
+		Attempts:    m.Attempts,
+		Error:       m.Err,
+		Reason:      m.Reason,
+		EnqueuedAt:  m.EnqueuedAt,
+		FinishedAt:  &finished,
+		TraceParent: m.Header.Get(spool.HeaderTraceParent),
+	}
+	if p, typ, err := r.names.ParseTaskSubject(m.Subject); err == nil {
+		doc.Priority, doc.Type = p, typ
+	}
+	if err := r.Put(ctx, doc); err != nil {
+		return err
+	}
+	return r.ReleaseUnique(ctx, m.Header.Get(spool.HeaderUniqueKey), id)
+}
+
+// ReleaseUnique deletes key from the unique bucket if it still belongs to
+// task id, so a new task with the same key can be enqueued. A key that is
+// gone, expired or taken by another task is left alone. An empty key is a
+// no-op.
+func (r *Results) ReleaseUnique(ctx context.Context, key, id string) error {
+	if key == "" {
+		return nil
+	}
+	e, err := r.unique.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading unique key %q of task %s: %w", key, id, err)
+	}
+	if string(e.Value()) != id {
+		return nil
+	}
+	err = r.unique.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+	if err != nil && !isWrongLastSequence(err) {
+		return fmt.Errorf("releasing unique key %q of task %s: %w", key, id, err)
+	}
+	return nil
+}
+
+// isWrongLastSequence reports the error of a conditional write that lost a
+// race: another writer changed the key since we read it.
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
