@@ -42,12 +42,12 @@ type DeadMessage struct {
 // stream by sequence (jetstream.Stream.GetMsg), as the DLQ router does.
 func DeadMessageFromRaw(m *jetstream.RawStreamMsg, reason spool.Reason, errText string, attempts int) DeadMessage {
 	return DeadMessage{
-		Subject:  m.Subject,
-		Seq:      m.Sequence,
-		Header:   m.Header,
-		Data:     m.Data,
-		Reason:   reason,
-		Err:      errText,
+		Subject:    m.Subject,
+		Seq:        m.Sequence,
+		Header:     m.Header,
+		Data:       m.Data,
+		Reason:     reason,
+		Err:        errText,
 		Attempts:   attempts,
 		EnqueuedAt: m.Time,
 	}
