@@ -1,0 +1,141 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	spool "github.com/spoolq/spool/shared"
+)
+
+// Client enqueues tasks, cancels scheduled ones and reads results. It is
+// safe for concurrent use. It never closes the connection it was given.
+type Client struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	names   spool.Names
+	logger  *slog.Logger
+	timeout time.Duration
+	window  int
+
+	mu      sync.Mutex
+	tasks   jetstream.Stream // task stream, looked up once
+	limit   int              // largest task message accepted
+	results jetstream.KeyValue
+	unique  jetstream.KeyValue
+}
+
+// New returns a client publishing on nc. It does no I/O: the task stream
+// and buckets are looked up on first use.
+func New(nc *nats.Conn, opts ...Option) (*Client, error) {
+	if nc == nil {
+		return nil, errors.New("producer: nil *nats.Conn")
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("producer option: %w", err)
+		}
+	}
+	js, err := jetstream.New(nc,
+		jetstream.WithDefaultTimeout(o.timeout),
+		jetstream.WithPublishAsyncMaxPending(o.window),
+		jetstream.WithPublishAsyncTimeout(o.timeout),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("opening JetStream: %w", err)
+	}
+	return &Client{
+		nc:      nc,
+		js:      js,
+		names:   o.names,
+		logger:  o.logger,
+		timeout: o.timeout,
+		window:  o.window,
+	}, nil
+}
+
+// Names returns the names the client publishes under.
+func (c *Client) Names() spool.Names { return c.names }
+
+// withTimeout applies the client's default timeout to a context without a
+// deadline, as nats.go's wrapContextWithoutDeadline does.
+func (c *Client) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.timeout)
+}
+
+// taskStream returns the task stream and the largest message it accepts,
+// looking them up on first use.
+func (c *Client) taskStream(ctx context.Context) (jetstream.Stream, int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tasks != nil {
+		return c.tasks, c.limit, nil
+	}
+	name := c.names.TaskStream()
+	s, err := c.js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, 0, fmt.Errorf("%w: stream %q does not exist (run spool-admin provision): %w", ErrNotProvisioned, name, err)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("looking up stream %q: %w", name, err)
+	}
+	limit := int(c.nc.MaxPayload())
+	if m := int(s.CachedInfo().Config.MaxMsgSize); m > 0 && m < limit {
+		limit = m
+	}
+	c.tasks, c.limit = s, limit
+	return s, limit, nil
+}
+
+// Ready checks that the connection is up and the task stream answers. The
+// HTTP broker's /readyz calls it.
+func (c *Client) Ready(ctx context.Context) error {
+	if !c.nc.IsConnected() {
+		return fmt.Errorf("nats connection is %s", c.nc.Status())
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	s, _, err := c.taskStream(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := s.Info(ctx); err != nil {
+		return fmt.Errorf("reading stream %q: %w", c.names.TaskStream(), translate(err))
+	}
+	return nil
+}
+
+func (c *Client) resultsBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	return c.bucket(ctx, &c.results, c.names.ResultsBucket())
+}
+
+func (c *Client) uniqueBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	return c.bucket(ctx, &c.unique, c.names.UniqueBucket())
+}
+
+func (c *Client) bucket(ctx context.Context, slot *jetstream.KeyValue, name string) (jetstream.KeyValue, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if *slot != nil {
+		return *slot, nil
+	}
+	kv, err := c.js.KeyValue(ctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("%w: KV bucket %q does not exist (run spool-admin provision): %w", ErrNotProvisioned, name, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening KV bucket %q: %w", name, err)
+	}
+	*slot = kv
+	return kv, nil
+}

@@ -1,0 +1,33 @@
+// Package producer puts tasks into Spool.
+//
+// A Client is built on a caller's *nats.Conn (which it never closes) and
+// speaks the wire contract of package spool: a task is a JetStream message
+// on spool.tasks.<priority>.<type> whose body is the payload and whose
+// metadata travels in headers. Every publish carries Nats-Msg-Id and
+// Spool-Task-Id set to the task id, so a retried publish of the same task is
+// stored once and reported as a duplicate.
+//
+//	c, err := producer.New(nc, producer.WithLogger(logger))
+//	res, err := c.Enqueue(ctx, producer.NewTask("email.send", body),
+//		producer.ProcessIn(10*time.Second), producer.Unique("user-42", time.Hour))
+//
+// Everything the client adds is optional for other publishers: any NATS
+// client publishing to spool.tasks.<priority>.<type> enqueues a task.
+//
+// Delayed tasks use JetStream message scheduling: the client publishes to
+// spool.sched.<id> with Nats-Schedule: @at <time> and
+// Nats-Schedule-Target: spool.tasks.<priority>.<type>; the server moves the
+// task to its priority subject when the time comes. Cancel removes a schedule
+// that has not fired.
+//
+// Unique tasks claim a key in the spool_unique bucket (KV Create with a
+// per-key TTL, value = task id) before publishing, and release it when the
+// publish fails. Result and Wait read the spool_results bucket, which only
+// consumers write.
+//
+// Every error a caller may act on is a sentinel in errors.go, matched with
+// errors.Is; validation errors also carry the field at fault (InvalidTaskError)
+// and a unique-key conflict carries the id of the task holding the key
+// (UniqueConflictError). Nothing is published before a task validates, and a
+// task whose publish failed is never reported as enqueued.
+package producer

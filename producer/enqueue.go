@@ -1,0 +1,81 @@
+package producer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// EnqueueResult is the outcome of enqueueing one task.
+type EnqueueResult struct {
+	// ID is the task id, given or generated.
+	ID string `json:"id"`
+	// Subject is where the task was stored: spool.tasks.<priority>.<type>,
+	// or spool.sched.<id> for a scheduled task.
+	Subject string `json:"subject"`
+	// Sequence is the stream sequence of the stored message (of the
+	// schedule, for a scheduled task; the fired task gets a new one).
+	Sequence uint64 `json:"sequence"`
+	// Duplicate is true when the stream already held a message with this
+	// id within its duplicate window: nothing new was stored.
+	Duplicate bool `json:"duplicate"`
+	// Scheduled is true when the task waits until ProcessAt.
+	Scheduled bool `json:"scheduled"`
+	// ProcessAt is when a scheduled task becomes deliverable; zero otherwise.
+	ProcessAt time.Time `json:"process_at,omitzero"`
+}
+
+// Enqueue validates task (after applying opts), claims its unique key if it
+// has one, and publishes it, waiting for JetStream's ack. A context without
+// a deadline gets the client's default timeout.
+//
+// Errors: validation errors (*InvalidTaskError wrapping ErrInvalidType,
+// ErrInvalidPriority, ...) before anything is published;
+// *UniqueConflictError when another task holds the unique key; ErrQueueFull
+// when JetStream's storage is exhausted; ErrNotProvisioned when the task
+// stream is missing. On any error the task is not enqueued (a publish whose
+// ack was lost may still have stored it: retrying with the same id is safe).
+func (c *Client) Enqueue(ctx context.Context, task Task, opts ...EnqueueOption) (EnqueueResult, error) {
+	for _, o := range opts {
+		o(&task)
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	_, limit, err := c.taskStream(ctx)
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	p, err := c.prepare(task, time.Now(), limit)
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	claimed, err := c.claimUnique(ctx, p)
+	if err != nil {
+		return EnqueueResult{ID: p.id}, err
+	}
+	ack, err := c.js.PublishMsg(ctx, p.msg)
+	if err != nil {
+		err = fmt.Errorf("publishing task %q to %s: %w", p.id, p.msg.Subject, translate(err))
+		if claimed {
+			c.releaseUnique(ctx, p.uniqueKey, p.id)
+		}
+		return EnqueueResult{ID: p.id}, err
+	}
+	res := p.result(ack)
+	c.logger.DebugContext(ctx, "task enqueued", "task_id", res.ID, "subject", res.Subject,
+		"seq", res.Sequence, "duplicate", res.Duplicate, "scheduled", res.Scheduled)
+	return res, nil
+}
+
+func (p prepared) result(ack *jetstream.PubAck) EnqueueResult {
+	return EnqueueResult{
+		ID:        p.id,
+		Subject:   p.msg.Subject,
+		Sequence:  ack.Sequence,
+		Duplicate: ack.Duplicate,
+		Scheduled: p.scheduled,
+		ProcessAt: p.processAt,
+	}
+}

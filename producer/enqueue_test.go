@@ -1,0 +1,221 @@
+package producer_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spoolq/spool/producer"
+	spool "github.com/spoolq/spool/shared"
+)
+
+func TestEnqueueStoresWireContract(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	ctx := ctxFor(t)
+	task := producer.Task{
+		Type:        "email.send",
+		Priority:    spool.High,
+		Payload:     []byte(`{"to":"a@example.com"}`),
+		ID:          "order-42",
+		MaxRetries:  new(0),
+		Timeout:     90 * time.Second,
+		UniqueKey:   "user:7 welcome",
+		UniqueTTL:   time.Minute,
+		Headers:     map[string]string{"X-Tenant": "acme"},
+		TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		TraceState:  "vendor=1",
+	}
+	res, err := e.client.Enqueue(ctx, task)
+	if err != nil {
+		t.Fatalf("enqueue: %v", err)
+	}
+	if res.ID != "order-42" || res.Duplicate || res.Scheduled || res.Sequence == 0 || res.Subject != "spool.tasks.high.email.send" {
+		t.Fatalf("result %+v", res)
+	}
+	msg, err := e.tasks.GetMsg(ctx, res.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Subject != "spool.tasks.high.email.send" || string(msg.Data) != `{"to":"a@example.com"}` {
+		t.Fatalf("stored %q %q", msg.Subject, msg.Data)
+	}
+	want := map[string]string{
+		spool.HeaderTaskID:      "order-42",
+		spool.HeaderMsgID:       "order-42",
+		spool.HeaderMaxRetries:  "0",
+		spool.HeaderTimeout:     "1m30s",
+		spool.HeaderUniqueKey:   "user:7 welcome",
+		spool.HeaderUniqueTTL:   "1m0s",
+		spool.HeaderTraceParent: task.TraceParent,
+		spool.HeaderTraceState:  "vendor=1",
+		"X-Tenant":              "acme",
+	}
+	for k, v := range want {
+		if got := msg.Header.Get(k); got != v {
+			t.Errorf("header %s = %q, want %q", k, got, v)
+		}
+	}
+	meta, err := spool.DecodeMeta(msg.Header)
+	if err != nil || meta.ID != "order-42" || *meta.MaxRetries != 0 {
+		t.Fatalf("DecodeMeta: %+v, %v", meta, err)
+	}
+	if holder, ok := e.uniqueHolder(t, "user:7 welcome"); !ok || holder != "order-42" {
+		t.Fatalf("unique key holder %q, %v", holder, ok)
+	}
+}
+
+func TestEnqueueGeneratesTimeOrderedIDs(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	ctx := ctxFor(t)
+	var prev string
+	for range 3 {
+		res, err := e.client.Enqueue(ctx, producer.NewTask("report", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := spool.ValidateID(res.ID); err != nil || len(res.ID) != 26 {
+			t.Fatalf("generated id %q: %v", res.ID, err)
+		}
+		if res.ID[:10] < prev { // the first 10 characters are the millisecond
+			t.Fatalf("id %q sorts before an earlier id's time %q", res.ID, prev)
+		}
+		if res.Subject != "spool.tasks.normal.report" {
+			t.Fatalf("NewTask priority: subject %s", res.Subject)
+		}
+		prev = res.ID[:10]
+	}
+}
+
+func TestEnqueueSameIDTwiceStoresOnce(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	ctx := ctxFor(t)
+	task := producer.NewTask("invoice", []byte("x"))
+	first, err := e.client.Enqueue(ctx, task, producer.TaskID("inv-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := e.client.Enqueue(ctx, task, producer.TaskID("inv-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Duplicate || !second.Duplicate || second.Sequence != first.Sequence {
+		t.Fatalf("first %+v second %+v", first, second)
+	}
+	if n := e.streamMsgs(t); n != 1 {
+		t.Fatalf("stream holds %d messages, want 1", n)
+	}
+}
+
+func TestEnqueueRejectsBadInput(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	ctx := ctxFor(t)
+	big := make([]byte, 1<<20) // the stream's default max message size; headers push it over
+	tests := []struct {
+		name      string
+		task      producer.Task
+		wantErr   error
+		wantField string
+	}{
+		{"priority", producer.Task{Type: "a", Priority: 9}, producer.ErrInvalidPriority, "priority"},
+		{"empty type", producer.Task{Type: ""}, producer.ErrInvalidType, "type"},
+		{"type with space", producer.Task{Type: "a b"}, producer.ErrInvalidType, "type"},
+		{"type empty token", producer.Task{Type: "a..b"}, producer.ErrInvalidType, "type"},
+		{"type wildcard", producer.Task{Type: "a.>"}, producer.ErrInvalidType, "type"},
+		{"id with dot", producer.Task{Type: "a", ID: "x.y"}, producer.ErrInvalidID, "id"},
+		{"id too long", producer.Task{Type: "a", ID: strings.Repeat("x", 129)}, producer.ErrInvalidID, "id"},
+		{"payload too large", producer.Task{Type: "a", Payload: big}, producer.ErrPayloadTooLarge, "payload"},
+		{"negative delay", producer.Task{Type: "a", Delay: -time.Second}, producer.ErrInvalidDelay, "delay"},
+		{"delay and process-at", producer.Task{Type: "a", Delay: time.Second, ProcessAt: time.Now().Add(time.Hour)}, producer.ErrInvalidDelay, "delay"},
+		{"negative retries", producer.Task{Type: "a", MaxRetries: new(-1)}, producer.ErrInvalidMaxRetries, "max_retries"},
+		{"too many retries", producer.Task{Type: "a", MaxRetries: new(1001)}, producer.ErrInvalidMaxRetries, "max_retries"},
+		{"negative timeout", producer.Task{Type: "a", Timeout: -time.Second}, producer.ErrInvalidTimeout, "timeout"},
+		{"timeout too long", producer.Task{Type: "a", Timeout: 25 * time.Hour}, producer.ErrInvalidTimeout, "timeout"},
+		{"unique without ttl", producer.Task{Type: "a", UniqueKey: "k"}, producer.ErrInvalidUnique, "unique_ttl"},
+		{"unique ttl without key", producer.Task{Type: "a", UniqueTTL: time.Minute}, producer.ErrInvalidUnique, "unique_key"},
+		{"unique key too long", producer.Task{Type: "a", UniqueKey: strings.Repeat("k", 257), UniqueTTL: time.Minute}, producer.ErrInvalidUnique, "unique_key"},
+		{"header CRLF", producer.Task{Type: "a", Headers: map[string]string{"X-A": "1\r\nX-B: 2"}}, producer.ErrInvalidHeader, "headers"},
+		{"header bad name", producer.Task{Type: "a", Headers: map[string]string{"X A": "1"}}, producer.ErrInvalidHeader, "headers"},
+		{"header reserved Nats-", producer.Task{Type: "a", Headers: map[string]string{"Nats-TTL": "1s"}}, producer.ErrInvalidHeader, "headers"},
+		{"header reserved Spool-", producer.Task{Type: "a", Headers: map[string]string{"spool-task-id": "x"}}, producer.ErrInvalidHeader, "headers"},
+		{"traceparent CRLF", producer.Task{Type: "a", TraceParent: "00\r\n"}, producer.ErrInvalidHeader, "traceparent"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := e.client.Enqueue(ctx, tt.task)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("want %v, got %v", tt.wantErr, err)
+			}
+			var inv *producer.InvalidTaskError
+			if !errors.As(err, &inv) || inv.Field != tt.wantField {
+				t.Fatalf("want field %q, got %v", tt.wantField, err)
+			}
+		})
+	}
+	// Header errors are header errors whatever their kind.
+	_, err := e.client.Enqueue(ctx, producer.Task{Type: "a", Timeout: -1})
+	if !errors.Is(err, producer.ErrInvalidHeader) {
+		t.Errorf("timeout error %v is not an ErrInvalidHeader", err)
+	}
+	if n := e.streamMsgs(t); n != 0 {
+		t.Fatalf("bad tasks published %d messages", n)
+	}
+}
+
+func TestEnqueuePayloadAtTheLimit(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	ctx := ctxFor(t)
+	// Find the largest payload accepted with these headers: just under the
+	// limit must pass, one byte more must fail before publishing.
+	payload := make([]byte, 1<<20-100)
+	for {
+		_, err := e.client.Enqueue(ctx, producer.NewTask("blob", payload), producer.TaskID("b"))
+		if errors.Is(err, producer.ErrPayloadTooLarge) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("payload %d: %v", len(payload), err)
+		}
+		payload = append(payload, 0)
+	}
+	if n := e.streamMsgs(t); n != 1 {
+		t.Fatalf("stream holds %d", n)
+	}
+}
+
+func TestNewValidatesOptions(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	for _, opt := range []producer.Option{
+		producer.WithPrefix("bad.prefix"),
+		producer.WithTimeout(0),
+		producer.WithPublishWindow(0),
+		producer.WithLogger(nil),
+		producer.WithNames(spool.Names{}),
+	} {
+		if _, err := producer.New(e.nc, opt); err == nil {
+			t.Errorf("option accepted")
+		}
+	}
+	if _, err := producer.New(nil); err == nil {
+		t.Error("nil conn accepted")
+	}
+}
+
+func TestEnqueueWithoutProvisioning(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	c, err := producer.New(e.nc, producer.WithPrefix("other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Enqueue(ctxFor(t), producer.NewTask("a", nil))
+	if !errors.Is(err, producer.ErrNotProvisioned) {
+		t.Fatalf("want ErrNotProvisioned, got %v", err)
+	}
+}

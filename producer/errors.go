@@ -1,0 +1,116 @@
+package producer
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	spool "github.com/spoolq/spool/shared"
+)
+
+// Validation errors, returned before anything is published. Each comes
+// wrapped in an *InvalidTaskError naming the field; match with errors.Is.
+var (
+	// ErrInvalidPriority: the priority is not one of the five.
+	ErrInvalidPriority = spool.ErrInvalidPriority
+	// ErrInvalidType: the type is not dot-separated tokens of [A-Za-z0-9_-].
+	ErrInvalidType = spool.ErrInvalidType
+	// ErrInvalidID: the id is not 1 to 128 characters of [A-Za-z0-9_=-].
+	ErrInvalidID = spool.ErrInvalidID
+	// ErrInvalidHeader: a header name or value is malformed or reserved.
+	// ErrInvalidMaxRetries, ErrInvalidTimeout and ErrInvalidUnique are
+	// header errors too: errors.Is(err, ErrInvalidHeader) holds for them.
+	ErrInvalidHeader = spool.ErrInvalidHeader
+	// ErrInvalidMaxRetries: max retries is outside 0 to spool.MaxMaxRetries.
+	ErrInvalidMaxRetries = errors.New("invalid max retries")
+	// ErrInvalidTimeout: the per-attempt timeout is negative or above
+	// spool.MaxTimeout.
+	ErrInvalidTimeout = errors.New("invalid timeout")
+	// ErrInvalidUnique: a unique key is too long, or its TTL is missing,
+	// under 1s or given without a key.
+	ErrInvalidUnique = errors.New("invalid unique key")
+	// ErrInvalidDelay: the delay is negative, or both a delay and a
+	// process-at time are set.
+	ErrInvalidDelay = errors.New("invalid delay")
+	// ErrPayloadTooLarge: payload plus headers exceed the task stream's
+	// maximum message size (or the server's maximum payload).
+	ErrPayloadTooLarge = errors.New("task too large")
+)
+
+// Errors from JetStream, translated.
+var (
+	// ErrQueueFull: JetStream refused the publish because its storage is
+	// exhausted. The task was not enqueued; tasks already queued are intact.
+	// Retry later.
+	ErrQueueFull = errors.New("queue full: JetStream storage exhausted")
+	// ErrUniqueConflict: another live task holds the unique key. The error
+	// is a *UniqueConflictError carrying that task's id.
+	ErrUniqueConflict = errors.New("unique key held by another task")
+	// ErrTaskNotFound: no result document exists for the id (no consumer
+	// has picked the task up yet, it expired, or there never was such a
+	// task).
+	ErrTaskNotFound = errors.New("task not found")
+	// ErrNotProvisioned: Spool's task stream or a bucket does not exist;
+	// run spool-admin provision.
+	ErrNotProvisioned = errors.New("spool streams not provisioned")
+)
+
+// InvalidTaskError says which field of a task failed validation. Field is
+// the JSON name used by the HTTP API (type, priority, id, payload,
+// max_retries, timeout, unique_key, unique_ttl, process_at, delay, headers,
+// traceparent, tracestate). Err wraps one of the validation sentinels.
+type InvalidTaskError struct {
+	Field string
+	Err   error
+}
+
+func (e *InvalidTaskError) Error() string { return e.Field + ": " + e.Err.Error() }
+
+// Unwrap returns the underlying validation error.
+func (e *InvalidTaskError) Unwrap() error { return e.Err }
+
+func invalid(field string, err error) error { return &InvalidTaskError{Field: field, Err: err} }
+
+// UniqueConflictError is returned when a live task already holds a unique
+// key. errors.Is(err, ErrUniqueConflict) holds.
+type UniqueConflictError struct {
+	// Key is the unique key asked for.
+	Key string
+	// ExistingID is the id of the task holding it.
+	ExistingID string
+}
+
+func (e *UniqueConflictError) Error() string {
+	return fmt.Sprintf("%s: key %q is held by task %q", ErrUniqueConflict, e.Key, e.ExistingID)
+}
+
+// Is makes errors.Is(err, ErrUniqueConflict) hold.
+func (e *UniqueConflictError) Is(target error) bool { return target == ErrUniqueConflict }
+
+// storageErrorCodes are the JetStream error codes that mean storage is
+// exhausted (nats-server server/errors.json).
+var storageErrorCodes = map[jetstream.ErrorCode]bool{
+	10002: true, // JSAccountResourcesExceededErr: resource limits exceeded for account
+	10023: true, // JSInsufficientResourcesErr: insufficient resources
+	10028: true, // JSMemoryResourcesExceededErr: insufficient memory resources available
+	10047: true, // JSStorageResourcesExceededErr: insufficient storage resources available
+}
+
+// translate maps JetStream publish errors to the package's sentinels, keeping
+// the original in the chain.
+func translate(err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch {
+		case storageErrorCodes[apiErr.ErrorCode]:
+			return fmt.Errorf("%w: %w", ErrQueueFull, err)
+		case apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
+			return fmt.Errorf("%w: %w", ErrPayloadTooLarge, err)
+		}
+	}
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("%w: %w", ErrNotProvisioned, err)
+	}
+	return err
+}

@@ -1,0 +1,172 @@
+package producer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/spoolq/spool/producer"
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/embedded"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// env is one test's embedded server, provisioned, with a connection and a
+// client on it.
+type env struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	client *producer.Client
+	names  spool.Names
+	tasks  jetstream.Stream
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func ctxFor(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newEnv starts an embedded server owned by t, provisions Spool's topology
+// with settings and returns a client on it.
+func newEnv(t testing.TB, opts embedded.Options, settings streams.Settings, clientOpts ...producer.Option) *env {
+	t.Helper()
+	if opts.StoreDir == "" {
+		opts.StoreDir = t.TempDir()
+	}
+	s, err := embedded.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := spool.DefaultNames()
+	topo, err := streams.New(names, settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t)
+	if err := streams.Provision(ctx, js, topo, testLogger(t)); err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	tasks, err := js.Stream(ctx, names.TaskStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := producer.New(nc, append([]producer.Option{producer.WithLogger(testLogger(t))}, clientOpts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{nc: nc, js: js, client: c, names: names, tasks: tasks}
+}
+
+func startEnv(t testing.TB) *env {
+	return newEnv(t, embedded.Options{}, streams.Settings{})
+}
+
+// waitFor calls f until it returns nil or timeout passes, then fails t with
+// f's last error.
+func waitFor(t testing.TB, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met after %s: %v", timeout, err)
+		}
+		<-tick.C
+	}
+}
+
+// subjectCount returns how many messages of the task stream match filter.
+func (e *env) subjectCount(t testing.TB, filter string) uint64 {
+	t.Helper()
+	info, err := e.tasks.Info(ctxFor(t), jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n
+}
+
+func (e *env) streamMsgs(t testing.TB) uint64 {
+	t.Helper()
+	info, err := e.tasks.Info(ctxFor(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// fetchOne pulls one task of priority p through its durable consumer,
+// waiting at most expiry; nil when none arrived.
+func (e *env) fetchOne(t testing.TB, p spool.Priority, expiry time.Duration) jetstream.Msg {
+	t.Helper()
+	ctx := ctxFor(t)
+	cons, err := e.js.Consumer(ctx, e.names.TaskStream(), e.names.Consumer(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(expiry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got jetstream.Msg
+	for m := range batch.Messages() {
+		got = m
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		t.Fatalf("fetch: %v", err)
+	}
+	return got
+}
+
+func (e *env) uniqueHolder(t testing.TB, key string) (string, bool) {
+	t.Helper()
+	ctx := ctxFor(t)
+	kv, err := e.js.KeyValue(ctx, e.names.UniqueBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err := kv.Get(ctx, spool.UniqueKVKey(key))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(entry.Value()), true
+}
+
+func errorf(format string, a ...any) error { return fmt.Errorf(format, a...) }

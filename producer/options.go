@@ -1,0 +1,149 @@
+package producer
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"time"
+
+	spool "github.com/spoolq/spool/shared"
+)
+
+// Defaults of the client options.
+const (
+	// DefaultTimeout bounds each call (and each batch step) whose context
+	// has no deadline, and each asynchronous publish ack.
+	DefaultTimeout = 5 * time.Second
+	// DefaultPublishWindow is how many asynchronous publishes a client keeps
+	// in flight during EnqueueBatch.
+	DefaultPublishWindow = 4096
+)
+
+// Option configures a Client. Options validate their argument and New
+// fails with the first invalid one.
+type Option func(*options) error
+
+type options struct {
+	names   spool.Names
+	logger  *slog.Logger
+	timeout time.Duration
+	window  int
+}
+
+func defaultOptions() options {
+	return options{
+		names:   spool.DefaultNames(),
+		logger:  slog.New(slog.DiscardHandler),
+		timeout: DefaultTimeout,
+		window:  DefaultPublishWindow,
+	}
+}
+
+// WithPrefix derives every subject, stream and bucket name from prefix.
+// Default spool.DefaultPrefix ("spool").
+func WithPrefix(prefix string) Option {
+	return func(o *options) error {
+		n, err := spool.NewNames(prefix)
+		if err != nil {
+			return err
+		}
+		o.names = n
+		return nil
+	}
+}
+
+// WithNames uses names built elsewhere (config.Common.Names()). Default
+// spool.DefaultNames().
+func WithNames(names spool.Names) Option {
+	return func(o *options) error {
+		if names.Prefix() == "" {
+			return errors.New("names: zero spool.Names, build one with spool.NewNames")
+		}
+		o.names = names
+		return nil
+	}
+}
+
+// WithLogger sets the logger. Default: discard.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error {
+		if l == nil {
+			return errors.New("logger: nil")
+		}
+		o.logger = l
+		return nil
+	}
+}
+
+// WithTimeout sets the timeout applied to a call whose context has no
+// deadline, and to each asynchronous publish ack. Default DefaultTimeout (5s).
+func WithTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("timeout: %s must be positive", d)
+		}
+		o.timeout = d
+		return nil
+	}
+}
+
+// WithPublishWindow caps the asynchronous publishes in flight during
+// EnqueueBatch, across all batches of the client. Default
+// DefaultPublishWindow (4096).
+func WithPublishWindow(n int) Option {
+	return func(o *options) error {
+		if n < 1 || n > 1<<20 {
+			return fmt.Errorf("publish window: %d must be 1 to %d", n, 1<<20)
+		}
+		o.window = n
+		return nil
+	}
+}
+
+// EnqueueOption adjusts one call's copy of a task; it overrides the task's
+// field of the same name.
+type EnqueueOption func(*Task)
+
+// TaskID sets the task id (default: a new time-ordered id from spool.NewID).
+func TaskID(id string) EnqueueOption { return func(t *Task) { t.ID = id } }
+
+// AtPriority sets the priority.
+func AtPriority(p spool.Priority) EnqueueOption { return func(t *Task) { t.Priority = p } }
+
+// MaxRetries sets the retries after the first attempt (0 means none).
+func MaxRetries(n int) EnqueueOption { return func(t *Task) { t.MaxRetries = &n } }
+
+// Timeout sets the per-attempt handler deadline.
+func Timeout(d time.Duration) EnqueueOption { return func(t *Task) { t.Timeout = d } }
+
+// Unique makes the task unique under key for ttl: while the key lives,
+// enqueueing another task with it fails with a *UniqueConflictError.
+func Unique(key string, ttl time.Duration) EnqueueOption {
+	return func(t *Task) { t.UniqueKey, t.UniqueTTL = key, ttl }
+}
+
+// ProcessAt delays the task until at; a time not in the future runs now.
+func ProcessAt(at time.Time) EnqueueOption {
+	return func(t *Task) { t.ProcessAt, t.Delay = at, 0 }
+}
+
+// ProcessIn delays the task by d.
+func ProcessIn(d time.Duration) EnqueueOption {
+	return func(t *Task) { t.Delay, t.ProcessAt = d, time.Time{} }
+}
+
+// Header adds an extra header carried with the task.
+func Header(key, value string) EnqueueOption {
+	return func(t *Task) {
+		h := make(map[string]string, len(t.Headers)+1)
+		maps.Copy(h, t.Headers)
+		h[key] = value
+		t.Headers = h
+	}
+}
+
+// Trace sets the W3C trace context (traceparent, tracestate).
+func Trace(traceparent, tracestate string) EnqueueOption {
+	return func(t *Task) { t.TraceParent, t.TraceState = traceparent, tracestate }
+}
