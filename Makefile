@@ -11,8 +11,10 @@ TEST_TIMEOUT ?= 15m
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
-run: ## Run the dev stack: embedded JetStream on 127.0.0.1:4222, topology provisioned
-	$(GO) run ./tests/cmd/spool-dev
+run: ## Run the dev stack in the foreground (Ctrl-C stops it)
+	@mkdir -p bin
+	$(GO) build -o bin/spool-dev ./tests/cmd/spool-dev
+	exec ./bin/spool-dev
 
 test: vet ## Vet, then run every module's tests with the race detector
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
@@ -30,8 +32,10 @@ build: ## Build every binary into bin/
 bench: ## Run the benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
-fuzz: ## Fuzz the parsers for a while each (FUZZTIME, default 30s)
-	$(GO) test -run '^$$' -fuzz FuzzParseTaskSubject -fuzztime $${FUZZTIME:-30s} ./shared
+FUZZTIME ?= 30s
+fuzz: ## Fuzz every parser for FUZZTIME each (default 30s)
+	@for f in FuzzParseTaskSubject FuzzValidateID FuzzDecodeMeta; do \
+	  $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./shared || exit 1; done
 
 clean: ## Remove built binaries and the dev store
 	rm -rf bin .data
