@@ -170,3 +170,9 @@ func (e *env) uniqueHolder(t testing.TB, key string) (string, bool) {
 }
 
 func errorf(format string, a ...any) error { return fmt.Errorf(format, a...) }
+
+func embeddedDefaults() embedded.Options { return embedded.Options{} }
+
+func settingsDefaults() streams.Settings { return streams.Settings{} }
+
+func asConflict(err error, target **producer.UniqueConflictError) bool { return errors.As(err, target) }

@@ -1,0 +1,134 @@
+package producer_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/spoolq/spool/producer"
+	spool "github.com/spoolq/spool/shared"
+)
+
+// putResult writes a result document as a consumer would.
+func (e *env) putResult(t testing.TB, r spool.Result) {
+	t.Helper()
+	ctx := ctxFor(t)
+	kv, err := e.js.KeyValue(ctx, e.names.ResultsBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, r.ID, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestResult(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	ctx := ctxFor(t)
+	if _, err := e.client.Result(ctx, "nope"); !errors.Is(err, producer.ErrTaskNotFound) {
+		t.Fatalf("missing result: %v", err)
+	}
+	if _, err := e.client.Result(ctx, "bad id"); !errors.Is(err, producer.ErrInvalidID) {
+		t.Fatalf("bad id: %v", err)
+	}
+	e.putResult(t, spool.Result{ID: "r1", Type: "a", Priority: spool.High, State: spool.StateCompleted,
+		Attempts: 1, Result: json.RawMessage(`{"ok":true}`), EnqueuedAt: time.Now()})
+	r, err := e.client.Result(ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != spool.StateCompleted || r.Priority != spool.High || string(r.Result) != `{"ok":true}` {
+		t.Fatalf("result %+v", r)
+	}
+}
+
+func TestWaitReturnsAtTerminalState(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	ctx := ctxFor(t)
+	done := make(chan error, 1)
+	var got spool.Result
+	go func() {
+		var err error
+		got, err = e.client.Wait(ctx, "w1")
+		done <- err
+	}()
+	// Wait until the watcher is subscribed: the results stream sees an
+	// extra consumer (the ordered consumer behind the watch).
+	waitFor(t, 5*time.Second, func() error {
+		s, err := e.js.Stream(ctx, "KV_"+e.names.ResultsBucket())
+		if err != nil {
+			return err
+		}
+		if s.CachedInfo().State.Consumers == 0 {
+			return errors.New("no watcher yet")
+		}
+		return nil
+	})
+	for _, st := range []spool.State{spool.StatePending, spool.StateProcessing, spool.StateRetrying} {
+		e.putResult(t, spool.Result{ID: "w1", State: st})
+		select {
+		case err := <-done:
+			t.Fatalf("Wait returned at state %s: %v", st, err)
+		default:
+		}
+	}
+	e.putResult(t, spool.Result{ID: "w1", State: spool.StateDead, Error: "boom", Reason: spool.ReasonError, Attempts: 4})
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Wait did not return after the terminal state")
+	}
+	if got.State != spool.StateDead || got.Error != "boom" || got.Attempts != 4 {
+		t.Fatalf("Wait returned %+v", got)
+	}
+
+	// A document already terminal returns at once.
+	r, err := e.client.Wait(ctx, "w1")
+	if err != nil || r.State != spool.StateDead {
+		t.Fatalf("second Wait: %+v, %v", r, err)
+	}
+}
+
+func TestWaitEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	e.putResult(t, spool.Result{ID: "slow", State: spool.StateProcessing})
+	ctx, cancel := context.WithTimeout(ctxFor(t), 300*time.Millisecond)
+	defer cancel()
+	r, err := e.client.Wait(ctx, "slow")
+	if !errors.Is(err, context.DeadlineExceeded) || r.State != spool.StateProcessing {
+		t.Fatalf("want the last state and DeadlineExceeded, got %+v, %v", r, err)
+	}
+}
+
+// The watch uses an ordered consumer; make sure none is left behind.
+func TestWaitLeavesNoConsumer(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	ctx := ctxFor(t)
+	e.putResult(t, spool.Result{ID: "x", State: spool.StateCompleted})
+	if _, err := e.client.Wait(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() error {
+		s, err := e.js.Stream(ctx, "KV_"+e.names.ResultsBucket())
+		if err != nil {
+			return err
+		}
+		if n := s.CachedInfo().State.Consumers; n != 0 {
+			return errorf("%d consumers", n)
+		}
+		return nil
+	})
+}
