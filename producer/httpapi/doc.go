@@ -1,0 +1,22 @@
+// Package httpapi is Spool's HTTP broker: it lets callers that do not speak
+// NATS enqueue tasks, read results, wait for them and cancel scheduled tasks.
+// It is stateless; every piece of state lives in JetStream, so any number of
+// brokers can run side by side.
+//
+// Routes (Go 1.22 ServeMux patterns):
+//
+//	POST   /v1/tasks             enqueue one task          201 (200 when a duplicate)
+//	POST   /v1/tasks/batch       enqueue up to MaxBatch    200, per-task outcome
+//	GET    /v1/tasks/{id}        result document           200, 404 not_found
+//	GET    /v1/tasks/{id}?wait=10s  long-poll until the task is completed or dead
+//	DELETE /v1/tasks/{id}        cancel a scheduled task   200, 404 not_found
+//	GET    /healthz              the process is up          200
+//	GET    /readyz               NATS and the task stream   200, 503
+//	GET    /v1/openapi.json      the OpenAPI 3.1 description
+//
+// Errors are JSON: {"error":{"code":"invalid_priority","message":"...","field":"priority"}}
+// with a stable code (see the Code constants), and for a unique-key conflict
+// the holder's id in "existing_id". When a bearer token is configured, every
+// route except /healthz, /readyz and /v1/openapi.json requires
+// "Authorization: Bearer <token>".
+package httpapi

@@ -1,0 +1,310 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/subtle"
+	_ "embed"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/spoolq/spool/producer"
+	spool "github.com/spoolq/spool/shared"
+)
+
+//go:embed openapi.json
+var openAPI []byte
+
+// Defaults of Options.
+const (
+	// DefaultMaxBody is the request body limit: 2 MiB.
+	DefaultMaxBody = 2 << 20
+	// DefaultMaxBatch is the most tasks one batch request may hold.
+	DefaultMaxBatch = 10_000
+	// DefaultMaxWait caps ?wait= on GET /v1/tasks/{id}; it stays under the
+	// server's 15s write timeout.
+	DefaultMaxWait = 10 * time.Second
+)
+
+// Options configure the handler. Zero fields take their defaults.
+type Options struct {
+	// Token, when set, is the bearer token every API route requires
+	// (SPOOL_HTTP_TOKEN). Default: none, no authentication.
+	Token string
+	// MaxBody is the request body limit in bytes (SPOOL_HTTP_MAX_BODY).
+	// Default DefaultMaxBody (2 MiB).
+	MaxBody int64
+	// MaxBatch is the most tasks in one batch. Default DefaultMaxBatch.
+	MaxBatch int
+	// MaxWait caps the ?wait= long poll. Default DefaultMaxWait (10s).
+	MaxWait time.Duration
+	// Logger receives request logs. Default: discard.
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxBody <= 0 {
+		o.MaxBody = DefaultMaxBody
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = DefaultMaxWait
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+type handler struct {
+	client *producer.Client
+	opts   Options
+	logger *slog.Logger
+}
+
+// NewHandler returns the broker's routes on client (which must not be nil).
+func NewHandler(client *producer.Client, opts Options) http.Handler {
+	opts = opts.withDefaults()
+	h := &handler{client: client, opts: opts, logger: opts.Logger}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", h.healthz)
+	mux.HandleFunc("GET /readyz", h.readyz)
+	mux.HandleFunc("GET /v1/openapi.json", h.openapi)
+	mux.Handle("POST /v1/tasks", h.auth(h.enqueue))
+	mux.Handle("POST /v1/tasks/batch", h.auth(h.batch))
+	mux.Handle("GET /v1/tasks/{id}", h.auth(h.result))
+	mux.Handle("DELETE /v1/tasks/{id}", h.auth(h.cancel))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, h.logger, r, newError(http.StatusNotFound, CodeNotFound, "", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)))
+	})
+	return h.logRequests(mux)
+}
+
+// auth requires the bearer token when one is configured.
+func (h *handler) auth(next http.HandlerFunc) http.Handler {
+	if h.opts.Token == "" {
+		return next
+	}
+	want := []byte(h.opts.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="spool"`)
+			writeError(w, h.logger, r, newError(http.StatusUnauthorized, CodeUnauthorized, "", "missing or wrong bearer token"))
+			return
+		}
+		next(w, r)
+	})
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (h *handler) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		h.logger.DebugContext(r.Context(), "http request", "method", r.Method, "path", r.URL.Path,
+			"status", rec.status, "duration", time.Since(start))
+	})
+}
+
+func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, h.logger, r, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
+	if err := h.client.Ready(r.Context()); err != nil {
+		writeError(w, h.logger, r, newError(http.StatusServiceUnavailable, CodeUnavailable, "", err.Error()))
+		return
+	}
+	writeJSON(w, h.logger, r, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (h *handler) openapi(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	if _, err := w.Write(openAPI); err != nil {
+		h.logger.DebugContext(r.Context(), "writing openapi.json", "error", err)
+	}
+}
+
+func (h *handler) enqueue(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r, h.opts.MaxBody)
+	if err != nil {
+		writeError(w, h.logger, r, fromError(err))
+		return
+	}
+	var req TaskRequest
+	if err := decodeJSON(body, &req); err != nil {
+		writeError(w, h.logger, r, fromError(err))
+		return
+	}
+	task, err := req.task(r)
+	if err != nil {
+		writeError(w, h.logger, r, fromError(err))
+		return
+	}
+	res, err := h.client.Enqueue(r.Context(), task)
+	if err != nil {
+		writeError(w, h.logger, r, fromError(err))
+		return
+	}
+	status := http.StatusCreated
+	if res.Duplicate {
+		status = http.StatusOK
+	}
+	w.Header().Set("Location", "/v1/tasks/"+res.ID)
+	writeJSON(w, h.logger, r, status, res)
+}
+
+// BatchItem is one task's outcome in a batch answer: the enqueue result,
+// or the error that kept it out.
+type BatchItem struct {
+	producer.EnqueueResult
+	Error *apiError `json:"error,omitempty"`
+}
+
+// BatchResponse answers POST /v1/tasks/batch, results in request order.
+type BatchResponse struct {
+	Results  []BatchItem `json:"results"`
+	Enqueued int         `json:"enqueued"`
+	Failed   int         `json:"failed"`
+}
+
+func (h *handler) batch(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r, h.opts.MaxBody)
+	if err != nil {
+		writeError(w, h.logger, r, fromError(err))
+		return
+	}
+	var req BatchRequest
+	if err := decodeJSON(body, &req); err != nil {
+		writeError(w, h.logger, r, fromError(err))
+		return
+	}
+	switch {
+	case req.Tasks == nil:
+		writeError(w, h.logger, r, newError(http.StatusBadRequest, CodeInvalidJSON, "tasks", `missing "tasks" array`))
+		return
+	case len(req.Tasks) > h.opts.MaxBatch:
+		writeError(w, h.logger, r, newError(http.StatusRequestEntityTooLarge, CodeBatchTooLarge, "tasks",
+			fmt.Sprintf("%d tasks, at most %d per batch", len(req.Tasks), h.opts.MaxBatch)))
+		return
+	}
+	resp := BatchResponse{Results: make([]BatchItem, len(req.Tasks))}
+	tasks := make([]producer.Task, 0, len(req.Tasks))
+	index := make([]int, 0, len(req.Tasks)) // tasks[j] is request item index[j]
+	for i, raw := range req.Tasks {
+		var tr TaskRequest
+		err := decodeJSON(raw, &tr)
+		var task producer.Task
+		if err == nil {
+			task, err = tr.task(r)
+		}
+		if err != nil {
+			e := fromError(err)
+			e.Field = prefixField(fmt.Sprintf("tasks[%d]", i), e.Field)
+			resp.Results[i] = BatchItem{EnqueueResult: producer.EnqueueResult{ID: tr.ID}, Error: e}
+			continue
+		}
+		tasks = append(tasks, task)
+		index = append(index, i)
+	}
+	results, _ := h.client.EnqueueBatch(r.Context(), tasks) // per-task errors are in results
+	for j, res := range results {
+		i := index[j]
+		resp.Results[i].EnqueueResult = res.EnqueueResult
+		if res.Err != nil {
+			e := fromError(res.Err)
+			e.Field = prefixField(fmt.Sprintf("tasks[%d]", i), e.Field)
+			resp.Results[i].Error = e
+		}
+	}
+	for _, it := range resp.Results {
+		if it.Error != nil {
+			resp.Failed++
+		} else {
+			resp.Enqueued++
+		}
+	}
+	writeJSON(w, h.logger, r, http.StatusOK, resp)
+}
+
+func prefixField(prefix, field string) string {
+	if field == "" {
+		return prefix
+	}
+	return prefix + "." + field
+}
+
+func (h *handler) result(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := spool.ValidateID(id); err != nil {
+		writeError(w, h.logger, r, newError(http.StatusBadRequest, CodeInvalidID, "id", err.Error()))
+		return
+	}
+	waitParam := r.URL.Query().Get("wait")
+	if waitParam == "" {
+		res, err := h.client.Result(r.Context(), id)
+		if err != nil {
+			writeError(w, h.logger, r, fromError(err))
+			return
+		}
+		writeJSON(w, h.logger, r, http.StatusOK, res)
+		return
+	}
+	wait, err := time.ParseDuration(waitParam)
+	if err != nil || wait <= 0 || wait > h.opts.MaxWait {
+		writeError(w, h.logger, r, newError(http.StatusBadRequest, CodeInvalidWait, "wait",
+			fmt.Sprintf("wait %q must be a duration from 1ms to %s", waitParam, h.opts.MaxWait)))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	res, err := h.client.Wait(ctx, id)
+	switch {
+	case err == nil:
+		writeJSON(w, h.logger, r, http.StatusOK, res)
+	case ctx.Err() != nil && r.Context().Err() == nil:
+		// The wait ran out: answer with what is there now.
+		if res.ID != "" {
+			writeJSON(w, h.logger, r, http.StatusOK, res)
+			return
+		}
+		res, err := h.client.Result(r.Context(), id)
+		if err != nil {
+			writeError(w, h.logger, r, fromError(err))
+			return
+		}
+		writeJSON(w, h.logger, r, http.StatusOK, res)
+	default:
+		writeError(w, h.logger, r, fromError(err))
+	}
+}
+
+func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	ok, err := h.client.Cancel(r.Context(), id)
+	if err != nil {
+		writeError(w, h.logger, r, fromError(err))
+		return
+	}
+	if !ok {
+		writeError(w, h.logger, r, newError(http.StatusNotFound, CodeNotFound, "id",
+			fmt.Sprintf("task %q has no pending schedule (never scheduled, already fired or cancelled)", id)))
+		return
+	}
+	writeJSON(w, h.logger, r, http.StatusOK, map[string]any{"id": id, "cancelled": true})
+}

@@ -1,0 +1,168 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/spoolq/spool/producer"
+	spool "github.com/spoolq/spool/shared"
+)
+
+// TaskRequest is the JSON body of POST /v1/tasks and one item of a batch.
+// Only type is required.
+type TaskRequest struct {
+	// Type of the task ("email.send").
+	Type string `json:"type"`
+	// Priority: critical, high, normal (default), low or idle.
+	Priority string `json:"priority,omitempty"`
+	// Payload is any JSON value, stored as its raw JSON bytes.
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// PayloadBase64 is a binary payload, standard base64. Set at most one
+	// of Payload and PayloadBase64.
+	PayloadBase64 *string `json:"payload_base64,omitempty"`
+	// ID is the task id; default a new time-ordered id.
+	ID string `json:"id,omitempty"`
+	// MaxRetries after the first attempt; default the consumer's (3).
+	MaxRetries *int `json:"max_retries,omitempty"`
+	// Timeout per attempt, a Go duration ("30s").
+	Timeout string `json:"timeout,omitempty"`
+	// UniqueKey and UniqueTTL (a Go duration, at least 1s) make the task
+	// unique while the key lives.
+	UniqueKey string `json:"unique_key,omitempty"`
+	UniqueTTL string `json:"unique_ttl,omitempty"`
+	// ProcessAt (RFC 3339) or Delay (a Go duration) delay the task.
+	ProcessAt string `json:"process_at,omitempty"`
+	Delay     string `json:"delay,omitempty"`
+	// Headers are extra headers carried with the task.
+	Headers map[string]string `json:"headers,omitempty"`
+	// TraceParent and TraceState are the W3C trace context; when absent,
+	// the request's traceparent and tracestate headers are used.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
+}
+
+// BatchRequest is the JSON body of POST /v1/tasks/batch.
+type BatchRequest struct {
+	Tasks []json.RawMessage `json:"tasks"`
+}
+
+// task converts the request into a producer.Task, naming the field at fault.
+func (tr TaskRequest) task(r *http.Request) (producer.Task, error) {
+	t := producer.Task{
+		Type:        tr.Type,
+		Priority:    spool.Normal,
+		ID:          tr.ID,
+		MaxRetries:  tr.MaxRetries,
+		UniqueKey:   tr.UniqueKey,
+		Headers:     tr.Headers,
+		TraceParent: tr.TraceParent,
+		TraceState:  tr.TraceState,
+	}
+	if t.TraceParent == "" && r != nil {
+		t.TraceParent, t.TraceState = r.Header.Get("traceparent"), r.Header.Get("tracestate")
+	}
+	if tr.Priority != "" {
+		p, err := spool.ParsePriority(tr.Priority)
+		if err != nil {
+			return t, newError(http.StatusBadRequest, CodeInvalidPriority, "priority", err.Error())
+		}
+		t.Priority = p
+	}
+	if len(tr.Payload) > 0 && tr.PayloadBase64 != nil {
+		return t, newError(http.StatusBadRequest, CodeInvalidPayload, "payload", "set payload or payload_base64, not both")
+	}
+	if tr.PayloadBase64 != nil {
+		b, err := base64.StdEncoding.DecodeString(*tr.PayloadBase64)
+		if err != nil {
+			return t, newError(http.StatusBadRequest, CodeInvalidPayload, "payload_base64", "not standard base64: "+err.Error())
+		}
+		t.Payload = b
+	} else if len(tr.Payload) > 0 && !bytes.Equal(tr.Payload, []byte("null")) {
+		t.Payload = []byte(tr.Payload)
+	}
+	var err error
+	if t.Timeout, err = duration(tr.Timeout, "timeout", CodeInvalidTimeout); err != nil {
+		return t, err
+	}
+	if t.UniqueTTL, err = duration(tr.UniqueTTL, "unique_ttl", CodeInvalidUnique); err != nil {
+		return t, err
+	}
+	if t.Delay, err = duration(tr.Delay, "delay", CodeInvalidDelay); err != nil {
+		return t, err
+	}
+	if tr.ProcessAt != "" {
+		at, err := time.Parse(time.RFC3339Nano, tr.ProcessAt)
+		if err != nil {
+			return t, newError(http.StatusBadRequest, CodeInvalidDelay, "process_at",
+				fmt.Sprintf("%q is not an RFC 3339 time such as 2026-01-02T15:04:05Z", tr.ProcessAt))
+		}
+		t.ProcessAt = at
+	}
+	return t, nil
+}
+
+func duration(s, field, code string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, newError(http.StatusBadRequest, code, field, fmt.Sprintf("%q is not a duration such as 30s or 5m", s))
+	}
+	return d, nil
+}
+
+// decodeJSON decodes exactly one JSON value from data into v, rejecting
+// unknown fields, and names the field at fault.
+func decodeJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return newError(http.StatusBadRequest, CodeInvalidJSON, "", "the body holds more than one JSON value")
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr):
+		return newError(http.StatusBadRequest, CodeInvalidJSON, typeErr.Field,
+			fmt.Sprintf("field %q: a JSON %s cannot be a %s", typeErr.Field, typeErr.Value, typeErr.Type))
+	case errors.As(err, &syntaxErr):
+		return newError(http.StatusBadRequest, CodeInvalidJSON, "", fmt.Sprintf("malformed JSON at byte %d: %v", syntaxErr.Offset, err))
+	case errors.Is(err, io.EOF):
+		return newError(http.StatusBadRequest, CodeInvalidJSON, "", "empty body")
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		field := strings.Trim(name, `"`)
+		return newError(http.StatusBadRequest, CodeInvalidJSON, field, fmt.Sprintf("unknown field %q", field))
+	}
+	return newError(http.StatusBadRequest, CodeInvalidJSON, "", msg)
+}
+
+// readBody reads the whole body within the size limit.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return nil, newError(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "",
+			fmt.Sprintf("request body over the limit of %d bytes", tooBig.Limit))
+	}
+	if err != nil {
+		return nil, newError(http.StatusBadRequest, CodeInvalidJSON, "", "reading the body: "+err.Error())
+	}
+	return body, nil
+}
