@@ -36,6 +36,9 @@ type DeadMessage struct {
 	FailedAt time.Time
 	// EnqueuedAt is the task's stream timestamp, for the result document.
 	EnqueuedAt time.Time
+	// StartedAt is when the last attempt started, for the result document;
+	// zero when unknown.
+	StartedAt time.Time
 }
 
 // DeadMessageFromRaw builds a DeadMessage from a message read from the task

@@ -6,6 +6,7 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/spoolq/spool/shared v0.0.0
 	github.com/spoolq/spool/streams v0.0.0-00010101000000-000000000000
+	go.uber.org/goleak v1.3.0
 )
 
 require (

@@ -136,6 +136,10 @@ func (r *Results) Dead(ctx context.Context, m DeadMessage) error {
 		FinishedAt:  &finished,
 		TraceParent: m.Header.Get(spool.HeaderTraceParent),
 	}
+	if !m.StartedAt.IsZero() {
+		s := m.StartedAt
+		doc.StartedAt = &s
+	}
 	if p, typ, err := r.names.ParseTaskSubject(m.Subject); err == nil {
 		doc.Priority, doc.Type = p, typ
 	}
@@ -145,15 +149,17 @@ func (r *Results) Dead(ctx context.Context, m DeadMessage) error {
 	return r.ReleaseUnique(ctx, m.Header.Get(spool.HeaderUniqueKey), id)
 }
 
-// ReleaseUnique deletes key from the unique bucket if it still belongs to
-// task id, so a new task with the same key can be enqueued. A key that is
-// gone, expired or taken by another task is left alone. An empty key is a
-// no-op.
+// ReleaseUnique deletes the unique key key (the Spool-Unique-Key value,
+// stored under spool.UniqueKVKey(key)) from the unique bucket if it still
+// belongs to task id, so a new task with the same key can be enqueued. A
+// key that is gone, expired or taken by another task is left alone. An
+// empty key is a no-op.
 func (r *Results) ReleaseUnique(ctx context.Context, key, id string) error {
 	if key == "" {
 		return nil
 	}
-	e, err := r.unique.Get(ctx, key)
+	kvKey := spool.UniqueKVKey(key)
+	e, err := r.unique.Get(ctx, kvKey)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil
 	}
@@ -163,7 +169,7 @@ func (r *Results) ReleaseUnique(ctx context.Context, key, id string) error {
 	if string(e.Value()) != id {
 		return nil
 	}
-	err = r.unique.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+	err = r.unique.Delete(ctx, kvKey, jetstream.LastRevision(e.Revision()))
 	if err != nil && !isWrongLastSequence(err) {
 		return fmt.Errorf("releasing unique key %q of task %s: %w", key, id, err)
 	}

@@ -1,0 +1,351 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	spool "github.com/spoolq/spool/shared"
+)
+
+// verdict is how an attempt ended.
+type verdict int
+
+const (
+	verdictOK       verdict = iota // the handler succeeded
+	verdictFailed                  // an error: retry while attempts remain
+	verdictDead                    // dead-letter at once (permanent, no handler, bad input)
+	verdictReturned                // shutdown: hand the task back unfinished
+)
+
+// attempt runs one delivery of a task in its slot and settles the message:
+// ack, NAK with backoff, dead letter, or hand-back at shutdown.
+func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
+	defer w.attempts.Done()
+	defer w.release(p)
+	received := time.Now()
+
+	md, err := msg.Metadata()
+	if err != nil {
+		// Not a JetStream delivery: nothing to settle.
+		w.log.Error("task without JetStream metadata", "priority", p.String(), "subject", msg.Subject(), "error", err)
+		return
+	}
+	hdr := msg.Headers()
+	seq := md.Sequence.Stream
+	a := attemptInfo{
+		msg:     msg,
+		p:       p,
+		seq:     seq,
+		attempt: int(md.NumDelivered),
+		id:      TaskID(hdr, seq),
+		enq:     md.Timestamp,
+	}
+	_, typ, subjErr := w.o.Names.ParseTaskSubject(msg.Subject())
+	a.typ = typ
+	if subjErr != nil {
+		a.typ = "unknown"
+	}
+	meta, metaErr := spool.DecodeMeta(hdr)
+	if err := errors.Join(subjErr, metaErr); err != nil {
+		w.deadLetter(a, spool.ReasonBadInput, err, outcome{failed: true, pickup: -1})
+		return
+	}
+	if meta.ID != "" {
+		a.id = meta.ID
+	}
+	retries := w.o.MaxRetries
+	if meta.MaxRetries != nil {
+		retries = *meta.MaxRetries
+	}
+	a.maxAttempts = retries + 1
+	if md := w.maxDeliver[p]; md > 0 && md < a.maxAttempts {
+		a.maxAttempts = md
+	}
+	a.uniqueKey = meta.UniqueKey
+	timeout := w.o.TaskTimeout
+	if meta.Timeout > 0 {
+		timeout = meta.Timeout
+	}
+	task := &Task{
+		ID:          a.id,
+		Type:        typ,
+		Priority:    p,
+		Payload:     msg.Data(),
+		Headers:     hdr,
+		Attempt:     a.attempt,
+		MaxAttempts: a.maxAttempts,
+		EnqueuedAt:  md.Timestamp,
+	}
+	pickup := time.Duration(-1)
+	if a.attempt == 1 {
+		pickup = max(0, received.Sub(md.Timestamp))
+	}
+	a.started = time.Now()
+	a.traceParent = meta.TraceParent
+	if err := w.results.PutAsync(a.doc(spool.StateProcessing)); err != nil {
+		w.log.Warn("writing processing state", "task_id", a.id, "error", err)
+	}
+
+	out, herr, v, reason := w.run(msg, task, timeout)
+	o := outcome{pickup: pickup, run: time.Since(a.started)}
+	switch v {
+	case verdictOK:
+		o.completed = true
+		w.complete(a, out, o)
+	case verdictReturned:
+		o.returned = true
+		if err := msg.Nak(); err != nil {
+			w.log.Warn("handing back an unfinished task", "task_id", a.id, "error", err)
+		}
+		w.log.Info("task handed back at shutdown", "task_id", a.id, "type", a.typ, "priority", p.String())
+		w.rec.record(p, a.typ, o)
+	case verdictDead:
+		o.failed = true
+		w.deadLetter(a, reason, herr, o)
+	case verdictFailed:
+		o.failed = true
+		if a.attempt >= a.maxAttempts {
+			w.deadLetter(a, reason, herr, o)
+			return
+		}
+		w.retry(a, herr, o)
+	}
+}
+
+// attemptInfo is what settling an attempt needs.
+type attemptInfo struct {
+	msg         jetstream.Msg
+	p           spool.Priority
+	seq         uint64
+	attempt     int
+	maxAttempts int
+	id          string
+	typ         string
+	uniqueKey   string
+	traceParent string
+	enq         time.Time
+	started     time.Time
+}
+
+func (a attemptInfo) doc(state spool.State) spool.Result {
+	d := spool.Result{
+		ID:          a.id,
+		Type:        a.typ,
+		Priority:    a.p,
+		State:       state,
+		Attempts:    a.attempt,
+		EnqueuedAt:  a.enq,
+		TraceParent: a.traceParent,
+	}
+	if !a.started.IsZero() {
+		s := a.started
+		d.StartedAt = &s
+	}
+	return d
+}
+
+// handlerResult is what the handler goroutine returns.
+type handlerResult struct {
+	out []byte
+	err error
+}
+
+// run calls the handler under the attempt's deadline, heartbeating the
+// message while it runs and turning a panic into a *PanicError. When the
+// deadline passes or shutdown cancels the attempt, run decides at once
+// (timeout or hand-back) but keeps the slot until the handler returns.
+func (w *Worker) run(msg jetstream.Msg, t *Task, timeout time.Duration) ([]byte, error, verdict, spool.Reason) {
+	ctx, cancel := context.WithTimeout(w.hardCtx, timeout)
+	defer cancel()
+	done := make(chan handlerResult, 1)
+	go func() {
+		var r handlerResult
+		defer func() {
+			if v := recover(); v != nil {
+				r = handlerResult{err: &PanicError{Value: v, Stack: debug.Stack()}}
+			}
+			done <- r
+		}()
+		r.out, r.err = w.h.ProcessTask(ctx, t)
+	}()
+
+	hb := w.ackWait[t.Priority] / 3
+	if hb <= 0 {
+		hb = 10 * time.Second
+	}
+	ticker := time.NewTicker(hb)
+	defer ticker.Stop()
+	var r handlerResult
+	decided := false
+	for !decided {
+		select {
+		case r = <-done:
+			decided = true
+		case <-ticker.C:
+			if err := msg.InProgress(); err != nil {
+				w.log.Warn("heartbeat failed", "task_id", t.ID, "error", err)
+			}
+		case <-ctx.Done():
+			// Deadline or shutdown: give a cooperative handler the chance to
+			// return its own error first.
+			select {
+			case r = <-done:
+			default:
+				r = handlerResult{err: ctx.Err()}
+				w.waitHandler(t, done)
+			}
+			decided = true
+		}
+	}
+	return classify(w.hardCtx, ctx, r)
+}
+
+// waitHandler keeps the slot until a handler that ignored its context
+// returns, heartbeating nothing: the task is already settled.
+func (w *Worker) waitHandler(t *Task, done <-chan handlerResult) {
+	w.log.Warn("handler still running after its context ended; the slot stays busy until it returns",
+		"task_id", t.ID, "type", t.Type)
+	// The caller settles the task after we return; run the wait in the
+	// background so settling is not delayed, and hold the slot meanwhile.
+	w.attempts.Add(1)
+	w.mu.Lock()
+	w.busy++
+	w.prio[t.Priority].busy++
+	w.mu.Unlock()
+	go func() {
+		defer w.attempts.Done()
+		defer w.release(t.Priority)
+		<-done
+	}()
+}
+
+// classify maps the handler's return to a verdict and a dead-letter reason.
+func classify(hard, attemptCtx context.Context, r handlerResult) ([]byte, error, verdict, spool.Reason) {
+	if r.err == nil {
+		return r.out, nil, verdictOK, ""
+	}
+	var pe *PanicError
+	switch {
+	case errors.As(r.err, &pe):
+		return nil, r.err, verdictFailed, spool.ReasonPanic
+	case errors.Is(r.err, ErrNoHandler):
+		return nil, r.err, verdictDead, spool.ReasonNoHandler
+	case IsPermanent(r.err):
+		return nil, r.err, verdictDead, spool.ReasonPermanent
+	case hard.Err() != nil:
+		return nil, r.err, verdictReturned, ""
+	case errors.Is(attemptCtx.Err(), context.DeadlineExceeded):
+		return nil, fmt.Errorf("attempt timed out: %w", r.err), verdictFailed, spool.ReasonTimeout
+	}
+	return nil, r.err, verdictFailed, spool.ReasonError
+}
+
+// opCtx bounds one settling write.
+func (w *Worker) opCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(w.ioCtx, w.o.IOTimeout)
+}
+
+// complete stores the completed result, releases the unique key and acks.
+// The ack comes last: a crash before it redelivers the task, never loses
+// its result.
+func (w *Worker) complete(a attemptInfo, out []byte, o outcome) {
+	ctx, cancel := w.opCtx()
+	defer cancel()
+	doc := a.doc(spool.StateCompleted)
+	doc.Result = spool.ResultValue(out)
+	fin := time.Now()
+	doc.FinishedAt = &fin
+	if err := w.results.Put(ctx, doc); err != nil {
+		// Without a stored result the task must run again.
+		w.log.Error("storing result failed; the task will be retried", "task_id", a.id, "error", err)
+		o.completed, o.failed, o.retried = false, true, true
+		w.nak(a, w.o.retryDelay(a.attempt))
+		w.rec.record(a.p, a.typ, o)
+		return
+	}
+	if err := w.results.ReleaseUnique(ctx, a.uniqueKey, a.id); err != nil {
+		w.log.Warn("releasing unique key", "task_id", a.id, "unique_key", a.uniqueKey, "error", err)
+	}
+	if err := a.msg.Ack(); err != nil {
+		w.log.Warn("acking completed task", "task_id", a.id, "error", err)
+	}
+	w.rec.record(a.p, a.typ, o)
+}
+
+// retry records the retrying state and NAKs with the backoff delay.
+func (w *Worker) retry(a attemptInfo, herr error, o outcome) {
+	delay := w.o.retryDelay(a.attempt)
+	next := time.Now().Add(delay)
+	doc := a.doc(spool.StateRetrying)
+	doc.Error = herr.Error()
+	doc.NextAttempt = &next
+	if err := w.results.PutAsync(doc); err != nil {
+		w.log.Warn("writing retrying state", "task_id", a.id, "error", err)
+	}
+	w.logFailure(a, herr, "task failed, will retry", "retry_in", delay)
+	w.nak(a, delay)
+	o.retried = true
+	w.rec.record(a.p, a.typ, o)
+}
+
+func (w *Worker) nak(a attemptInfo, delay time.Duration) {
+	if err := a.msg.NakWithDelay(delay); err != nil {
+		w.log.Warn("nak failed; the task returns after AckWait", "task_id", a.id, "error", err)
+	}
+}
+
+func (w *Worker) logFailure(a attemptInfo, herr error, msg string, attrs ...any) {
+	attrs = append(attrs, "task_id", a.id, "type", a.typ, "priority", a.p.String(),
+		"attempt", a.attempt, "max_attempts", a.maxAttempts, "error", herr)
+	var pe *PanicError
+	if errors.As(herr, &pe) {
+		attrs = append(attrs, "stack", string(pe.Stack))
+	}
+	w.log.Warn(msg, attrs...)
+}
+
+// deadLetter copies the task to the dead-letter stream, writes the dead
+// result, releases the unique key and only then removes the original. If
+// the copy cannot be stored the original stays and comes back after a
+// backoff.
+func (w *Worker) deadLetter(a attemptInfo, reason spool.Reason, cause error, o outcome) {
+	ctx, cancel := w.opCtx()
+	defer cancel()
+	errText := ""
+	if cause != nil {
+		errText = cause.Error()
+	}
+	dm := DeadMessage{
+		Subject:    a.msg.Subject(),
+		Seq:        a.seq,
+		Header:     a.msg.Headers(),
+		Data:       a.msg.Data(),
+		Reason:     reason,
+		Err:        errText,
+		Attempts:   a.attempt,
+		FailedAt:   time.Now(),
+		EnqueuedAt: a.enq,
+		StartedAt:  a.started,
+	}
+	w.logFailure(a, cause, "task dead-lettered", "reason", string(reason))
+	if err := PublishDeadLetter(ctx, w.js, w.o.Names, dm); err != nil {
+		w.log.Error("dead-lettering failed; the task stays queued", "task_id", a.id, "error", err)
+		w.nak(a, w.o.retryDelay(a.attempt))
+		o.retried = true
+		w.rec.record(a.p, a.typ, o)
+		return
+	}
+	if err := w.results.Dead(ctx, dm); err != nil {
+		w.log.Warn("writing dead result or releasing unique key", "task_id", a.id, "error", err)
+	}
+	if err := a.msg.TermWithReason(string(reason)); err != nil {
+		w.log.Warn("removing dead-lettered task", "task_id", a.id, "error", err)
+	}
+	o.dead = true
+	w.rec.record(a.p, a.typ, o)
+}

@@ -1,0 +1,116 @@
+package consumer
+
+import (
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	spool "github.com/spoolq/spool/shared"
+)
+
+// pullErrorPause is how long a priority rests after a failed pull, so an
+// unreachable server does not turn pulling into a busy loop.
+const pullErrorPause = 500 * time.Millisecond
+
+// fetch pulls up to n tasks of p that are available now (a no-wait pull
+// request: the server answers at once with what it has) into the n slots
+// reserved for it.
+func (w *Worker) fetch(p spool.Priority, n int) {
+	defer w.pulls.Done()
+	var msgs []jetstream.Msg
+	batch, err := w.cons[p].FetchNoWait(n)
+	if err == nil {
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+		err = batch.Error()
+	}
+	if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
+		w.pullFailed(p, "fetch", err)
+	}
+	w.mu.Lock()
+	w.fetching -= n
+	st := &w.prio[p]
+	st.fetches--
+	if len(msgs) < n {
+		st.pending, st.maybe = 0, false
+	} else if md, err := msgs[len(msgs)-1].Metadata(); err == nil {
+		st.pending = md.NumPending
+	}
+	w.startLocked(p, msgs)
+	w.mu.Unlock()
+	w.nudge()
+}
+
+// poll is a long-poll on an empty priority: a one-message pull request that
+// waits up to PollWait on the server, so a task published meanwhile is
+// delivered within about a millisecond. The slot it reserved takes the task.
+func (w *Worker) poll(p spool.Priority) {
+	defer w.pulls.Done()
+	var msgs []jetstream.Msg
+	batch, err := w.cons[p].Fetch(1, jetstream.FetchMaxWait(w.o.PollWait))
+	if err == nil {
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+		err = batch.Error()
+	}
+	if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
+		w.pullFailed(p, "long-poll", err)
+	}
+	w.mu.Lock()
+	w.polling--
+	st := &w.prio[p]
+	st.polling = false
+	if len(msgs) > 0 {
+		if md, err := msgs[len(msgs)-1].Metadata(); err == nil {
+			st.pending = md.NumPending
+		}
+	}
+	w.startLocked(p, msgs)
+	w.mu.Unlock()
+	w.nudge()
+}
+
+// pullFailed logs a failed pull and pauses before the slot is given back.
+func (w *Worker) pullFailed(p spool.Priority, kind string, err error) {
+	if w.isStopping() && errors.Is(err, nats.ErrConnectionClosed) {
+		return
+	}
+	w.log.Warn("pull failed", "priority", p.String(), "kind", kind, "error", err)
+	t := time.NewTimer(pullErrorPause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-w.stopping:
+	}
+}
+
+// startLocked runs an attempt for each message in the slots reserved for
+// them, or, once Stop was called, hands them back at once. w.mu is held.
+func (w *Worker) startLocked(p spool.Priority, msgs []jetstream.Msg) {
+	for _, m := range msgs {
+		if w.isStopping() {
+			if err := m.Nak(); err != nil {
+				w.log.Warn("handing back a task pulled during shutdown", "priority", p.String(), "error", err)
+			}
+			continue
+		}
+		w.busy++
+		w.prio[p].busy++
+		w.noteBusyLocked()
+		w.attempts.Add(1)
+		go w.attempt(p, m)
+	}
+}
+
+// release frees the slot of a finished attempt.
+func (w *Worker) release(p spool.Priority) {
+	w.mu.Lock()
+	w.busy--
+	w.prio[p].busy--
+	w.mu.Unlock()
+	w.nudge()
+}

@@ -1,0 +1,357 @@
+package consumer
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	spool "github.com/spoolq/spool/shared"
+)
+
+// BoostStep multiplies a priority's weight once its oldest waiting task is
+// at least After old. The largest step that applies wins; the last step is
+// the cap.
+type BoostStep struct {
+	After  time.Duration
+	Factor float64
+}
+
+// Weights are the scheduling weights of the five priorities, indexed by
+// spool.Priority.
+type Weights [len(spool.Priorities)]float64
+
+// DefaultWeights are critical 1.0, high 0.7, normal 0.4, low 0.2, idle 0.1.
+var DefaultWeights = Weights{1.0, 0.7, 0.4, 0.2, 0.1}
+
+// DefaultBoost is ×1.5 from 30s, ×1.75 from 60s, ×2.0 from 90s (the cap).
+func DefaultBoost() []BoostStep {
+	return []BoostStep{{30 * time.Second, 1.5}, {60 * time.Second, 1.75}, {90 * time.Second, 2.0}}
+}
+
+// Options configure a Worker. Start from DefaultOptions (New does) and
+// change fields with the With… options, which validate their arguments.
+type Options struct {
+	// Names derive every subject, stream and bucket. Default spool.DefaultNames().
+	Names spool.Names
+	// Logger receives the worker's logs. Default: discard.
+	Logger *slog.Logger
+	// WorkerName identifies this process in result documents and stats.
+	// Default <hostname>-<pid>.
+	WorkerName string
+	// MinConcurrency and MaxConcurrency bound the number of worker slots
+	// (handlers running at once). The pool starts at MinConcurrency and
+	// autoscales between them. Defaults 1 and 10.
+	MinConcurrency int
+	MaxConcurrency int
+	// Weights pick the priority to pull from. Default DefaultWeights.
+	Weights Weights
+	// Boost multiplies a priority's weight by the age of its oldest waiting
+	// task. Default DefaultBoost(). Empty disables the boost.
+	Boost []BoostStep
+	// Strict always serves the highest non-empty priority, ignoring weights
+	// and boost. Default false.
+	Strict bool
+	// RetryBase and RetryMax shape the backoff between attempts:
+	// min(RetryBase·2^(attempt-1), RetryMax). Defaults 1s and 5m.
+	RetryBase time.Duration
+	RetryMax  time.Duration
+	// RetryJitter adds a random delay of up to this fraction of the backoff
+	// (0.2 = up to +20%). Default 0.2.
+	RetryJitter float64
+	// MaxRetries is the number of retries after the first attempt for tasks
+	// without a Spool-Max-Retries header. Default 3.
+	MaxRetries int
+	// TaskTimeout is the per-attempt deadline for tasks without a
+	// Spool-Timeout header. Default 30m.
+	TaskTimeout time.Duration
+	// ShutdownTimeout is how long Stop lets running handlers finish before
+	// cancelling them and handing their tasks back. Default 30s.
+	ShutdownTimeout time.Duration
+	// PollWait is how long one long-poll pull request waits on an empty
+	// priority before it is renewed. It also bounds how long Stop waits for
+	// outstanding pulls. Default 1s.
+	PollWait time.Duration
+	// RefreshInterval is how often the backlog (consumer NumPending) and the
+	// oldest waiting task of priorities without an outstanding long-poll
+	// are read, and autoscaling is reconsidered. Default 1s.
+	RefreshInterval time.Duration
+	// ScaleUpFill is the busy fraction of the slots at or above which the
+	// pool grows by one slot while a backlog waits. Default 0.6.
+	ScaleUpFill float64
+	// ScaleDownIdle is how long slots must go unused before the pool
+	// shrinks to the most slots used in that period (not below
+	// MinConcurrency). Default 2m.
+	ScaleDownIdle time.Duration
+	// IOTimeout bounds each result, dead-letter and ack write. Default 10s.
+	IOTimeout time.Duration
+
+	// now is the clock used for task ages (the boost); tests shift it.
+	now func() time.Time
+}
+
+// DefaultOptions returns the documented defaults.
+func DefaultOptions() Options {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "worker"
+	}
+	return Options{
+		Names:           spool.DefaultNames(),
+		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		WorkerName:      host + "-" + strconv.Itoa(os.Getpid()),
+		MinConcurrency:  1,
+		MaxConcurrency:  10,
+		Weights:         DefaultWeights,
+		Boost:           DefaultBoost(),
+		RetryBase:       time.Second,
+		RetryMax:        5 * time.Minute,
+		RetryJitter:     0.2,
+		MaxRetries:      spool.DefaultMaxRetries,
+		TaskTimeout:     30 * time.Minute,
+		ShutdownTimeout: 30 * time.Second,
+		PollWait:        time.Second,
+		RefreshInterval: time.Second,
+		ScaleUpFill:     0.6,
+		ScaleDownIdle:   2 * time.Minute,
+		IOTimeout:       10 * time.Second,
+		now:             time.Now,
+	}
+}
+
+// Validate checks the options as a whole.
+func (o Options) Validate() error {
+	if o.Names.Prefix() == "" {
+		return fmt.Errorf("%w: Names not set (use spool.NewNames)", ErrInvalidOption)
+	}
+	if o.Logger == nil {
+		return fmt.Errorf("%w: nil Logger", ErrInvalidOption)
+	}
+	if o.MinConcurrency < 1 || o.MaxConcurrency < o.MinConcurrency {
+		return fmt.Errorf("%w: concurrency min %d max %d: need 1 <= min <= max", ErrInvalidOption, o.MinConcurrency, o.MaxConcurrency)
+	}
+	if err := validateWeights(o.Weights); err != nil {
+		return err
+	}
+	if err := validateBoost(o.Boost); err != nil {
+		return err
+	}
+	switch {
+	case o.RetryBase <= 0 || o.RetryMax < o.RetryBase:
+		return fmt.Errorf("%w: retry base %s max %s: need 0 < base <= max", ErrInvalidOption, o.RetryBase, o.RetryMax)
+	case o.RetryJitter < 0 || o.RetryJitter > 1:
+		return fmt.Errorf("%w: retry jitter %g must be 0 to 1", ErrInvalidOption, o.RetryJitter)
+	case o.MaxRetries < 0 || o.MaxRetries > spool.MaxMaxRetries:
+		return fmt.Errorf("%w: max retries %d must be 0 to %d", ErrInvalidOption, o.MaxRetries, spool.MaxMaxRetries)
+	case o.TaskTimeout <= 0 || o.TaskTimeout > spool.MaxTimeout:
+		return fmt.Errorf("%w: task timeout %s must be positive and at most %s", ErrInvalidOption, o.TaskTimeout, spool.MaxTimeout)
+	case o.ShutdownTimeout < 0:
+		return fmt.Errorf("%w: shutdown timeout %s is negative", ErrInvalidOption, o.ShutdownTimeout)
+	case o.PollWait < 10*time.Millisecond:
+		return fmt.Errorf("%w: poll wait %s must be at least 10ms", ErrInvalidOption, o.PollWait)
+	case o.RefreshInterval < time.Millisecond:
+		return fmt.Errorf("%w: refresh interval %s must be at least 1ms", ErrInvalidOption, o.RefreshInterval)
+	case o.ScaleUpFill <= 0 || o.ScaleUpFill > 1:
+		return fmt.Errorf("%w: scale-up fill %g must be in (0, 1]", ErrInvalidOption, o.ScaleUpFill)
+	case o.ScaleDownIdle <= 0:
+		return fmt.Errorf("%w: scale-down idle period %s must be positive", ErrInvalidOption, o.ScaleDownIdle)
+	case o.IOTimeout <= 0:
+		return fmt.Errorf("%w: I/O timeout %s must be positive", ErrInvalidOption, o.IOTimeout)
+	}
+	return nil
+}
+
+func validateWeights(w Weights) error {
+	for i, v := range w {
+		if !(v > 0) || v > 1e6 {
+			return fmt.Errorf("%w: weight of %s is %g, must be positive and at most 1e6", ErrInvalidOption, spool.Priority(i), v)
+		}
+	}
+	return nil
+}
+
+func validateBoost(steps []BoostStep) error {
+	for i, s := range steps {
+		if s.After <= 0 {
+			return fmt.Errorf("%w: boost step %d: age %s must be positive", ErrInvalidOption, i, s.After)
+		}
+		if !(s.Factor >= 1) || s.Factor > 1e6 {
+			return fmt.Errorf("%w: boost step %d: factor %g must be 1 to 1e6", ErrInvalidOption, i, s.Factor)
+		}
+		if i > 0 && s.After <= steps[i-1].After {
+			return fmt.Errorf("%w: boost steps must have increasing ages (%s after %s)", ErrInvalidOption, s.After, steps[i-1].After)
+		}
+	}
+	return nil
+}
+
+// Option changes one setting, validating it.
+type Option func(*Options) error
+
+// WithOptions replaces every setting with o (validated as a whole in New).
+func WithOptions(o Options) Option {
+	return func(dst *Options) error {
+		now := dst.now
+		*dst = o
+		if dst.now == nil {
+			dst.now = now
+		}
+		return nil
+	}
+}
+
+// WithNames sets the names (prefix) of the streams, consumers and buckets.
+func WithNames(n spool.Names) Option {
+	return func(o *Options) error {
+		if n.Prefix() == "" {
+			return fmt.Errorf("%w: zero Names (use spool.NewNames)", ErrInvalidOption)
+		}
+		o.Names = n
+		return nil
+	}
+}
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *Options) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
+		}
+		o.Logger = l
+		return nil
+	}
+}
+
+// WithWorkerName names this worker in results and stats.
+func WithWorkerName(name string) Option {
+	return func(o *Options) error {
+		if name == "" {
+			return fmt.Errorf("%w: empty worker name", ErrInvalidOption)
+		}
+		o.WorkerName = name
+		return nil
+	}
+}
+
+// WithConcurrency bounds the slot pool: 1 <= min <= max. min == max turns
+// autoscaling off.
+func WithConcurrency(minSlots, maxSlots int) Option {
+	return func(o *Options) error {
+		if minSlots < 1 || maxSlots < minSlots {
+			return fmt.Errorf("%w: concurrency min %d max %d: need 1 <= min <= max", ErrInvalidOption, minSlots, maxSlots)
+		}
+		o.MinConcurrency, o.MaxConcurrency = minSlots, maxSlots
+		return nil
+	}
+}
+
+// WithWeights sets the priority weights; every weight must be positive.
+func WithWeights(w Weights) Option {
+	return func(o *Options) error {
+		if err := validateWeights(w); err != nil {
+			return err
+		}
+		o.Weights = w
+		return nil
+	}
+}
+
+// WithBoost sets the anti-starvation boost steps (increasing ages, factors
+// of at least 1). No steps turn the boost off.
+func WithBoost(steps ...BoostStep) Option {
+	return func(o *Options) error {
+		if err := validateBoost(steps); err != nil {
+			return err
+		}
+		o.Boost = slices.Clone(steps)
+		return nil
+	}
+}
+
+// WithStrict turns strict priority order on or off.
+func WithStrict(strict bool) Option {
+	return func(o *Options) error {
+		o.Strict = strict
+		return nil
+	}
+}
+
+// WithRetry sets the backoff base and cap and the default number of retries
+// after the first attempt.
+func WithRetry(base, maxDelay time.Duration, maxRetries int) Option {
+	return func(o *Options) error {
+		if base <= 0 || maxDelay < base {
+			return fmt.Errorf("%w: retry base %s max %s: need 0 < base <= max", ErrInvalidOption, base, maxDelay)
+		}
+		if maxRetries < 0 || maxRetries > spool.MaxMaxRetries {
+			return fmt.Errorf("%w: max retries %d must be 0 to %d", ErrInvalidOption, maxRetries, spool.MaxMaxRetries)
+		}
+		o.RetryBase, o.RetryMax, o.MaxRetries = base, maxDelay, maxRetries
+		return nil
+	}
+}
+
+// WithRetryJitter sets the jitter fraction, 0 to 1.
+func WithRetryJitter(frac float64) Option {
+	return func(o *Options) error {
+		if frac < 0 || frac > 1 {
+			return fmt.Errorf("%w: retry jitter %g must be 0 to 1", ErrInvalidOption, frac)
+		}
+		o.RetryJitter = frac
+		return nil
+	}
+}
+
+// WithTaskTimeout sets the default per-attempt deadline.
+func WithTaskTimeout(d time.Duration) Option {
+	return func(o *Options) error {
+		if d <= 0 || d > spool.MaxTimeout {
+			return fmt.Errorf("%w: task timeout %s must be positive and at most %s", ErrInvalidOption, d, spool.MaxTimeout)
+		}
+		o.TaskTimeout = d
+		return nil
+	}
+}
+
+// WithShutdownTimeout sets how long Stop lets running handlers finish.
+func WithShutdownTimeout(d time.Duration) Option {
+	return func(o *Options) error {
+		if d < 0 {
+			return fmt.Errorf("%w: shutdown timeout %s is negative", ErrInvalidOption, d)
+		}
+		o.ShutdownTimeout = d
+		return nil
+	}
+}
+
+// WithPolling sets the long-poll wait and the refresh interval.
+func WithPolling(pollWait, refresh time.Duration) Option {
+	return func(o *Options) error {
+		if pollWait < 10*time.Millisecond {
+			return fmt.Errorf("%w: poll wait %s must be at least 10ms", ErrInvalidOption, pollWait)
+		}
+		if refresh < time.Millisecond {
+			return fmt.Errorf("%w: refresh interval %s must be at least 1ms", ErrInvalidOption, refresh)
+		}
+		o.PollWait, o.RefreshInterval = pollWait, refresh
+		return nil
+	}
+}
+
+// WithAutoscale sets the scale-up fill fraction and the scale-down idle
+// period.
+func WithAutoscale(upFill float64, downIdle time.Duration) Option {
+	return func(o *Options) error {
+		if upFill <= 0 || upFill > 1 {
+			return fmt.Errorf("%w: scale-up fill %g must be in (0, 1]", ErrInvalidOption, upFill)
+		}
+		if downIdle <= 0 {
+			return fmt.Errorf("%w: scale-down idle period %s must be positive", ErrInvalidOption, downIdle)
+		}
+		o.ScaleUpFill, o.ScaleDownIdle = upFill, downIdle
+		return nil
+	}
+}

@@ -1,0 +1,464 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
+)
+
+// WorkerState is the lifecycle state of a Worker.
+type WorkerState string
+
+// Worker states.
+const (
+	WorkerNew      WorkerState = "new"      // created, not started
+	WorkerIdle     WorkerState = "idle"     // started, no handler running
+	WorkerBusy     WorkerState = "busy"     // at least one handler running
+	WorkerStopping WorkerState = "stopping" // Stop called: not pulling, finishing
+	WorkerStopped  WorkerState = "stopped"  // everything handed back or done
+)
+
+// Worker pulls tasks from the per-priority consumers and runs them through
+// a Handler in a bounded, autoscaled pool of slots. Create one with New,
+// run it with Start and end it with Stop. It never closes the connection it
+// was given.
+type Worker struct {
+	nc    *nats.Conn
+	h     Handler
+	o     Options
+	log   *slog.Logger
+	sched *scheduler
+	rec   *recorder
+
+	// Set by Start.
+	js         jetstream.JetStream
+	tasks      jetstream.Stream
+	cons       [numPriorities]jetstream.Consumer
+	maxDeliver [numPriorities]int // 0: unlimited
+	ackWait    [numPriorities]time.Duration
+	results    *Results
+	ioCtx      context.Context // values of Start's ctx, never cancelled
+
+	startOnce sync.Once
+	startErr  error
+	stopOnce  sync.Once
+	// stopping is closed by Stop: no more pulls.
+	stopping chan struct{}
+	// hardCtx is the parent of every handler context; hardCancel ends
+	// running handlers when the shutdown timeout runs out.
+	hardCtx    context.Context
+	hardCancel context.CancelFunc
+	// stopped is closed when every goroutine has ended.
+	stopped chan struct{}
+	// wake nudges the dispatcher (capacity 1, never closed).
+	wake chan struct{}
+	// loops counts the dispatcher and refresher goroutines; pulls counts
+	// fetch and poll goroutines; attempts counts running attempts.
+	loops, pulls, attempts sync.WaitGroup
+
+	mu         sync.Mutex
+	state      WorkerState
+	size       int // current slot count
+	busy       int // slots running an attempt
+	fetching   int // slots reserved by no-wait fetches in flight
+	polling    int // slots reserved by long-polls in flight
+	prio       [numPriorities]prioState
+	scaleUps   uint64
+	scaleDowns uint64
+	highWater  int       // most busy slots since windowFrom
+	windowFrom time.Time // start of the current scale-down window
+}
+
+// prioState is what the worker knows about one priority.
+type prioState struct {
+	// pending is the consumer's NumPending at the last pull or refresh:
+	// tasks never delivered. 0 means the priority looks empty.
+	pending uint64
+	// maybe is set by a refresh when tasks are delivered but not acked
+	// beyond this worker's own: some may be due for redelivery, which
+	// NumPending does not count.
+	maybe bool
+	// oldest is the stream time of the oldest waiting task at the last
+	// refresh; zero when none or unknown.
+	oldest  time.Time
+	polling bool
+	fetches int
+	busy    int
+}
+
+// New returns a Worker that runs tasks through h (usually a *Mux). nc must
+// stay open until the worker has stopped.
+func New(nc *nats.Conn, h Handler, opts ...Option) (*Worker, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("%w: nil connection", ErrInvalidOption)
+	}
+	if h == nil {
+		return nil, fmt.Errorf("%w: nil handler", ErrInvalidOption)
+	}
+	o := DefaultOptions()
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if o.now == nil {
+		o.now = time.Now
+	}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	w := &Worker{
+		nc:       nc,
+		h:        h,
+		o:        o,
+		log:      o.Logger.With("worker", o.WorkerName),
+		sched:    newScheduler(o),
+		rec:      newRecorder(),
+		stopping: make(chan struct{}),
+		stopped:  make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		state:    WorkerNew,
+		size:     o.MinConcurrency,
+	}
+	return w, nil
+}
+
+// Options returns the worker's settings after defaults.
+func (w *Worker) Options() Options { return w.o }
+
+// Start binds the task stream, the five priority consumers and the buckets,
+// then starts pulling. ctx bounds start-up only; the worker runs until
+// Stop. Start is idempotent: later calls return the first call's result.
+// After Stop it returns ErrStopped.
+func (w *Worker) Start(ctx context.Context) error {
+	select {
+	case <-w.stopping:
+		return ErrStopped
+	default:
+	}
+	w.startOnce.Do(func() { w.startErr = w.start(ctx) })
+	return w.startErr
+}
+
+func (w *Worker) start(ctx context.Context) error {
+	js, err := jetstream.New(w.nc, jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
+		w.log.Warn("result write failed", "subject", m.Subject, "error", err)
+	}))
+	if err != nil {
+		return fmt.Errorf("creating JetStream context: %w", err)
+	}
+	w.js = js
+	names := w.o.Names
+	if w.tasks, err = js.Stream(ctx, names.TaskStream()); err != nil {
+		return fmt.Errorf("binding task stream %q (provision it first): %w", names.TaskStream(), err)
+	}
+	for _, p := range spool.Priorities {
+		c, err := w.tasks.Consumer(ctx, names.Consumer(p))
+		if err != nil {
+			return fmt.Errorf("binding consumer %q: %w", names.Consumer(p), err)
+		}
+		cfg := c.CachedInfo().Config
+		w.cons[p] = c
+		w.ackWait[p] = cfg.AckWait
+		if cfg.MaxDeliver > 0 {
+			w.maxDeliver[p] = cfg.MaxDeliver
+		}
+	}
+	if w.results, err = NewResults(ctx, js, names, w.o.WorkerName); err != nil {
+		return err
+	}
+	w.ioCtx = context.WithoutCancel(ctx)
+	w.hardCtx, w.hardCancel = context.WithCancel(w.ioCtx)
+
+	w.mu.Lock()
+	w.state = WorkerIdle
+	w.windowFrom = time.Now()
+	for p := range w.prio {
+		w.prio[p].maybe = true // unknown until the first pull
+	}
+	w.mu.Unlock()
+
+	w.loops.Add(2)
+	go w.dispatchLoop()
+	go w.refreshLoop()
+	w.log.InfoContext(ctx, "worker started", "min_slots", w.o.MinConcurrency, "max_slots", w.o.MaxConcurrency, "strict", w.o.Strict)
+	return nil
+}
+
+// Stop stops pulling, lets running handlers finish for up to the shutdown
+// timeout (or until ctx ends, whichever is first), then cancels the
+// handlers still running and hands their tasks back at once (NAK without
+// delay) so another worker takes them. It returns when everything is done,
+// or ctx.Err() when ctx ends first (the hand-back still completes in the
+// background; wait on Stopped). Stop is idempotent and safe before Start.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.stopOnce.Do(func() {
+		close(w.stopping)
+		w.mu.Lock()
+		started := w.state != WorkerNew
+		if started {
+			w.state = WorkerStopping
+		} else {
+			w.state = WorkerStopped
+		}
+		w.mu.Unlock()
+		if !started {
+			close(w.stopped)
+			return
+		}
+		go w.shutdown()
+	})
+	select {
+	case <-w.stopped:
+		return nil
+	case <-ctx.Done():
+		if w.hardCancel != nil {
+			w.hardCancel()
+		}
+		return ctx.Err()
+	}
+}
+
+// Stopped is closed once the worker has stopped.
+func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
+
+// shutdown runs once, after stopping was closed.
+func (w *Worker) shutdown() {
+	w.loops.Wait()
+	drained := make(chan struct{})
+	go func() {
+		w.attempts.Wait()
+		close(drained)
+	}()
+	timer := time.NewTimer(w.o.ShutdownTimeout)
+	select {
+	case <-drained:
+	case <-timer.C:
+		w.log.Warn("shutdown timeout: cancelling running handlers and handing their tasks back", "timeout", w.o.ShutdownTimeout)
+	case <-w.hardCtx.Done():
+	}
+	timer.Stop()
+	w.hardCancel()
+	w.pulls.Wait()
+	w.attempts.Wait()
+	<-drained
+	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
+	if err := w.nc.FlushWithContext(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		w.log.Warn("flushing acks at shutdown", "error", err)
+	}
+	select {
+	case <-w.js.PublishAsyncComplete():
+	case <-ctx.Done():
+		w.log.Warn("result writes still pending at shutdown", "pending", w.js.PublishAsyncPending())
+	}
+	cancel()
+	w.mu.Lock()
+	w.state = WorkerStopped
+	w.mu.Unlock()
+	w.log.Info("worker stopped")
+	close(w.stopped)
+}
+
+// State returns the lifecycle state.
+func (w *Worker) State() WorkerState {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stateLocked()
+}
+
+func (w *Worker) stateLocked() WorkerState {
+	if w.state == WorkerIdle && w.busy > 0 {
+		return WorkerBusy
+	}
+	return w.state
+}
+
+// Stats returns a snapshot of the counters and the pool.
+func (w *Worker) Stats() Stats {
+	prio, types := w.rec.snapshot()
+	now := w.o.now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := Stats{
+		Worker:     w.o.WorkerName,
+		State:      w.stateLocked(),
+		Slots:      w.size,
+		Busy:       w.busy,
+		Idle:       max(0, w.size-w.busy),
+		MinSlots:   w.o.MinConcurrency,
+		MaxSlots:   w.o.MaxConcurrency,
+		ScaleUps:   w.scaleUps,
+		ScaleDowns: w.scaleDowns,
+		Types:      types,
+	}
+	for _, p := range spool.Priorities {
+		ps := PriorityStats{
+			Priority: p,
+			Counters: prio[p],
+			Busy:     w.prio[p].busy,
+			Backlog:  w.prio[p].pending,
+			Boost:    1,
+			Weight:   w.o.Weights[p],
+		}
+		if o := w.prio[p].oldest; !o.IsZero() {
+			ps.OldestWait = now.Sub(o)
+			ps.Boost = boostFor(w.o.Boost, ps.OldestWait)
+			ps.Weight *= ps.Boost
+		}
+		s.Priorities = append(s.Priorities, ps)
+	}
+	return s
+}
+
+func (w *Worker) nudge() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Worker) isStopping() bool {
+	select {
+	case <-w.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// dispatchLoop hands free slots to pulls whenever something changes: a slot
+// frees, a pull returns, a refresh learns of a backlog.
+func (w *Worker) dispatchLoop() {
+	defer w.loops.Done()
+	for {
+		w.dispatch()
+		select {
+		case <-w.wake:
+		case <-w.stopping:
+			return
+		}
+	}
+}
+
+// dispatch plans pulls under the lock and starts them.
+//
+// Slots go first to priorities known to have work (no-wait fetches sized to
+// the free slots, split by the scheduler). Only when no priority is known
+// to have work does the worker long-poll: one single-message pull per
+// empty priority, each reserving a slot out of MaxConcurrency so a message
+// it brings always has a slot.
+func (w *Worker) dispatch() {
+	if w.isStopping() {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var caps [numPriorities]int
+	var oldest [numPriorities]time.Time
+	known := false
+	for p := range w.prio {
+		st := &w.prio[p]
+		oldest[p] = st.oldest
+		switch {
+		case st.polling:
+		case st.pending > 0:
+			caps[p] = int(min(st.pending, uint64(w.o.MaxConcurrency)))
+			known = true
+		case st.maybe && st.fetches == 0:
+			caps[p] = 1
+			known = true
+		}
+	}
+	if known {
+		w.scaleUpLocked()
+		free := min(w.size, w.o.MaxConcurrency-w.polling) - w.busy - w.fetching
+		if free <= 0 {
+			return
+		}
+		alloc := w.sched.allocate(free, caps, w.sched.effective(w.o.now(), oldest))
+		for _, p := range spool.Priorities {
+			if n := alloc[p]; n > 0 {
+				w.fetching += n
+				w.prio[p].fetches++
+				w.pulls.Add(1)
+				go w.fetch(p, n)
+			}
+		}
+		return
+	}
+	budget := w.o.MaxConcurrency - w.busy - w.fetching - w.polling
+	for _, p := range spool.Priorities {
+		st := &w.prio[p]
+		if budget <= 0 {
+			break
+		}
+		if st.polling || st.fetches > 0 {
+			continue
+		}
+		st.polling = true
+		w.polling++
+		budget--
+		w.pulls.Add(1)
+		go w.poll(p)
+	}
+}
+
+// refreshLoop reads the backlog of priorities that have no long-poll
+// outstanding, and reconsiders the pool size.
+func (w *Worker) refreshLoop() {
+	defer w.loops.Done()
+	t := time.NewTicker(w.o.RefreshInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stopping:
+			return
+		case <-t.C:
+		}
+		w.refresh()
+		w.scaleDown()
+		w.nudge()
+	}
+}
+
+func (w *Worker) refresh() {
+	for _, p := range spool.Priorities {
+		w.mu.Lock()
+		skip := w.prio[p].polling
+		local := w.prio[p].busy
+		w.mu.Unlock()
+		if skip {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
+		info, err := w.cons[p].Info(ctx)
+		var oldest time.Time
+		if err == nil && info.NumPending > 0 {
+			oldest, err = streams.OldestWaiting(ctx, w.tasks, w.o.Names, p, info)
+		}
+		cancel()
+		if err != nil {
+			if !w.isStopping() {
+				w.log.Warn("reading consumer state", "priority", p.String(), "error", err)
+			}
+			continue
+		}
+		w.mu.Lock()
+		st := &w.prio[p]
+		if !st.polling {
+			st.pending = info.NumPending
+			st.maybe = info.NumAckPending > local
+			st.oldest = oldest
+		}
+		w.mu.Unlock()
+	}
+}
