@@ -1,0 +1,138 @@
+// Command spool-producer enqueues Spool tasks, reads their results, cancels
+// scheduled ones, generates load and runs the HTTP broker.
+//
+//	spool-producer enqueue --type email.send --payload '{"to":"a@example.com"}' [flags]
+//	spool-producer result <id> [--wait]
+//	spool-producer cancel <id>
+//	spool-producer load --count 100000 --mix critical=1,high=2,normal=4 [flags]
+//	spool-producer serve
+//
+// Configuration comes from SPOOL_ environment variables (spool-producer help
+// lists them with their defaults); --url overrides SPOOL_NATS_URL and, for
+// serve, --addr overrides SPOOL_HTTP_ADDR.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/spoolq/spool/shared/config"
+)
+
+// Config is spool-producer's configuration, loaded once in main.
+type Config struct {
+	config.Common
+	// HTTPAddr is where serve listens, host:port. SPOOL_HTTP_ADDR, default
+	// 127.0.0.1:8080 (loopback only).
+	HTTPAddr string `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080"`
+	// HTTPToken, when set, is the bearer token serve requires on every API
+	// route (at least 16 characters). SPOOL_HTTP_TOKEN, default none.
+	HTTPToken string `envconfig:"HTTP_TOKEN"`
+	// HTTPMaxBody is serve's request body limit in bytes. SPOOL_HTTP_MAX_BODY,
+	// default 2097152 (2 MiB).
+	HTTPMaxBody int64 `envconfig:"HTTP_MAX_BODY" default:"2097152"`
+}
+
+// minTokenLen is the shortest SPOOL_HTTP_TOKEN accepted.
+const minTokenLen = 16
+
+// Validate checks the configuration and names the variable at fault.
+func (c Config) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	if err := validateAddr(c.HTTPAddr); err != nil {
+		return fmt.Errorf("SPOOL_HTTP_ADDR: %w", err)
+	}
+	if c.HTTPToken != "" && len(c.HTTPToken) < minTokenLen {
+		return fmt.Errorf("SPOOL_HTTP_TOKEN: %d characters, at least %d", len(c.HTTPToken), minTokenLen)
+	}
+	if c.HTTPMaxBody < 1024 || c.HTTPMaxBody > 64<<20 {
+		return fmt.Errorf("SPOOL_HTTP_MAX_BODY: %d must be 1024 to %d bytes", c.HTTPMaxBody, 64<<20)
+	}
+	return nil
+}
+
+func validateAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port (e.g. 127.0.0.1:8080): %w", addr, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("%q: port %q must be 0 to 65535", addr, port)
+	}
+	return nil
+}
+
+const usage = `usage: spool-producer <command> [flags] [args]
+
+commands:
+  enqueue        enqueue one task (spool-producer enqueue -h for flags)
+  result <id>    print a task's result document; --wait waits until it is completed or dead
+  cancel <id>    cancel a scheduled task that has not fired
+  load           generate load: --count or --duration, --rate, --mix, --type, --size
+  serve          run the HTTP broker on SPOOL_HTTP_ADDR
+  help           show this text and the environment variables
+
+common flags:
+  --url URL      NATS server URL (overrides SPOOL_NATS_URL)
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "spool-producer:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// commands maps each subcommand to its implementation.
+var commands = map[string]func(ctx context.Context, cfg Config, env *cmdEnv, args []string) error{
+	"enqueue": runEnqueue,
+	"result":  runResult,
+	"cancel":  runCancel,
+	"load":    runLoad,
+	"serve":   runServe,
+}
+
+// cmdEnv is what a subcommand reads and writes.
+type cmdEnv struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		fmt.Fprintf(stdout, "\nenvironment:\n%s", config.Usage(&Config{}))
+		return nil
+	}
+	f, ok := commands[cmd]
+	if !ok {
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+	var cfg Config
+	if err := config.Load(&cfg); err != nil {
+		return err
+	}
+	return f(ctx, cfg, &cmdEnv{stdin: stdin, stdout: stdout, stderr: stderr}, args)
+}

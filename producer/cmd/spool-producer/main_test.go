@@ -1,0 +1,394 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/embedded"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+type server struct {
+	url   string
+	js    jetstream.JetStream
+	tasks jetstream.Stream
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func startServer(t *testing.T) *server {
+	t.Helper()
+	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, err := streams.New(spool.DefaultNames(), streams.Settings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t)
+	if err := streams.Provision(ctx, js, topo, slog.New(slog.NewTextHandler(t.Output(), nil))); err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := js.Stream(ctx, "SPOOL_TASKS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &server{url: s.ClientURL(), js: js, tasks: tasks}
+}
+
+// cli runs spool-producer with args against srv and returns stdout.
+func (s *server) cli(t *testing.T, stdin string, args ...string) (string, error) {
+	t.Helper()
+	var stdout bytes.Buffer
+	args = append(args[:1:1], append([]string{"--url", s.url}, args[1:]...)...)
+	err := run(ctxFor(t), args, strings.NewReader(stdin), &stdout, t.Output())
+	return stdout.String(), err
+}
+
+func (s *server) streamMsgs(t *testing.T) uint64 {
+	t.Helper()
+	info, err := s.tasks.Info(ctxFor(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+func (s *server) lastTask(t *testing.T, subject string) *jetstream.RawStreamMsg {
+	t.Helper()
+	m, err := s.tasks.GetLastMsgForSubject(ctxFor(t), subject)
+	if err != nil {
+		t.Fatalf("no task on %s: %v", subject, err)
+	}
+	return m
+}
+
+func TestEnqueueCommand(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	out, err := s.cli(t, "", "enqueue", "--type", "email.send", "--priority", "high", "--payload", `{"to":"a"}`,
+		"--id", "cli-1", "--max-retries", "0", "--timeout", "45s", "--unique-key", "u1", "--unique-ttl", "1h",
+		"--header", "X-Tenant=acme", "--header", "X-Env=dev", "--traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	if err != nil || !strings.Contains(out, "enqueued cli-1 on spool.tasks.high.email.send") {
+		t.Fatalf("%q, %v", out, err)
+	}
+	m := s.lastTask(t, "spool.tasks.high.email.send")
+	for k, v := range map[string]string{"Spool-Task-Id": "cli-1", "Nats-Msg-Id": "cli-1", "Spool-Max-Retries": "0",
+		"Spool-Timeout": "45s", "Spool-Unique-Key": "u1", "X-Tenant": "acme", "X-Env": "dev"} {
+		if got := m.Header.Get(k); got != v {
+			t.Errorf("header %s = %q, want %q", k, got, v)
+		}
+	}
+	if string(m.Data) != `{"to":"a"}` {
+		t.Errorf("payload %q", m.Data)
+	}
+
+	// Same id again: a duplicate.
+	out, err = s.cli(t, "", "enqueue", "--type", "email.send", "--priority", "high", "--id", "cli-1")
+	if err != nil || !strings.HasPrefix(out, "duplicate cli-1") {
+		t.Fatalf("%q, %v", out, err)
+	}
+
+	// Payload from a file and from stdin, JSON output.
+	file := filepath.Join(t.TempDir(), "p.bin")
+	if err := os.WriteFile(file, []byte{0, 1, 2}, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.cli(t, "", "enqueue", "--type", "file", "--payload-file", file); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.lastTask(t, "spool.tasks.normal.file").Data; !bytes.Equal(got, []byte{0, 1, 2}) {
+		t.Errorf("file payload %v", got)
+	}
+	out, err = s.cli(t, "from stdin", "enqueue", "--type", "stdin", "--payload-file", "-", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct{ ID, Subject string }
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Subject != "spool.tasks.normal.stdin" {
+		t.Fatalf("json output %q: %v", out, err)
+	}
+	if got := s.lastTask(t, "spool.tasks.normal.stdin").Data; string(got) != "from stdin" {
+		t.Errorf("stdin payload %q", got)
+	}
+	if n := s.streamMsgs(t); n != 3 {
+		t.Fatalf("stream holds %d", n)
+	}
+}
+
+func TestEnqueueCommandRejectsBadFlags(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"no type", []string{"enqueue"}, "--type is required"},
+		{"priority", []string{"enqueue", "--type", "a", "--priority", "urgent"}, "invalid priority"},
+		{"type", []string{"enqueue", "--type", "a b"}, "--type: invalid task type"},
+		{"id", []string{"enqueue", "--type", "a", "--id", "a.b"}, "--id: invalid task id"},
+		{"negative delay", []string{"enqueue", "--type", "a", "--delay", "-1s"}, "--delay: invalid delay"},
+		{"process-at", []string{"enqueue", "--type", "a", "--process-at", "tomorrow"}, "--process-at"},
+		{"header syntax", []string{"enqueue", "--type", "a", "--header", "novalue"}, "Name=Value"},
+		{"reserved header", []string{"enqueue", "--type", "a", "--header", "Nats-TTL=1s"}, "--header: invalid header"},
+		{"retries", []string{"enqueue", "--type", "a", "--max-retries", "5000"}, "--max-retries: invalid max retries"},
+		{"unique without ttl", []string{"enqueue", "--type", "a", "--unique-key", "k"}, "--unique-ttl"},
+		{"two payloads", []string{"enqueue", "--type", "a", "--payload", "x", "--payload-file", "-"}, "at most one"},
+		{"missing file", []string{"enqueue", "--type", "a", "--payload-file", "/nonexistent/x"}, "--payload-file"},
+		{"stray argument", []string{"enqueue", "--type", "a", "extra"}, "no arguments"},
+		{"result without id", []string{"result"}, "one task id"},
+		{"result missing", []string{"result", "nope"}, "task not found"},
+		{"cancel missing", []string{"cancel", "nope"}, "no pending schedule"},
+		{"load without limit", []string{"load"}, "--count or --duration"},
+		{"load bad mix", []string{"load", "--count", "1", "--mix", "urgent=1"}, "--mix"},
+		{"load zero mix", []string{"load", "--count", "1", "--mix", "high=0"}, "all weights are zero"},
+		{"load bad batch", []string{"load", "--count", "1", "--batch", "0"}, "--batch"},
+		{"serve bad addr", []string{"serve", "--addr", "nope"}, "--addr"},
+		{"unknown command", []string{"frobnicate"}, "unknown command"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := s.cli(t, "", tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("want an error containing %q, got %v", tt.wantErr, err)
+			}
+		})
+	}
+	if n := s.streamMsgs(t); n != 0 {
+		t.Fatalf("bad commands stored %d tasks", n)
+	}
+}
+
+func TestResultAndCancelCommands(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	ctx := ctxFor(t)
+	out, err := s.cli(t, "", "enqueue", "--type", "remind", "--id", "r1", "--delay", "1h")
+	if err != nil || !strings.HasPrefix(out, "scheduled r1 for ") {
+		t.Fatalf("%q, %v", out, err)
+	}
+	if out, err := s.cli(t, "", "cancel", "r1"); err != nil || out != "cancelled r1\n" {
+		t.Fatalf("cancel: %q, %v", out, err)
+	}
+	if _, err := s.cli(t, "", "cancel", "r1"); err == nil {
+		t.Fatal("second cancel succeeded")
+	}
+
+	kv, err := s.js.KeyValue(ctx, "spool_results")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.PutString(ctx, "r2", `{"id":"r2","type":"a","priority":"normal","state":"processing","attempts":1,"enqueued_at":"2026-01-01T00:00:00Z"}`); err != nil {
+		t.Fatal(err)
+	}
+	out, err = s.cli(t, "", "result", "r2")
+	if err != nil || !strings.Contains(out, `"state": "processing"`) {
+		t.Fatalf("result: %q, %v", out, err)
+	}
+	// --wait ends at its timeout while the task runs...
+	if _, err := s.cli(t, "", "result", "r2", "--wait", "--timeout", "200ms"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait with timeout: %v", err)
+	}
+	// ...and returns once it completes.
+	if _, err := kv.PutString(ctx, "r2", `{"id":"r2","type":"a","priority":"normal","state":"completed","attempts":1,"result":{"n":1},"enqueued_at":"2026-01-01T00:00:00Z"}`); err != nil {
+		t.Fatal(err)
+	}
+	out, err = s.cli(t, "", "result", "--wait", "r2", "--timeout", "10s")
+	if err != nil || !strings.Contains(out, `"state": "completed"`) {
+		t.Fatalf("wait: %q, %v", out, err)
+	}
+}
+
+func TestLoadCommand(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	out, err := s.cli(t, "", "load", "--count", "2100", "--mix", "critical=1,high=2,normal=4", "--size", "64", "--batch", "300")
+	if err != nil {
+		t.Fatalf("load: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "load: 2100 enqueued, 0 failed") || !strings.Contains(out, "critical=300 high=600 normal=1200") {
+		t.Fatalf("summary %q", out)
+	}
+	if n := s.streamMsgs(t); n != 2100 {
+		t.Fatalf("stream holds %d", n)
+	}
+	// Rate-limited, by duration: about rate × duration tasks.
+	out, err = s.cli(t, "", "load", "--duration", "500ms", "--rate", "200", "--type", "paced", "--progress", "0")
+	if err != nil {
+		t.Fatalf("paced load: %v\n%s", err, out)
+	}
+	info, err := s.tasks.Info(ctxFor(t), jetstream.WithSubjectFilter("spool.tasks.normal.paced"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Subjects["spool.tasks.normal.paced"]; n < 50 || n > 101 {
+		t.Fatalf("paced load stored %d tasks, want about 100 (%s)", n, out)
+	}
+}
+
+func TestParseMix(t *testing.T) {
+	t.Parallel()
+	cycle, err := parseMix("critical=1,high=2,normal=4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[spool.Priority]int{}
+	for _, p := range cycle {
+		counts[p]++
+	}
+	if len(cycle) != 7 || counts[spool.Critical] != 1 || counts[spool.High] != 2 || counts[spool.Normal] != 4 {
+		t.Fatalf("cycle %v", cycle)
+	}
+	if cycle[0] == cycle[1] && cycle[1] == cycle[2] {
+		t.Errorf("mix not interleaved: %v", cycle)
+	}
+	for _, bad := range []string{"", "urgent=1", "high=x", "high=-1", "high=1,high=2", "low=0"} {
+		if _, err := parseMix(bad); err == nil {
+			t.Errorf("mix %q accepted", bad)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe to read while run writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestServeCommand(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	ctx, cancel := context.WithCancel(ctxFor(t))
+	defer cancel()
+	var stdout syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--url", s.url, "--addr", "127.0.0.1:0"}, strings.NewReader(""), &stdout, t.Output())
+	}()
+	var base string
+	waitFor(t, 10*time.Second, func() error {
+		line, _, _ := strings.Cut(stdout.String(), "\n")
+		addr, ok := strings.CutPrefix(line, "listening on ")
+		if !ok {
+			return errors.New("not listening yet")
+		}
+		base = addr
+		return nil
+	})
+	resp, err := http.Post(base+"/v1/tasks", "application/json", strings.NewReader(`{"type":"via.http","id":"h1"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 201 {
+		t.Fatalf("POST: %d %s", resp.StatusCode, body)
+	}
+	if m := s.lastTask(t, "spool.tasks.normal.via.http"); m.Header.Get("Spool-Task-Id") != "h1" {
+		t.Fatalf("stored %v", m.Header)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	base := Config{HTTPAddr: "127.0.0.1:8080", HTTPMaxBody: 2 << 20}
+	base.URL = "nats://127.0.0.1:4222"
+	base.Prefix = "spool"
+	base.LogLevel = "info"
+	base.LogFormat = "text"
+	if err := base.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	tests := []struct {
+		name    string
+		mod     func(*Config)
+		wantErr string
+	}{
+		{"addr", func(c *Config) { c.HTTPAddr = "8080" }, "SPOOL_HTTP_ADDR"},
+		{"port", func(c *Config) { c.HTTPAddr = "127.0.0.1:99999" }, "SPOOL_HTTP_ADDR"},
+		{"token", func(c *Config) { c.HTTPToken = "short" }, "SPOOL_HTTP_TOKEN"},
+		{"body", func(c *Config) { c.HTTPMaxBody = 10 }, "SPOOL_HTTP_MAX_BODY"},
+		{"common", func(c *Config) { c.Prefix = "a.b" }, "SPOOL_PREFIX"},
+	}
+	for _, tt := range tests {
+		c := base
+		tt.mod(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("%s: want %s, got %v", tt.name, tt.wantErr, err)
+		}
+	}
+}
+
+func waitFor(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met after %s: %v", timeout, err)
+		}
+		<-tick.C
+	}
+}
