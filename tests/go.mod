@@ -8,6 +8,7 @@ require (
 	github.com/spoolq/spool/shared v0.0.0
 	github.com/spoolq/spool/streams v0.0.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/crypto v0.58.0
 )
 
 require (
@@ -20,7 +21,6 @@ require (
 	github.com/nats-io/jwt/v2 v2.8.2 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
-	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 )
