@@ -1,6 +1,53 @@
-// Package consumer is Spool's worker library: a mux of handlers by task type,
-// a scheduler that pulls from one durable consumer per priority by weight
-// (with an anti-starvation boost, or strictly), retries with NAK-with-delay
-// backoff, dead letters, results in KV, and a DLQ router for tasks that ran
-// out of deliveries.
+// Package consumer is Spool's worker library: a mux of handlers by task
+// type, a scheduler that pulls from one durable consumer per priority by
+// weight (with an anti-starvation boost, or strictly), retries with
+// NAK-with-delay backoff, dead letters, results in KV, autoscaled worker
+// slots, stats, and a DLQ router for tasks that ran out of deliveries.
+//
+// # Running a worker
+//
+//	mux := consumer.NewMux()
+//	mux.HandleFunc("email.send", sendEmail)
+//	w, err := consumer.New(nc, mux, consumer.WithConcurrency(1, 10), consumer.WithLogger(logger))
+//	...
+//	err = w.Start(ctx)
+//	...
+//	err = w.Stop(ctx) // graceful: finish or hand back running tasks
+//
+// # Pulling
+//
+// A worker never uses Consume (it pre-buffers messages whose AckWait is
+// already running). It keeps a count of free slots and pulls only that
+// many tasks:
+//
+//   - priorities known to have waiting tasks get no-wait fetches sized to
+//     the free slots, split between them by the scheduler (smooth weighted
+//     round-robin over weight × boost, or strict order);
+//   - what a worker knows comes from the NumPending of the last message
+//     pulled from a priority, and from a refresh every RefreshInterval that
+//     reads consumer info (NumPending, NumAckPending) and the oldest waiting
+//     task (for the boost) of priorities not being long-polled;
+//   - when no priority is known to have work, each empty priority gets one
+//     long-poll pull request for a single task (expiring after PollWait and
+//     then renewed). Each reserves a slot out of MaxConcurrency, so a task it
+//     brings always has a slot (growing the pool if needed): nothing is ever
+//     pulled that must be handed back. A published task reaches a waiting
+//     pull in about a millisecond, an idle worker costs one request per
+//     priority per PollWait, and the outstanding pulls let the server emit
+//     MAX_DELIVERIES advisories for the DLQ router.
+//
+// # Attempts
+//
+// The attempt number is the delivery count. A task gets
+// min(Spool-Max-Retries+1, consumer MaxDeliver) attempts, each under its
+// Spool-Timeout (or TaskTimeout), heartbeating InProgress every AckWait/3
+// while the handler runs. A panic is a failed attempt with its stack
+// logged. A failure NAKs with delay min(RetryBase·2^(attempt-1), RetryMax)
+// plus up to RetryJitter of jitter; the last failure, a Permanent error, a
+// type without handler and undecodable input (bad headers or id) go to the
+// dead-letter stream (PublishDeadLetter), then the dead result is written,
+// the unique key released, and only then the original removed.
+//
+// Every state change is written to the results bucket: processing and
+// retrying without waiting, completed and dead before the task is acked.
 package consumer

@@ -666,3 +666,34 @@ func TestNewValidates(t *testing.T) {
 		})
 	}
 }
+
+// The demo handlers of spool-consumer --demo.
+func TestDemoHandlers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, streams.Settings{})
+	mux := consumer.NewMux()
+	consumer.RegisterDemo(mux)
+	e.worker(mux, consumer.WithRetry(10*time.Millisecond, 10*time.Millisecond, 3))
+	tests := []struct {
+		typ, id, payload string
+		state            spool.State
+		want             string
+		attempts         int
+	}{
+		{consumer.DemoEcho, "echo-1", `{"a":1}`, spool.StateCompleted, `{"a":1}`, 1},
+		{consumer.DemoEcho, "echo-2", `plain text`, spool.StateCompleted, `"plain text"`, 1},
+		{consumer.DemoSleep, "sleep-1", `{"ms":20}`, spool.StateCompleted, `{"slept_ms":20}`, 1},
+		{consumer.DemoFail, "fail-1", `{"fail_times":2}`, spool.StateCompleted, `{"attempts":3}`, 3},
+		{consumer.DemoFail, "fail-2", `{"fail_times":9}`, spool.StateDead, ``, 4},
+		{consumer.DemoSleep, "sleep-bad", `{"ms":"x"}`, spool.StateDead, ``, 1},
+	}
+	for _, tc := range tests {
+		e.publishID(spool.Normal, tc.typ, tc.id, []byte(tc.payload), nil)
+	}
+	for _, tc := range tests {
+		doc := e.waitResult(tc.id, tc.state, 20*time.Second)
+		if string(doc.Result) != tc.want || doc.Attempts != tc.attempts {
+			t.Errorf("%s: result %s after %d attempts, want %s after %d", tc.id, doc.Result, doc.Attempts, tc.want, tc.attempts)
+		}
+	}
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spoolq/spool/consumer"
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/config"
+)
+
+// Config is spool-consumer's whole configuration, read from SPOOL_*
+// variables once in main.
+type Config struct {
+	config.Common
+
+	// ConcurrencyMin and ConcurrencyMax bound the worker slots; the pool
+	// autoscales between them. SPOOL_CONCURRENCY_MIN default 1,
+	// SPOOL_CONCURRENCY_MAX default 10.
+	ConcurrencyMin int `envconfig:"CONCURRENCY_MIN" default:"1"`
+	ConcurrencyMax int `envconfig:"CONCURRENCY_MAX" default:"10"`
+	// Weights are the priority weights, "critical=1,high=0.7,...";
+	// priorities left out keep their default. SPOOL_WEIGHTS, default
+	// critical=1,high=0.7,normal=0.4,low=0.2,idle=0.1.
+	Weights string `envconfig:"WEIGHTS" default:"critical=1,high=0.7,normal=0.4,low=0.2,idle=0.1"`
+	// Boost is the anti-starvation boost, "<age>=<factor>,..." with
+	// increasing ages; empty turns it off. SPOOL_BOOST, default
+	// 30s=1.5,60s=1.75,90s=2.
+	Boost string `envconfig:"BOOST" default:"30s=1.5,60s=1.75,90s=2"`
+	// Strict always serves the highest non-empty priority. SPOOL_STRICT,
+	// default false.
+	Strict bool `envconfig:"STRICT" default:"false"`
+	// RetryBase and RetryMax shape the backoff min(base·2^(attempt-1), max).
+	// SPOOL_RETRY_BASE default 1s, SPOOL_RETRY_MAX default 5m.
+	RetryBase time.Duration `envconfig:"RETRY_BASE" default:"1s"`
+	RetryMax  time.Duration `envconfig:"RETRY_MAX" default:"5m"`
+	// RetryJitter adds up to this fraction of the backoff at random.
+	// SPOOL_RETRY_JITTER, default 0.2.
+	RetryJitter float64 `envconfig:"RETRY_JITTER" default:"0.2"`
+	// DefaultMaxRetries applies to tasks without Spool-Max-Retries.
+	// SPOOL_DEFAULT_MAX_RETRIES, default 3.
+	DefaultMaxRetries int `envconfig:"DEFAULT_MAX_RETRIES" default:"3"`
+	// TaskTimeout is the per-attempt deadline for tasks without
+	// Spool-Timeout. SPOOL_TASK_TIMEOUT, default 30m.
+	TaskTimeout time.Duration `envconfig:"TASK_TIMEOUT" default:"30m"`
+	// ShutdownTimeout is how long running handlers may finish after
+	// SIGINT/SIGTERM before their tasks are handed back.
+	// SPOOL_SHUTDOWN_TIMEOUT, default 30s.
+	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s"`
+	// WorkerName names this process in results. SPOOL_WORKER_NAME, default
+	// <hostname>-<pid>.
+	WorkerName string `envconfig:"WORKER_NAME"`
+	// ScaleUpFill is the busy fraction at which the pool grows while tasks
+	// wait. SPOOL_SCALE_UP_FILL, default 0.6.
+	ScaleUpFill float64 `envconfig:"SCALE_UP_FILL" default:"0.6"`
+	// ScaleDownIdle is how long slots must go unused before the pool
+	// shrinks. SPOOL_SCALE_DOWN_IDLE, default 2m.
+	ScaleDownIdle time.Duration `envconfig:"SCALE_DOWN_IDLE" default:"2m"`
+	// StatsInterval is how often the one-line summary is logged; 0 turns it
+	// off. SPOOL_STATS_INTERVAL, default 10s.
+	StatsInterval time.Duration `envconfig:"STATS_INTERVAL" default:"10s"`
+
+	weights consumer.Weights
+	boost   []consumer.BoostStep
+}
+
+// Validate checks every setting, naming the variable at fault, and parses
+// the weights and the boost.
+func (c *Config) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	var err error
+	if c.weights, err = parseWeights(c.Weights); err != nil {
+		return fmt.Errorf("SPOOL_WEIGHTS: %w", err)
+	}
+	if c.boost, err = parseBoost(c.Boost); err != nil {
+		return fmt.Errorf("SPOOL_BOOST: %w", err)
+	}
+	checks := []struct {
+		bad bool
+		msg string
+	}{
+		{c.ConcurrencyMin < 1, fmt.Sprintf("SPOOL_CONCURRENCY_MIN: %d must be at least 1", c.ConcurrencyMin)},
+		{c.ConcurrencyMax < c.ConcurrencyMin, fmt.Sprintf("SPOOL_CONCURRENCY_MAX: %d is below SPOOL_CONCURRENCY_MIN %d", c.ConcurrencyMax, c.ConcurrencyMin)},
+		{c.RetryBase <= 0, fmt.Sprintf("SPOOL_RETRY_BASE: %s must be positive", c.RetryBase)},
+		{c.RetryMax < c.RetryBase, fmt.Sprintf("SPOOL_RETRY_MAX: %s is below SPOOL_RETRY_BASE %s", c.RetryMax, c.RetryBase)},
+		{c.RetryJitter < 0 || c.RetryJitter > 1, fmt.Sprintf("SPOOL_RETRY_JITTER: %g must be 0 to 1", c.RetryJitter)},
+		{c.DefaultMaxRetries < 0 || c.DefaultMaxRetries > spool.MaxMaxRetries, fmt.Sprintf("SPOOL_DEFAULT_MAX_RETRIES: %d must be 0 to %d", c.DefaultMaxRetries, spool.MaxMaxRetries)},
+		{c.TaskTimeout <= 0 || c.TaskTimeout > spool.MaxTimeout, fmt.Sprintf("SPOOL_TASK_TIMEOUT: %s must be positive and at most %s", c.TaskTimeout, spool.MaxTimeout)},
+		{c.ShutdownTimeout < 0, fmt.Sprintf("SPOOL_SHUTDOWN_TIMEOUT: %s is negative", c.ShutdownTimeout)},
+		{c.ScaleUpFill <= 0 || c.ScaleUpFill > 1, fmt.Sprintf("SPOOL_SCALE_UP_FILL: %g must be in (0, 1]", c.ScaleUpFill)},
+		{c.ScaleDownIdle <= 0, fmt.Sprintf("SPOOL_SCALE_DOWN_IDLE: %s must be positive", c.ScaleDownIdle)},
+		{c.StatsInterval < 0, fmt.Sprintf("SPOOL_STATS_INTERVAL: %s is negative", c.StatsInterval)},
+	}
+	for _, ch := range checks {
+		if ch.bad {
+			return fmt.Errorf("%s", ch.msg)
+		}
+	}
+	if c.WorkerName == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "worker"
+		}
+		c.WorkerName = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	return nil
+}
+
+// Options turns the configuration into worker options.
+func (c *Config) Options() []consumer.Option {
+	return []consumer.Option{
+		consumer.WithNames(c.Names()),
+		consumer.WithWorkerName(c.WorkerName),
+		consumer.WithConcurrency(c.ConcurrencyMin, c.ConcurrencyMax),
+		consumer.WithWeights(c.weights),
+		consumer.WithBoost(c.boost...),
+		consumer.WithStrict(c.Strict),
+		consumer.WithRetry(c.RetryBase, c.RetryMax, c.DefaultMaxRetries),
+		consumer.WithRetryJitter(c.RetryJitter),
+		consumer.WithTaskTimeout(c.TaskTimeout),
+		consumer.WithShutdownTimeout(c.ShutdownTimeout),
+		consumer.WithAutoscale(c.ScaleUpFill, c.ScaleDownIdle),
+	}
+}
+
+// parseWeights reads "critical=1,high=0.7"; unnamed priorities keep their
+// default weight.
+func parseWeights(s string) (consumer.Weights, error) {
+	w := consumer.DefaultWeights
+	seen := map[spool.Priority]bool{}
+	for _, part := range splitList(s) {
+		name, val, ok := strings.Cut(part, "=")
+		if !ok {
+			return w, fmt.Errorf("%q is not <priority>=<weight>", part)
+		}
+		p, err := spool.ParsePriority(strings.TrimSpace(name))
+		if err != nil {
+			return w, err
+		}
+		if seen[p] {
+			return w, fmt.Errorf("%s is given twice", p)
+		}
+		seen[p] = true
+		f, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil || !(f > 0) || f > 1e6 {
+			return w, fmt.Errorf("weight %q of %s must be a positive number up to 1e6", val, p)
+		}
+		w[p] = f
+	}
+	return w, nil
+}
+
+// parseBoost reads "30s=1.5,60s=1.75,90s=2" (ages increasing, factors at
+// least 1).
+func parseBoost(s string) ([]consumer.BoostStep, error) {
+	var steps []consumer.BoostStep
+	for _, part := range splitList(s) {
+		age, val, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q is not <age>=<factor> (e.g. 30s=1.5)", part)
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(age))
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("age %q is not a positive Go duration", age)
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil || !(f >= 1) || f > 1e6 {
+			return nil, fmt.Errorf("factor %q for %s must be a number from 1 to 1e6", val, d)
+		}
+		if n := len(steps); n > 0 && d <= steps[n-1].After {
+			return nil, fmt.Errorf("ages must increase: %s after %s", d, steps[n-1].After)
+		}
+		steps = append(steps, consumer.BoostStep{After: d, Factor: f})
+	}
+	return steps, nil
+}
+
+func splitList(s string) []string {
+	parts := strings.Split(s, ",")
+	return slices.DeleteFunc(parts, func(p string) bool { return strings.TrimSpace(p) == "" })
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/shared/config"
+)
+
+func TestConfigLoad(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     map[string]string
+		wantErr string // substring naming the variable; empty: valid
+		check   func(t *testing.T, c *Config)
+	}{
+		{name: "defaults", check: func(t *testing.T, c *Config) {
+			if c.ConcurrencyMin != 1 || c.ConcurrencyMax != 10 || c.weights != consumer.DefaultWeights ||
+				len(c.boost) != 3 || c.boost[2] != (consumer.BoostStep{After: 90 * time.Second, Factor: 2}) ||
+				c.RetryBase != time.Second || c.RetryMax != 5*time.Minute || c.DefaultMaxRetries != 3 ||
+				c.TaskTimeout != 30*time.Minute || c.ShutdownTimeout != 30*time.Second || c.WorkerName == "" {
+				t.Errorf("defaults %+v", c)
+			}
+		}},
+		{name: "partial weights", env: map[string]string{"SPOOL_WEIGHTS": "idle=0.5, critical=2"}, check: func(t *testing.T, c *Config) {
+			if c.weights != (consumer.Weights{2, 0.7, 0.4, 0.2, 0.5}) {
+				t.Errorf("weights %v", c.weights)
+			}
+		}},
+		{name: "boost off", env: map[string]string{"SPOOL_BOOST": ""}, check: func(t *testing.T, c *Config) {
+			if len(c.boost) != 0 {
+				t.Errorf("boost %v", c.boost)
+			}
+		}},
+		{name: "bad weight", env: map[string]string{"SPOOL_WEIGHTS": "critical=0"}, wantErr: "SPOOL_WEIGHTS"},
+		{name: "unknown priority", env: map[string]string{"SPOOL_WEIGHTS": "urgent=1"}, wantErr: "SPOOL_WEIGHTS"},
+		{name: "boost order", env: map[string]string{"SPOOL_BOOST": "60s=2,30s=3"}, wantErr: "SPOOL_BOOST"},
+		{name: "boost factor", env: map[string]string{"SPOOL_BOOST": "30s=0.5"}, wantErr: "SPOOL_BOOST"},
+		{name: "max below min", env: map[string]string{"SPOOL_CONCURRENCY_MIN": "5", "SPOOL_CONCURRENCY_MAX": "2"}, wantErr: "SPOOL_CONCURRENCY_MAX"},
+		{name: "retry max below base", env: map[string]string{"SPOOL_RETRY_BASE": "1m", "SPOOL_RETRY_MAX": "1s"}, wantErr: "SPOOL_RETRY_MAX"},
+		{name: "timeout", env: map[string]string{"SPOOL_TASK_TIMEOUT": "0s"}, wantErr: "SPOOL_TASK_TIMEOUT"},
+		{name: "not a duration", env: map[string]string{"SPOOL_SHUTDOWN_TIMEOUT": "soon"}, wantErr: "SHUTDOWN_TIMEOUT"},
+		{name: "strict", env: map[string]string{"SPOOL_STRICT": "true", "SPOOL_WORKER_NAME": "w1"}, check: func(t *testing.T, c *Config) {
+			if !c.Strict || c.WorkerName != "w1" {
+				t.Errorf("%+v", c)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			var c Config
+			err := config.Load(&c)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want one naming %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.check != nil {
+				tc.check(t, &c)
+			}
+			if _, err := consumer.New(nil, consumer.NewMux(), c.Options()...); err == nil || !strings.Contains(err.Error(), "nil connection") {
+				t.Errorf("options did not pass validation up to the connection check: %v", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,113 @@
+// Command spool-consumer runs a Spool worker: it pulls tasks from the
+// per-priority consumers by weight, runs the registered handlers and writes
+// results, until SIGINT or SIGTERM stop it gracefully.
+//
+// It is configured by SPOOL_* environment variables (run with -h for the
+// list). With --demo it registers the demo handlers demo.echo, demo.sleep
+// and demo.fail.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/shared/config"
+	"github.com/spoolq/spool/shared/logging"
+	"github.com/spoolq/spool/shared/natsconn"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "spool-consumer:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	demo := flag.Bool("demo", false, "register the demo handlers demo.echo, demo.sleep and demo.fail")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: spool-consumer [--demo]\n\nEnvironment:\n%s", config.Usage(&Config{}))
+	}
+	flag.Parse()
+
+	var cfg Config
+	if err := config.Load(&cfg); err != nil {
+		return err
+	}
+	logger, err := logging.New(os.Stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	nc, err := natsconn.Connect(connectCtx, cfg.NATS, "spool-consumer", logger)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	mux := consumer.NewMux()
+	if *demo {
+		consumer.RegisterDemo(mux)
+	}
+	if len(mux.Types()) == 0 {
+		logger.Warn("no handlers registered: every task will be dead-lettered with reason no_handler (run with --demo for the demo handlers)")
+	}
+	w, err := consumer.New(nc, mux, append(cfg.Options(), consumer.WithLogger(logger))...)
+	if err != nil {
+		return err
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = w.Start(startCtx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	logger.Info("spool-consumer running", "types", mux.Types(), "nats_url", nc.ConnectedUrlRedacted())
+
+	summarize(ctx, w, logger, cfg.StatsInterval)
+
+	logger.Info("stopping: finishing running tasks", "shutdown_timeout", cfg.ShutdownTimeout)
+	// The worker enforces ShutdownTimeout itself; the extra minute bounds
+	// the hand-back of tasks whose handlers ignore cancellation.
+	stopCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout+time.Minute)
+	defer cancel()
+	if err := w.Stop(stopCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("stopping worker: %w", err)
+	}
+	logger.Info("final stats: " + w.Stats().Summary())
+	if err := nc.Drain(); err != nil {
+		logger.Warn("draining NATS connection", "error", err)
+	}
+	return nil
+}
+
+// summarize logs the one-line summary every interval until ctx ends.
+func summarize(ctx context.Context, w *consumer.Worker, logger *slog.Logger, every time.Duration) {
+	if every <= 0 {
+		<-ctx.Done()
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			logger.Info(w.Stats().Summary())
+		}
+	}
+}
