@@ -111,7 +111,7 @@ func (c *Client) prepare(t Task, now time.Time, limit int) (prepared, error) {
 	}
 	p.scheduled = p.processAt.After(now)
 
-	h := make(nats.Header, len(t.Headers)+8)
+	h := make(nats.Header, len(t.Headers)+2)
 	for k, v := range t.Headers {
 		if err := validateExtraHeader(k, v); err != nil {
 			return p, invalid("headers", err)
