@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 
 // env is one embedded server with the Spool topology provisioned.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	url   string
 	nc    *nats.Conn
 	js    jetstream.JetStream
@@ -36,7 +36,7 @@ type env struct {
 
 // newEnv starts an embedded JetStream server owned by t and provisions the
 // default topology with settings s.
-func newEnv(t *testing.T, s streams.Settings) *env {
+func newEnv(t testing.TB, s streams.Settings) *env {
 	t.Helper()
 	srv, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
 	if err != nil {
@@ -67,11 +67,11 @@ func (e *env) connect() *nats.Conn {
 	return nc
 }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
@@ -215,7 +215,7 @@ func (e *env) taskMsgs() uint64 {
 }
 
 // waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(5 * time.Millisecond)

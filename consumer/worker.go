@@ -380,7 +380,14 @@ func (w *Worker) dispatch() {
 	}
 	if known {
 		w.scaleUpLocked()
-		free := min(w.size, w.o.MaxConcurrency-w.polling) - w.busy - w.fetching
+		if w.fetching > 0 {
+			// One round of fetches at a time: slots freed meanwhile are
+			// pulled together in the next round, in larger batches (the
+			// server answers fetch requests one by one, so batches carry
+			// the throughput).
+			return
+		}
+		free := min(w.size, w.o.MaxConcurrency-w.polling) - w.busy
 		if free <= 0 {
 			return
 		}
