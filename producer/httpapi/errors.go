@@ -28,6 +28,7 @@ const (
 	CodeBatchTooLarge     = "batch_too_large"
 	CodeUnauthorized      = "unauthorized"
 	CodeNotFound          = "not_found"
+	CodeMethodNotAllowed  = "method_not_allowed"
 	CodeDuplicateUnique   = "duplicate_unique"
 	CodeQueueFull         = "queue_full"
 	CodeUnavailable       = "unavailable"

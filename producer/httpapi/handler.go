@@ -78,6 +78,23 @@ func NewHandler(client *producer.Client, opts Options) http.Handler {
 	mux.Handle("POST /v1/tasks/batch", h.auth(h.batch))
 	mux.Handle("GET /v1/tasks/{id}", h.auth(h.result))
 	mux.Handle("DELETE /v1/tasks/{id}", h.auth(h.cancel))
+	// Known paths with a method they do not serve answer 405. Patterns
+	// carry methods so they do not conflict with GET /v1/tasks/{id}.
+	for _, m := range []struct{ pattern, allow string }{
+		{"/v1/tasks", "POST"},
+		{"/healthz", "GET"},
+		{"/readyz", "GET"},
+		{"/v1/openapi.json", "GET"},
+		{"PUT /v1/tasks/{id}", "GET, DELETE"},
+		{"PATCH /v1/tasks/{id}", "GET, DELETE"},
+		{"POST /v1/tasks/{id}", "GET, DELETE"},
+	} {
+		mux.HandleFunc(m.pattern, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", m.allow)
+			writeError(w, h.logger, r, newError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "",
+				fmt.Sprintf("%s does not allow %s (allowed: %s)", r.URL.Path, r.Method, m.allow)))
+		})
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, h.logger, r, newError(http.StatusNotFound, CodeNotFound, "", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)))
 	})

@@ -119,6 +119,8 @@ func TestHTTPErrors(t *testing.T) {
 		{"cancel unknown", "DELETE", "/v1/tasks/nope", tok, ``, 404, "not_found", "id"},
 		{"cancel bad id", "DELETE", "/v1/tasks/a.b", tok, ``, 400, "invalid_id", "id"},
 		{"unknown route", "GET", "/v2/tasks", tok, ``, 404, "not_found", ""},
+		{"wrong method", "PUT", "/v1/tasks", tok, ``, 405, "method_not_allowed", ""},
+		{"wrong method on a task", "POST", "/v1/tasks/x", tok, ``, 405, "method_not_allowed", ""},
 		{"batch without tasks", "POST", "/v1/tasks/batch", tok, `{}`, 400, "invalid_json", "tasks"},
 	}
 	for _, tt := range tests {
@@ -305,5 +307,44 @@ func TestQueueFullOverHTTP(t *testing.T) {
 	}
 	if n := b.streamMsgs(t); n != uint64(stored) {
 		t.Fatalf("stream holds %d, %d acknowledged", n, stored)
+	}
+}
+
+func TestBatch10000OverHTTP(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, embedded.Options{}, httpapi.Options{})
+	var body strings.Builder
+	body.WriteString(`{"tasks":[`)
+	for i := range 10_000 {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		fmt.Fprintf(&body, `{"type":"bulk","id":"h-%05d","payload":%d}`, i, i)
+	}
+	body.WriteString(`]}`)
+	r := b.do(t, "POST", "/v1/tasks/batch", "", []byte(body.String()))
+	if r.status != 200 {
+		t.Fatalf("%d %.300s", r.status, r.body)
+	}
+	var resp struct {
+		Results []struct {
+			ID    string `json:"id"`
+			Error any    `json:"error"`
+		} `json:"results"`
+		Enqueued, Failed int
+	}
+	if err := json.Unmarshal(r.body, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.Enqueued != 10_000 || resp.Failed != 0 || len(resp.Results) != 10_000 {
+		t.Fatalf("enqueued %d failed %d", resp.Enqueued, resp.Failed)
+	}
+	for i, it := range resp.Results {
+		if it.ID != fmt.Sprintf("h-%05d", i) || it.Error != nil {
+			t.Fatalf("result %d: %+v", i, it)
+		}
+	}
+	if n := b.streamMsgs(t); n != 10_000 {
+		t.Fatalf("stream holds %d", n)
 	}
 }
