@@ -2,6 +2,7 @@ package producer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -94,17 +95,18 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []Task) ([]BatchResult,
 	}
 
 	for _, f := range flights {
-		select {
-		case ack := <-f.future.Ok():
+		ack, err := awaitAck(ctx, f.future)
+		switch {
+		case err == nil:
 			results[f.i].EnqueueResult = f.p.result(ack)
-		case err := <-f.future.Err():
+		case ctx.Err() != nil && errors.Is(err, context.Cause(ctx)):
+			results[f.i].Err = fmt.Errorf("waiting for the ack of task %q (it may be stored; enqueue it again with the same id): %w",
+				f.p.id, err)
+		default:
 			results[f.i].Err = fmt.Errorf("publishing task %q to %s: %w", f.p.id, f.p.msg.Subject, translate(err))
 			if f.claimed {
 				c.releaseUnique(ctx, f.p.uniqueKey, f.p.id)
 			}
-		case <-ctx.Done():
-			results[f.i].Err = fmt.Errorf("waiting for the ack of task %q (it may be stored; enqueue it again with the same id): %w",
-				f.p.id, context.Cause(ctx))
 		}
 	}
 	err = c.batchError(results)
@@ -127,4 +129,24 @@ func (c *Client) batchError(results []BatchResult) error {
 		return nil
 	}
 	return be
+}
+
+// awaitAck returns the future's outcome, preferring one already there over
+// the end of ctx.
+func awaitAck(ctx context.Context, f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
+	select {
+	case ack := <-f.Ok():
+		return ack, nil
+	case err := <-f.Err():
+		return nil, err
+	default:
+	}
+	select {
+	case ack := <-f.Ok():
+		return ack, nil
+	case err := <-f.Err():
+		return nil, err
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
 }

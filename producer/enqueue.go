@@ -3,6 +3,7 @@ package producer
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -64,8 +65,10 @@ func (c *Client) Enqueue(ctx context.Context, task Task, opts ...EnqueueOption) 
 		return EnqueueResult{ID: p.id}, err
 	}
 	res := p.result(ack)
-	c.logger.DebugContext(ctx, "task enqueued", "task_id", res.ID, "subject", res.Subject,
-		"seq", res.Sequence, "duplicate", res.Duplicate, "scheduled", res.Scheduled)
+	if c.logger.Enabled(ctx, slog.LevelDebug) {
+		c.logger.DebugContext(ctx, "task enqueued", "task_id", res.ID, "subject", res.Subject,
+			"seq", res.Sequence, "duplicate", res.Duplicate, "scheduled", res.Scheduled)
+	}
 	return res, nil
 }
 

@@ -6,7 +6,8 @@
 // Routes (Go 1.22 ServeMux patterns):
 //
 //	POST   /v1/tasks             enqueue one task          201 (200 when a duplicate)
-//	POST   /v1/tasks/batch       enqueue up to MaxBatch    200, per-task outcome
+//	POST   /v1/tasks/batch       enqueue up to MaxBatch    200, per-task outcome (503 when none
+//	                             got in, all for one server-side reason such as queue_full)
 //	GET    /v1/tasks/{id}        result document           200, 404 not_found
 //	GET    /v1/tasks/{id}?wait=10s  long-poll until the task is completed or dead
 //	DELETE /v1/tasks/{id}        cancel a scheduled task   200, 404 not_found

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -249,14 +250,30 @@ func (h *handler) batch(w http.ResponseWriter, r *http.Request) {
 			resp.Results[i].Error = e
 		}
 	}
+	// When nothing got in and every task failed for one server-side reason
+	// (queue_full, unavailable), answer with that status so callers back off.
+	status := http.StatusOK
+	var shared *apiError
 	for _, it := range resp.Results {
-		if it.Error != nil {
-			resp.Failed++
-		} else {
+		if it.Error == nil {
 			resp.Enqueued++
+			continue
+		}
+		resp.Failed++
+		switch {
+		case resp.Failed == 1 && it.Error.Status >= 500:
+			shared = it.Error
+		case shared != nil && it.Error.Code != shared.Code:
+			shared = nil
 		}
 	}
-	writeJSON(w, h.logger, r, http.StatusOK, resp)
+	if resp.Enqueued == 0 && shared != nil {
+		status = shared.Status
+		if status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+		}
+	}
+	writeJSON(w, h.logger, r, status, resp)
 }
 
 func prefixField(prefix, field string) string {

@@ -308,6 +308,15 @@ func TestQueueFullOverHTTP(t *testing.T) {
 	if n := b.streamMsgs(t); n != uint64(stored) {
 		t.Fatalf("stream holds %d, %d acknowledged", n, stored)
 	}
+	// A batch that gets nothing in answers 503 too, with every task's error.
+	batch := fmt.Appendf(nil, `{"tasks":[%s,%s]}`, body, body)
+	r = b.do(t, "POST", "/v1/tasks/batch", "", batch)
+	if r.status != 503 || r.header.Get("Retry-After") == "" || strings.Count(string(r.body), `"code":"queue_full"`) != 2 {
+		t.Fatalf("batch when full: %d %s", r.status, r.body)
+	}
+	if n := b.streamMsgs(t); n != uint64(stored) {
+		t.Fatalf("stream holds %d after the batch, %d acknowledged", n, stored)
+	}
 }
 
 func TestBatch10000OverHTTP(t *testing.T) {

@@ -117,6 +117,8 @@ func runLoad(ctx context.Context, cfg Config, env *cmdEnv, args []string) error 
 		return fmt.Errorf("--size %d must be 0 to %d bytes", spec.size, 64<<20)
 	case spec.batch < 1 || spec.batch > 100_000:
 		return fmt.Errorf("--batch %d must be 1 to 100000", spec.batch)
+	case *window < 1 || *window > 1<<20:
+		return fmt.Errorf("--window %d must be 1 to %d", *window, 1<<20)
 	case spec.progress < 0:
 		return fmt.Errorf("--progress %s must not be negative", spec.progress)
 	}
@@ -128,7 +130,7 @@ func runLoad(ctx context.Context, cfg Config, env *cmdEnv, args []string) error 
 	}
 	s, err := connect(ctx, cfg, *url, env, producer.WithPublishWindow(*window))
 	if err != nil {
-		return fmt.Errorf("--window: %w", err)
+		return err
 	}
 	defer s.close()
 	sum, err := generate(ctx, s.client, spec, env.stderr)
