@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
 )
@@ -170,20 +172,33 @@ func TestEnqueuePayloadAtTheLimit(t *testing.T) {
 	t.Parallel()
 	e := startEnv(t)
 	ctx := ctxFor(t)
-	// Find the largest payload accepted with these headers: just under the
-	// limit must pass, one byte more must fail before publishing.
-	payload := make([]byte, 1<<20-100)
-	for {
-		_, err := e.client.Enqueue(ctx, producer.NewTask("blob", payload), producer.TaskID("b"))
+	// Find the smallest payload the client refuses (with one-character ids).
+	// Refused tasks are never published; accepted ones repeat id "a" and
+	// are stored once.
+	size := 1<<20 - 100
+	for ; ; size++ {
+		_, err := e.client.Enqueue(ctx, producer.NewTask("blob", make([]byte, size)), producer.TaskID("a"))
 		if errors.Is(err, producer.ErrPayloadTooLarge) {
 			break
 		}
 		if err != nil {
-			t.Fatalf("payload %d: %v", len(payload), err)
+			t.Fatalf("payload %d: %v", size, err)
 		}
-		payload = append(payload, 0)
 	}
-	if n := e.streamMsgs(t); n != 1 {
+	// One byte less is stored by the server...
+	if _, err := e.client.Enqueue(ctx, producer.NewTask("blob", make([]byte, size-1)), producer.TaskID("b")); err != nil {
+		t.Fatalf("payload %d: %v", size-1, err)
+	}
+	// ...and the refused size is refused by the server too: the client's
+	// limit is the server's.
+	m := nats.NewMsg("spool.tasks.normal.blob")
+	m.Header.Set(spool.HeaderTaskID, "c")
+	m.Header.Set(spool.HeaderMsgID, "c")
+	m.Data = make([]byte, size)
+	if _, err := e.js.PublishMsg(ctx, m); err == nil {
+		t.Fatalf("server accepted %d bytes the client refused", size)
+	}
+	if n := e.streamMsgs(t); n != 2 {
 		t.Fatalf("stream holds %d", n)
 	}
 }

@@ -32,13 +32,13 @@ type Config struct {
 	config.Common
 	// HTTPAddr is where serve listens, host:port. SPOOL_HTTP_ADDR, default
 	// 127.0.0.1:8080 (loopback only).
-	HTTPAddr string `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080"`
+	HTTPAddr string `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"serve: listen address host:port"`
 	// HTTPToken, when set, is the bearer token serve requires on every API
 	// route (at least 16 characters). SPOOL_HTTP_TOKEN, default none.
-	HTTPToken string `envconfig:"HTTP_TOKEN"`
+	HTTPToken string `envconfig:"HTTP_TOKEN" desc:"serve: bearer token required on API routes (16+ characters); empty: no auth"`
 	// HTTPMaxBody is serve's request body limit in bytes. SPOOL_HTTP_MAX_BODY,
 	// default 2097152 (2 MiB).
-	HTTPMaxBody int64 `envconfig:"HTTP_MAX_BODY" default:"2097152"`
+	HTTPMaxBody int64 `envconfig:"HTTP_MAX_BODY" default:"2097152" desc:"serve: request body limit in bytes"`
 }
 
 // minTokenLen is the shortest SPOOL_HTTP_TOKEN accepted.
@@ -90,10 +90,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "spool-producer:", err)
-		}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		// -h printed the flags.
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "spool-producer:", err)
 		os.Exit(1)
 	}
 }
