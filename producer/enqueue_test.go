@@ -1,6 +1,7 @@
 package producer_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
 )
 
 func TestEnqueueStoresWireContract(t *testing.T) {
@@ -232,5 +234,57 @@ func TestEnqueueWithoutProvisioning(t *testing.T) {
 	_, err = c.Enqueue(ctxFor(t), producer.NewTask("a", nil))
 	if !errors.Is(err, producer.ErrNotProvisioned) {
 		t.Fatalf("want ErrNotProvisioned, got %v", err)
+	}
+}
+
+func TestEnqueueUnderAnotherPrefix(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	ctx := ctxFor(t)
+	names, err := spool.NewNames("acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, err := streams.New(names, streams.Settings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Provision(ctx, e.js, topo, testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := producer.New(e.nc, producer.WithNames(names))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Enqueue(ctx, producer.NewTask("x", nil), producer.ProcessIn(time.Hour))
+	if err != nil || res.Subject != "acme.sched."+res.ID {
+		t.Fatalf("%+v, %v", res, err)
+	}
+	res, err = c.Enqueue(ctx, producer.NewTask("x", nil), producer.Unique("k", time.Minute))
+	if err != nil || res.Subject != "acme.tasks.normal.x" {
+		t.Fatalf("%+v, %v", res, err)
+	}
+	s, err := e.js.Stream(ctx, "ACME_TASKS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.CachedInfo().State.Msgs; n != 2 {
+		t.Fatalf("ACME_TASKS holds %d", n)
+	}
+	if n := e.streamMsgs(t); n != 0 {
+		t.Fatalf("SPOOL_TASKS holds %d", n)
+	}
+}
+
+func TestEnqueueWithDoneContextPublishesNothing(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	ctx, cancel := context.WithCancel(ctxFor(t))
+	cancel()
+	if _, err := e.client.Enqueue(ctx, producer.NewTask("x", nil)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("want context.Canceled, got %v", err)
+	}
+	if n := e.streamMsgs(t); n != 0 {
+		t.Fatalf("stream holds %d", n)
 	}
 }

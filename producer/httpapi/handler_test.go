@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -355,5 +356,41 @@ func TestBatch10000OverHTTP(t *testing.T) {
 	}
 	if n := b.streamMsgs(t); n != 10_000 {
 		t.Fatalf("stream holds %d", n)
+	}
+}
+
+func TestTraceContextFromRequestHeaders(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, embedded.Options{}, httpapi.Options{})
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	req, err := http.NewRequestWithContext(ctxFor(t), "POST", b.url+"/v1/tasks", strings.NewReader(`{"type":"traced"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("traceparent", tp)
+	req.Header.Set("tracestate", "v=1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 201 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	m, err := b.tasks.GetLastMsgForSubject(ctxFor(t), "spool.tasks.normal.traced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Header.Get("traceparent") != tp || m.Header.Get("tracestate") != "v=1" {
+		t.Fatalf("headers %v", m.Header)
+	}
+}
+
+func TestNewServerTimeouts(t *testing.T) {
+	t.Parallel()
+	srv := httpapi.NewServer("", http.NotFoundHandler(), nil)
+	if srv.Addr != "127.0.0.1:8080" || srv.ReadTimeout != 15*time.Second || srv.WriteTimeout != 15*time.Second ||
+		srv.IdleTimeout != 60*time.Second || srv.ReadHeaderTimeout == 0 {
+		t.Fatalf("server %+v", srv)
 	}
 }
