@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -87,11 +88,10 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 	}
 	a.started = time.Now()
 	a.traceParent = meta.TraceParent
-	if err := w.results.PutAsync(a.doc(spool.StateProcessing)); err != nil {
-		w.log.Warn("writing processing state", "task_id", a.id, "error", err)
-	}
+	settle := w.writeProcessing(a)
 
 	out, herr, v, reason := w.run(msg, task, timeout)
+	settle()
 	o := outcome{pickup: pickup, run: time.Since(a.started)}
 	switch v {
 	case verdictOK:
@@ -114,6 +114,39 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 			return
 		}
 		w.retry(a, herr, o)
+	}
+}
+
+// writeProcessing writes the processing state now, or after
+// ProcessingDelay if the attempt still runs then. The returned settle must
+// be called when the attempt ends, before any later write of the document:
+// a deferred write that has not happened by then never happens, so it can
+// never overwrite the final state.
+func (w *Worker) writeProcessing(a attemptInfo) (settle func()) {
+	doc := a.doc(spool.StateProcessing)
+	write := func() {
+		if err := w.results.PutAsync(doc); err != nil {
+			w.log.Warn("writing processing state", "task_id", a.id, "error", err)
+		}
+	}
+	if w.o.ProcessingDelay <= 0 {
+		write()
+		return func() {}
+	}
+	var mu sync.Mutex
+	settled := false
+	timer := time.AfterFunc(w.o.ProcessingDelay, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !settled {
+			write()
+		}
+	})
+	return func() {
+		mu.Lock()
+		settled = true
+		mu.Unlock()
+		timer.Stop()
 	}
 }
 

@@ -24,7 +24,7 @@ import (
 //	go test -run '^$' -bench . -benchtime 1x ./consumer/
 var (
 	benchTasks       = flag.Int("spool.bench.tasks", 20_000, "tasks pre-filled for the throughput benchmark")
-	benchSlots       = flag.Int("spool.bench.slots", 64, "worker slots in the benchmarks")
+	benchSlots       = flag.Int("spool.bench.slots", 256, "worker slots in the throughput and latency benchmarks")
 	benchRate        = flag.Int("spool.bench.rate", 200, "tasks per second in the pickup latency benchmark")
 	benchLatencyRuns = flag.Int("spool.bench.latency_tasks", 600, "tasks per pickup latency run")
 	// On nats-server 2.15.2 / nats.go 1.55.0 a Fetch+Ack loop drains at
@@ -67,7 +67,7 @@ func noop(ctx context.Context, t *consumer.Task) ([]byte, error) { return nil, n
 func BenchmarkThroughput(b *testing.B) {
 	n := *benchTasks
 	payload := func(i int) []byte { return []byte(`{"n":1}`) }
-	var raw, worker float64
+	var raw float64
 	b.Run("raw", func(b *testing.B) {
 		e := newEnv(b, streams.Settings{})
 		cons, err := e.js.Consumer(testCtx(b), e.names.TaskStream(), e.names.Consumer(spool.Normal))
@@ -102,29 +102,36 @@ func BenchmarkThroughput(b *testing.B) {
 		raw = float64(done) / busy.Seconds()
 		b.ReportMetric(raw, "tasks/s")
 	})
-	b.Run("worker", func(b *testing.B) {
-		e := newEnv(b, streams.Settings{})
-		var busy time.Duration
-		var done int
-		for b.Loop() {
-			b.StopTimer()
-			e.publishMany(spool.Normal, "bench", n, payload)
-			b.StartTimer()
-			start := time.Now()
-			w := benchWorker(b, e, noop)
-			waitFor(b, 5*time.Minute, "queue drained", func() bool { return w.Stats().Total().Completed >= uint64(n) })
-			busy += time.Since(start)
-			done += n
-			b.StopTimer()
-			stopWorker(b, w)
-			b.StartTimer()
-		}
-		worker = float64(done) / busy.Seconds()
-		b.ReportMetric(worker, "tasks/s")
-		if raw > 0 {
-			b.ReportMetric(100*worker/raw, "%_of_raw")
-		}
-	})
+	worker := func(name string, opts ...consumer.Option) {
+		b.Run(name, func(b *testing.B) {
+			e := newEnv(b, streams.Settings{})
+			var busy time.Duration
+			var done int
+			for b.Loop() {
+				b.StopTimer()
+				e.publishMany(spool.Normal, "bench", n, payload)
+				b.StartTimer()
+				start := time.Now()
+				w := benchWorker(b, e, noop, opts...)
+				waitFor(b, 5*time.Minute, "queue drained", func() bool { return w.Stats().Total().Completed >= uint64(n) })
+				busy += time.Since(start)
+				done += n
+				b.StopTimer()
+				stopWorker(b, w)
+				b.StartTimer()
+			}
+			rate := float64(done) / busy.Seconds()
+			b.ReportMetric(rate, "tasks/s")
+			if raw > 0 {
+				b.ReportMetric(100*rate/raw, "%_of_raw")
+			}
+		})
+	}
+	// Every state written: processing, completed.
+	worker("worker")
+	// Processing written only for attempts running over 100ms: one
+	// result write per task.
+	worker("worker_processing_delay", consumer.WithProcessingDelay(100*time.Millisecond))
 }
 
 // BenchmarkPickupLatency publishes tasks one by one at a steady rate to an
@@ -221,6 +228,7 @@ func BenchmarkPickupLatency(b *testing.B) {
 func BenchmarkPriorityShares(b *testing.B) {
 	const perPriority = 2000
 	const window = 4000 // critical's share (41.7%) stays within its 2000
+	const shareSlots = 8
 	weights := consumer.DefaultWeights
 	var sum float64
 	for _, w := range weights {
@@ -265,7 +273,7 @@ func BenchmarkPriorityShares(b *testing.B) {
 			order = order[:0]
 			for i := 0; len(order) < window; i++ {
 				p := spool.Priorities[i%5]
-				batch, err := cons[p].FetchNoWait(*benchSlots / 5)
+				batch, err := cons[p].FetchNoWait(shareSlots)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -298,7 +306,7 @@ func BenchmarkPriorityShares(b *testing.B) {
 				mu.Unlock()
 				started.Add(1)
 				return nil, nil
-			}, consumer.WithBoost())
+			}, consumer.WithBoost(), consumer.WithConcurrency(shareSlots, shareSlots))
 			waitFor(b, 5*time.Minute, "window", func() bool { return started.Load() >= window })
 			b.StopTimer()
 			stopWorker(b, w)

@@ -177,9 +177,13 @@ func (w *Worker) start(ctx context.Context) error {
 		return err
 	}
 	w.ioCtx = context.WithoutCancel(ctx)
-	w.hardCtx, w.hardCancel = context.WithCancel(w.ioCtx)
 
 	w.mu.Lock()
+	if w.state != WorkerNew {
+		w.mu.Unlock()
+		return ErrStopped // Stop won the race with Start
+	}
+	w.hardCtx, w.hardCancel = context.WithCancel(w.ioCtx)
 	w.state = WorkerIdle
 	w.windowFrom = time.Now()
 	for p := range w.prio {
@@ -221,8 +225,11 @@ func (w *Worker) Stop(ctx context.Context) error {
 	case <-w.stopped:
 		return nil
 	case <-ctx.Done():
-		if w.hardCancel != nil {
-			w.hardCancel()
+		w.mu.Lock()
+		cancel := w.hardCancel
+		w.mu.Unlock()
+		if cancel != nil {
+			cancel()
 		}
 		return ctx.Err()
 	}
@@ -352,10 +359,11 @@ func (w *Worker) dispatchLoop() {
 // dispatch plans pulls under the lock and starts them.
 //
 // Slots go first to priorities known to have work (no-wait fetches sized to
-// the free slots, split by the scheduler). Only when no priority is known
-// to have work does the worker long-poll: one single-message pull per
-// empty priority, each reserving a slot out of MaxConcurrency so a message
-// it brings always has a slot.
+// the free slots, split by the scheduler). When slots are left over (no
+// priority is known to have work, or what is known is fewer tasks than free
+// slots), every other priority gets a long-poll: a single-message pull
+// that reserves a slot out of MaxConcurrency, so a message it brings always
+// has a slot.
 func (w *Worker) dispatch() {
 	if w.isStopping() {
 		return
@@ -392,23 +400,28 @@ func (w *Worker) dispatch() {
 			return
 		}
 		alloc := w.sched.allocate(free, caps, w.sched.effective(w.o.now(), oldest))
+		used := 0
 		for _, p := range spool.Priorities {
 			if n := alloc[p]; n > 0 {
+				used += n
 				w.fetching += n
 				w.prio[p].fetches++
 				w.pulls.Add(1)
 				go w.fetch(p, n)
 			}
 		}
-		return
+		if used == free {
+			return // every free slot is wanted: no spare capacity to long-poll
+		}
 	}
+	// Spare capacity: long-poll every priority with no known work.
 	budget := w.o.MaxConcurrency - w.busy - w.fetching - w.polling
 	for _, p := range spool.Priorities {
 		st := &w.prio[p]
 		if budget <= 0 {
 			break
 		}
-		if st.polling || st.fetches > 0 {
+		if st.polling || st.fetches > 0 || caps[p] > 0 {
 			continue
 		}
 		st.polling = true

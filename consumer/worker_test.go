@@ -697,3 +697,33 @@ func TestDemoHandlers(t *testing.T) {
 		}
 	}
 }
+
+// With a processing delay, an attempt that runs longer than the delay
+// still shows "processing", and its final state always wins.
+func TestProcessingDelay(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, streams.Settings{})
+	release := make(chan struct{})
+	mux := consumer.NewMux()
+	mux.HandleFunc("slow", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		<-release
+		return []byte(`"slow"`), nil
+	})
+	mux.HandleFunc("fast", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		return []byte(`"fast"`), nil
+	})
+	e.worker(mux, consumer.WithProcessingDelay(50*time.Millisecond))
+	for i := range 50 {
+		e.publishID(spool.High, "fast", "fast-"+itoa(i), nil, nil)
+	}
+	e.publishID(spool.High, "slow", "slow-1", nil, nil)
+	doc := e.waitResult("slow-1", spool.StateProcessing, 10*time.Second)
+	if doc.StartedAt == nil || doc.Attempts != 1 {
+		t.Errorf("processing document %+v", doc)
+	}
+	close(release)
+	e.waitResult("slow-1", spool.StateCompleted, 10*time.Second)
+	for i := range 50 {
+		e.waitResult("fast-"+itoa(i), spool.StateCompleted, 10*time.Second)
+	}
+}

@@ -60,6 +60,11 @@ type Config struct {
 	// ScaleDownIdle is how long slots must go unused before the pool
 	// shrinks. SPOOL_SCALE_DOWN_IDLE, default 2m.
 	ScaleDownIdle time.Duration `envconfig:"SCALE_DOWN_IDLE" default:"2m"`
+	// ProcessingDelay writes the "processing" result state only for
+	// attempts still running after it (one result write less for short
+	// tasks); 0 writes it for every attempt. SPOOL_PROCESSING_DELAY,
+	// default 0.
+	ProcessingDelay time.Duration `envconfig:"PROCESSING_DELAY" default:"0"`
 	// StatsInterval is how often the one-line summary is logged; 0 turns it
 	// off. SPOOL_STATS_INTERVAL, default 10s.
 	StatsInterval time.Duration `envconfig:"STATS_INTERVAL" default:"10s"`
@@ -95,6 +100,7 @@ func (c *Config) Validate() error {
 		{c.ShutdownTimeout < 0, fmt.Sprintf("SPOOL_SHUTDOWN_TIMEOUT: %s is negative", c.ShutdownTimeout)},
 		{c.ScaleUpFill <= 0 || c.ScaleUpFill > 1, fmt.Sprintf("SPOOL_SCALE_UP_FILL: %g must be in (0, 1]", c.ScaleUpFill)},
 		{c.ScaleDownIdle <= 0, fmt.Sprintf("SPOOL_SCALE_DOWN_IDLE: %s must be positive", c.ScaleDownIdle)},
+		{c.ProcessingDelay < 0, fmt.Sprintf("SPOOL_PROCESSING_DELAY: %s is negative", c.ProcessingDelay)},
 		{c.StatsInterval < 0, fmt.Sprintf("SPOOL_STATS_INTERVAL: %s is negative", c.StatsInterval)},
 	}
 	for _, ch := range checks {
@@ -126,6 +132,7 @@ func (c *Config) Options() []consumer.Option {
 		consumer.WithTaskTimeout(c.TaskTimeout),
 		consumer.WithShutdownTimeout(c.ShutdownTimeout),
 		consumer.WithAutoscale(c.ScaleUpFill, c.ScaleDownIdle),
+		consumer.WithProcessingDelay(c.ProcessingDelay),
 	}
 }
 
