@@ -2,14 +2,17 @@ package httpapi_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -84,4 +87,40 @@ func Example() {
 	// Output:
 	// 201 true
 	// 400 true
+}
+
+// ExampleNewServer starts the broker in-process on 127.0.0.1:8080 (the dev
+// stack does this) and stops it gracefully when ctx ends. nc is a connected
+// *nats.Conn the broker never closes.
+func ExampleNewServer() {
+	ctx := context.Background() // the process's lifetime
+	logger := slog.Default()
+	nc, err := nats.Connect(nats.DefaultURL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+
+	client, err := producer.New(nc, producer.WithLogger(logger)) // producer.WithNames(names) for another prefix
+	if err != nil {
+		log.Fatal(err)
+	}
+	h := httpapi.NewHandler(client, httpapi.Options{Logger: logger}) // Token: "…" requires a bearer token
+	srv := httpapi.NewServer("127.0.0.1:8080", h, logger)
+	ln, err := net.Listen("tcp", srv.Addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("http broker stopped", "error", err)
+		}
+	}()
+
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		logger.Error("stopping the http broker", "error", err)
+	}
 }
