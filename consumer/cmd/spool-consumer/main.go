@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -25,30 +26,40 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	// SIGINT and SIGTERM end ctx: run then stops the worker gracefully.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "spool-consumer:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	demo := flag.Bool("demo", false, "register the demo handlers demo.echo, demo.sleep and demo.fail")
-	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: spool-consumer [--demo]\n\nEnvironment:\n%s", config.Usage(&Config{}))
+// run loads the configuration from the environment, connects, and runs a
+// worker until ctx ends, then stops it gracefully.
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	flags := flag.NewFlagSet("spool-consumer", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	demo := flags.Bool("demo", false, "register the demo handlers demo.echo, demo.sleep and demo.fail")
+	flags.Usage = func() {
+		fmt.Fprintf(stderr, "usage: spool-consumer [--demo]\n\nEnvironment:\n%s", config.Usage(&Config{}))
 	}
-	flag.Parse()
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
 
 	var cfg Config
 	if err := config.Load(&cfg); err != nil {
 		return err
 	}
-	logger, err := logging.New(os.Stderr, cfg.LogFormat, cfg.LogLevel)
+	logger, err := logging.New(stderr, cfg.LogFormat, cfg.LogLevel)
 	if err != nil {
 		return err
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 
 	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	nc, err := natsconn.Connect(connectCtx, cfg.NATS, "spool-consumer", logger)
@@ -82,7 +93,7 @@ func run() error {
 	logger.Info("stopping: finishing running tasks", "shutdown_timeout", cfg.ShutdownTimeout)
 	// The worker enforces ShutdownTimeout itself; the extra minute bounds
 	// the hand-back of tasks whose handlers ignore cancellation.
-	stopCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout+time.Minute)
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout+time.Minute)
 	defer cancel()
 	if err := w.Stop(stopCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("stopping worker: %w", err)
