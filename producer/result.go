@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -12,9 +14,10 @@ import (
 )
 
 // Result reads the result document of task id from the results bucket.
-// It returns ErrTaskNotFound when there is none: consumers write the
-// document when they first pick the task up, so a task still waiting in
-// the queue (or scheduled) has none yet.
+// Consumers write the document when they first pick a task up; before that,
+// a delayed task whose schedule is pending is reported with State
+// spool.StateScheduled (NextAttempt is when it is due), and any other task
+// gives ErrTaskNotFound (still queued, expired, or never enqueued).
 func (c *Client) Result(ctx context.Context, id string) (spool.Result, error) {
 	if err := spool.ValidateID(id); err != nil {
 		return spool.Result{}, invalid("id", err)
@@ -27,7 +30,7 @@ func (c *Client) Result(ctx context.Context, id string) (spool.Result, error) {
 	}
 	entry, err := kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return spool.Result{}, fmt.Errorf("%w: no result for task %q", ErrTaskNotFound, id)
+		return c.scheduledResult(ctx, id)
 	}
 	if err != nil {
 		return spool.Result{}, fmt.Errorf("reading the result of task %q: %w", id, err)
@@ -93,5 +96,37 @@ func decodeResult(id string, entry jetstream.KeyValueEntry) (spool.Result, error
 	if err := json.Unmarshal(entry.Value(), &r); err != nil {
 		return r, fmt.Errorf("decoding the result of task %q (revision %d): %w", id, entry.Revision(), err)
 	}
+	return r, nil
+}
+
+// scheduledResult describes task id from its pending schedule, or returns
+// ErrTaskNotFound when it has none.
+func (c *Client) scheduledResult(ctx context.Context, id string) (spool.Result, error) {
+	notFound := fmt.Errorf("%w: no result for task %q", ErrTaskNotFound, id)
+	subject, err := c.names.SchedSubject(id)
+	if err != nil {
+		return spool.Result{}, invalid("id", err)
+	}
+	s, _, err := c.taskStream(ctx)
+	if err != nil {
+		return spool.Result{}, err
+	}
+	msg, err := s.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return spool.Result{}, notFound
+	}
+	if err != nil {
+		return spool.Result{}, fmt.Errorf("looking up the schedule of task %q: %w", id, err)
+	}
+	r := spool.Result{ID: id, State: spool.StateScheduled, EnqueuedAt: msg.Time}
+	if p, typ, err := c.names.ParseTaskSubject(msg.Header.Get(spool.HeaderScheduleTarget)); err == nil {
+		r.Priority, r.Type = p, typ
+	}
+	if at, ok := strings.CutPrefix(msg.Header.Get(spool.HeaderSchedule), "@at "); ok {
+		if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
+			r.NextAttempt = &t
+		}
+	}
+	r.TraceParent = msg.Header.Get(spool.HeaderTraceParent)
 	return r, nil
 }

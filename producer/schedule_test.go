@@ -104,9 +104,18 @@ func TestCancelScheduledTask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Before any consumer sees it, the result reports the pending schedule.
+	r, err := e.client.Result(ctx, res.ID)
+	if err != nil || r.State != spool.StateScheduled || r.Type != "report" || r.Priority != spool.Normal ||
+		r.NextAttempt == nil || !r.NextAttempt.Equal(res.ProcessAt) {
+		t.Fatalf("result of a scheduled task: %+v, %v", r, err)
+	}
 	ok, err := e.client.Cancel(ctx, res.ID)
 	if err != nil || !ok {
 		t.Fatalf("cancel: %v, %v", ok, err)
+	}
+	if _, err := e.client.Result(ctx, res.ID); !errors.Is(err, producer.ErrTaskNotFound) {
+		t.Fatalf("result after cancel: %v", err)
 	}
 	if n := e.subjectCount(t, "spool.sched.>"); n != 0 {
 		t.Fatalf("%d schedules left", n)

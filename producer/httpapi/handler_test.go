@@ -237,6 +237,10 @@ func TestCancelOverHTTP(t *testing.T) {
 	if r.status != 201 || !decode[producer.EnqueueResult](t, r).Scheduled {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
+	r = b.do(t, "GET", "/v1/tasks/r1", "", nil)
+	if r.status != 200 || decode[spool.Result](t, r).State != spool.StateScheduled {
+		t.Fatalf("scheduled task: %d %s", r.status, r.body)
+	}
 	r = b.do(t, "DELETE", "/v1/tasks/r1", "", nil)
 	if r.status != 200 || !strings.Contains(string(r.body), `"cancelled":true`) {
 		t.Fatalf("cancel: %d %s", r.status, r.body)
