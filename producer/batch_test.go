@@ -114,3 +114,29 @@ func TestBatchReportsEachOutcome(t *testing.T) {
 		t.Errorf("stream holds %d messages, want 4", n)
 	}
 }
+
+func TestCloseReleasesTheReplySubscription(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	c, err := producer.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := e.nc.NumSubscriptions()
+	if _, err := c.EnqueueBatch(ctxFor(t), []producer.Task{producer.NewTask("a", nil)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.nc.NumSubscriptions(); got != before+1 {
+		t.Fatalf("%d subscriptions after a batch, want %d", got, before+1)
+	}
+	c.Close()
+	if got := e.nc.NumSubscriptions(); got != before {
+		t.Fatalf("%d subscriptions after Close, want %d", got, before)
+	}
+	if e.nc.IsClosed() {
+		t.Fatal("Close closed the connection")
+	}
+	if _, err := c.EnqueueBatch(ctxFor(t), []producer.Task{producer.NewTask("a", nil)}); err != nil {
+		t.Fatalf("batch after Close: %v", err)
+	}
+}

@@ -61,6 +61,13 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	}, nil
 }
 
+// Close releases what the client holds on the connection (the reply
+// subscription of asynchronous publishes); it does not close the
+// connection. Acks still pending fail. The client stays usable.
+func (c *Client) Close() {
+	c.js.CleanupPublisher()
+}
+
 // Names returns the names the client publishes under.
 func (c *Client) Names() spool.Names { return c.names }
 

@@ -105,6 +105,7 @@ func ExampleNewServer() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer client.Close()
 	h := httpapi.NewHandler(client, httpapi.Options{Logger: logger}) // Token: "…" requires a bearer token
 	srv := httpapi.NewServer("127.0.0.1:8080", h, logger)
 	ln, err := net.Listen("tcp", srv.Addr)

@@ -54,7 +54,10 @@ type session struct {
 	logger *slog.Logger
 }
 
-func (s *session) close() { s.nc.Close() }
+func (s *session) close() {
+	s.client.Close()
+	s.nc.Close()
+}
 
 // connect applies the --url override, builds the logger and connects.
 func connect(ctx context.Context, cfg Config, url string, env *cmdEnv, opts ...producer.Option) (*session, error) {
