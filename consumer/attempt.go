@@ -53,6 +53,7 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 	}
 	meta, metaErr := spool.DecodeMeta(hdr)
 	if err := errors.Join(subjErr, metaErr); err != nil {
+		a.maxAttempts = a.attempt
 		w.deadLetter(a, spool.ReasonBadInput, err, outcome{failed: true, pickup: -1})
 		return
 	}
@@ -99,6 +100,11 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 		w.complete(a, out, o)
 	case verdictReturned:
 		o.returned = true
+		doc := a.doc(spool.StatePending)
+		doc.Error = "handed back unfinished at worker shutdown"
+		if err := w.results.PutAsync(doc); err != nil {
+			w.log.Warn("writing pending state", "task_id", a.id, "error", err)
+		}
 		if err := msg.Nak(); err != nil {
 			w.log.Warn("handing back an unfinished task", "task_id", a.id, "error", err)
 		}

@@ -534,6 +534,18 @@ func TestGracefulStopHandsBack(t *testing.T) {
 	if got := st.Total().Returned; got != 3 || st.State != consumer.WorkerStopped || st.Total().Completed != 0 {
 		t.Fatalf("after stop: returned %d, state %s, completed %d", got, st.State, st.Total().Completed)
 	}
+	pending := 0
+	for i := range n {
+		if doc, ok := e.result("job-" + itoa(i)); ok {
+			if doc.State != spool.StatePending {
+				t.Errorf("handed-back task %s in state %s", doc.ID, doc.State)
+			}
+			pending++
+		}
+	}
+	if pending != 3 {
+		t.Errorf("%d result documents after stop, want the 3 handed back", pending)
+	}
 
 	mux2 := consumer.NewMux()
 	mux2.HandleFunc("job", func(ctx context.Context, task *consumer.Task) ([]byte, error) { return nil, nil })
