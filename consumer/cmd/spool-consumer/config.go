@@ -21,53 +21,53 @@ type Config struct {
 	// ConcurrencyMin and ConcurrencyMax bound the worker slots; the pool
 	// autoscales between them. SPOOL_CONCURRENCY_MIN default 1,
 	// SPOOL_CONCURRENCY_MAX default 10.
-	ConcurrencyMin int `envconfig:"CONCURRENCY_MIN" default:"1"`
-	ConcurrencyMax int `envconfig:"CONCURRENCY_MAX" default:"10"`
+	ConcurrencyMin int `envconfig:"CONCURRENCY_MIN" default:"1" desc:"fewest worker slots (autoscaling floor)"`
+	ConcurrencyMax int `envconfig:"CONCURRENCY_MAX" default:"10" desc:"most worker slots (autoscaling ceiling)"`
 	// Weights are the priority weights, "critical=1,high=0.7,...";
 	// priorities left out keep their default. SPOOL_WEIGHTS, default
 	// critical=1,high=0.7,normal=0.4,low=0.2,idle=0.1.
-	Weights string `envconfig:"WEIGHTS" default:"critical=1,high=0.7,normal=0.4,low=0.2,idle=0.1"`
+	Weights string `envconfig:"WEIGHTS" default:"critical=1,high=0.7,normal=0.4,low=0.2,idle=0.1" desc:"priority weights, <priority>=<weight>,..."`
 	// Boost is the anti-starvation boost, "<age>=<factor>,..." with
 	// increasing ages; empty turns it off. SPOOL_BOOST, default
 	// 30s=1.5,60s=1.75,90s=2.
-	Boost string `envconfig:"BOOST" default:"30s=1.5,60s=1.75,90s=2"`
+	Boost string `envconfig:"BOOST" default:"30s=1.5,60s=1.75,90s=2" desc:"anti-starvation boost by oldest wait, <age>=<factor>,... (empty: off)"`
 	// Strict always serves the highest non-empty priority. SPOOL_STRICT,
 	// default false.
-	Strict bool `envconfig:"STRICT" default:"false"`
+	Strict bool `envconfig:"STRICT" default:"false" desc:"always serve the highest non-empty priority"`
 	// RetryBase and RetryMax shape the backoff min(base·2^(attempt-1), max).
 	// SPOOL_RETRY_BASE default 1s, SPOOL_RETRY_MAX default 5m.
-	RetryBase time.Duration `envconfig:"RETRY_BASE" default:"1s"`
-	RetryMax  time.Duration `envconfig:"RETRY_MAX" default:"5m"`
+	RetryBase time.Duration `envconfig:"RETRY_BASE" default:"1s" desc:"first retry delay; doubles per attempt"`
+	RetryMax  time.Duration `envconfig:"RETRY_MAX" default:"5m" desc:"longest retry delay"`
 	// RetryJitter adds up to this fraction of the backoff at random.
 	// SPOOL_RETRY_JITTER, default 0.2.
-	RetryJitter float64 `envconfig:"RETRY_JITTER" default:"0.2"`
+	RetryJitter float64 `envconfig:"RETRY_JITTER" default:"0.2" desc:"random extra delay, fraction of the backoff"`
 	// DefaultMaxRetries applies to tasks without Spool-Max-Retries.
 	// SPOOL_DEFAULT_MAX_RETRIES, default 3.
-	DefaultMaxRetries int `envconfig:"DEFAULT_MAX_RETRIES" default:"3"`
+	DefaultMaxRetries int `envconfig:"DEFAULT_MAX_RETRIES" default:"3" desc:"retries after the first attempt without Spool-Max-Retries"`
 	// TaskTimeout is the per-attempt deadline for tasks without
 	// Spool-Timeout. SPOOL_TASK_TIMEOUT, default 30m.
-	TaskTimeout time.Duration `envconfig:"TASK_TIMEOUT" default:"30m"`
+	TaskTimeout time.Duration `envconfig:"TASK_TIMEOUT" default:"30m" desc:"attempt deadline without Spool-Timeout"`
 	// ShutdownTimeout is how long running handlers may finish after
 	// SIGINT/SIGTERM before their tasks are handed back.
 	// SPOOL_SHUTDOWN_TIMEOUT, default 30s.
-	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s"`
+	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"time running handlers get on SIGINT/SIGTERM before their tasks are handed back"`
 	// WorkerName names this process in results. SPOOL_WORKER_NAME, default
 	// <hostname>-<pid>.
-	WorkerName string `envconfig:"WORKER_NAME"`
+	WorkerName string `envconfig:"WORKER_NAME" desc:"name in result documents (default <hostname>-<pid>)"`
 	// ScaleUpFill is the busy fraction at which the pool grows while tasks
 	// wait. SPOOL_SCALE_UP_FILL, default 0.6.
-	ScaleUpFill float64 `envconfig:"SCALE_UP_FILL" default:"0.6"`
+	ScaleUpFill float64 `envconfig:"SCALE_UP_FILL" default:"0.6" desc:"busy fraction of the slots at which the pool grows while tasks wait"`
 	// ScaleDownIdle is how long slots must go unused before the pool
 	// shrinks. SPOOL_SCALE_DOWN_IDLE, default 2m.
-	ScaleDownIdle time.Duration `envconfig:"SCALE_DOWN_IDLE" default:"2m"`
+	ScaleDownIdle time.Duration `envconfig:"SCALE_DOWN_IDLE" default:"2m" desc:"period after which unused slots are released"`
 	// ProcessingDelay writes the "processing" result state only for
 	// attempts still running after it (one result write less for short
 	// tasks); 0 writes it for every attempt. SPOOL_PROCESSING_DELAY,
 	// default 0.
-	ProcessingDelay time.Duration `envconfig:"PROCESSING_DELAY" default:"0"`
+	ProcessingDelay time.Duration `envconfig:"PROCESSING_DELAY" default:"0" desc:"write the processing state only for attempts running longer (0: always)"`
 	// StatsInterval is how often the one-line summary is logged; 0 turns it
 	// off. SPOOL_STATS_INTERVAL, default 10s.
-	StatsInterval time.Duration `envconfig:"STATS_INTERVAL" default:"10s"`
+	StatsInterval time.Duration `envconfig:"STATS_INTERVAL" default:"10s" desc:"how often the one-line summary is logged (0: never)"`
 
 	weights consumer.Weights
 	boost   []consumer.BoostStep
