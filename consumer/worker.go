@@ -44,6 +44,7 @@ type Worker struct {
 	tasks      jetstream.Stream
 	cons       [numPriorities]jetstream.Consumer
 	maxDeliver [numPriorities]int // 0: unlimited
+	maxAckPend [numPriorities]int // 0: unlimited
 	ackWait    [numPriorities]time.Duration
 	results    *Results
 	ioCtx      context.Context // values of Start's ctx, never cancelled
@@ -89,10 +90,14 @@ type prioState struct {
 	maybe bool
 	// oldest is the stream time of the oldest waiting task at the last
 	// refresh; zero when none or unknown.
-	oldest  time.Time
-	polling bool
-	fetches int
-	busy    int
+	oldest time.Time
+	// ackPendingHigh is set while the consumer's unacked tasks (running
+	// and in retry backoff) are near MaxAckPending, past which the server
+	// stops delivering the priority.
+	ackPendingHigh bool
+	polling        bool
+	fetches        int
+	busy           int
 }
 
 // New returns a Worker that runs tasks through h (usually a *Mux). nc must
@@ -171,6 +176,9 @@ func (w *Worker) start(ctx context.Context) error {
 		w.ackWait[p] = cfg.AckWait
 		if cfg.MaxDeliver > 0 {
 			w.maxDeliver[p] = cfg.MaxDeliver
+		}
+		if cfg.MaxAckPending > 0 {
+			w.maxAckPend[p] = cfg.MaxAckPending
 		}
 	}
 	if w.results, err = NewResults(ctx, js, names, w.o.WorkerName); err != nil {
@@ -479,6 +487,13 @@ func (w *Worker) refresh() {
 			st.maybe = info.NumAckPending > local
 			st.oldest = oldest
 		}
+		high := w.maxAckPend[p] > 0 && info.NumAckPending >= w.maxAckPend[p]*9/10
+		warn := high && !st.ackPendingHigh
+		st.ackPendingHigh = high
 		w.mu.Unlock()
+		if warn {
+			w.log.Warn("priority near MaxAckPending: tasks in retry backoff count against it, and at the limit the server delivers no fresh task of this priority; raise SPOOL_MAX_ACK_PENDING",
+				"priority", p.String(), "ack_pending", info.NumAckPending, "max_ack_pending", w.maxAckPend[p])
+		}
 	}
 }
