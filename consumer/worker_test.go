@@ -739,3 +739,51 @@ func TestProcessingDelay(t *testing.T) {
 		e.waitResult("fast-"+itoa(i), spool.StateCompleted, 10*time.Second)
 	}
 }
+
+// A task that ran out of deliveries without a verdict (its workers
+// crashed) is left to the DLQ router: the worker's outstanding pulls let
+// the server emit the MAX_DELIVERIES advisory, and the worker never runs
+// the task.
+func TestMaxDeliverAdvisoryWhileIdle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, streams.Settings{AckWait: time.Second, MaxDeliver: 2})
+	seq := e.publishID(spool.Low, "job", "crashy", nil, nil)
+	// Two deliveries to a "worker" that crashes: fetched, never acked.
+	cons, err := e.js.Consumer(testCtx(t), e.names.TaskStream(), e.names.Consumer(spool.Low))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 2; i++ {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("delivery %d: %v", i, err)
+		}
+		if md, _ := m.Metadata(); md.NumDelivered != uint64(i) {
+			t.Fatalf("delivery %d has NumDelivered %d", i, md.NumDelivered)
+		}
+	}
+	var ran atomic.Int32
+	mux := consumer.NewMux()
+	mux.HandleFunc("job", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		ran.Add(1)
+		return nil, nil
+	})
+	e.worker(mux)
+	adv, err := e.js.Stream(testCtx(t), e.names.AdvisoryStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "MAX_DELIVERIES advisory", func() bool {
+		m, err := adv.GetLastMsgForSubject(testCtx(t), "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.SPOOL_TASKS.spool-low")
+		if err != nil {
+			return false
+		}
+		var a struct {
+			StreamSeq uint64 `json:"stream_seq"`
+		}
+		return json.Unmarshal(m.Data, &a) == nil && a.StreamSeq == seq
+	})
+	if ran.Load() != 0 {
+		t.Errorf("the worker ran a task past MaxDeliver %d times", ran.Load())
+	}
+}
