@@ -72,12 +72,12 @@ type prepared struct {
 // limit the largest message (payload plus headers) the stream accepts.
 func (c *Client) prepare(t Task, now time.Time, limit int) (prepared, error) {
 	var p prepared
-	if err := spool.ValidateType(t.Type); err != nil {
-		return p, invalid("type", err)
+	if !t.Priority.Valid() {
+		return p, invalid("priority", fmt.Errorf("%w: %d (want spool.Critical to spool.Idle)", ErrInvalidPriority, int(t.Priority)))
 	}
-	subject, err := c.names.TaskSubject(t.Priority, t.Type)
+	subject, err := c.names.TaskSubject(t.Priority, t.Type) // validates the type
 	if err != nil {
-		return p, invalid("priority", err)
+		return p, invalid("type", err)
 	}
 	p.id = t.ID
 	if p.id == "" {
