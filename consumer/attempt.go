@@ -89,38 +89,8 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 	}
 	a.started = time.Now()
 	a.traceParent = meta.TraceParent
-	settle := w.writeProcessing(a)
-
-	out, herr, v, reason := w.run(msg, task, timeout)
-	settle()
-	o := outcome{pickup: pickup, run: time.Since(a.started)}
-	switch v {
-	case verdictOK:
-		o.completed = true
-		w.complete(a, out, o)
-	case verdictReturned:
-		o.returned = true
-		doc := a.doc(spool.StatePending)
-		doc.Error = "handed back unfinished at worker shutdown"
-		if err := w.results.PutAsync(doc); err != nil {
-			w.log.Warn("writing pending state", "task_id", a.id, "error", err)
-		}
-		if err := msg.Nak(); err != nil {
-			w.log.Warn("handing back an unfinished task", "task_id", a.id, "error", err)
-		}
-		w.log.Info("task handed back at shutdown", "task_id", a.id, "type", a.typ, "priority", p.String())
-		w.rec.record(p, a.typ, o)
-	case verdictDead:
-		o.failed = true
-		w.deadLetter(a, reason, herr, o)
-	case verdictFailed:
-		o.failed = true
-		if a.attempt >= a.maxAttempts {
-			w.deadLetter(a, reason, herr, o)
-			return
-		}
-		w.retry(a, herr, o)
-	}
+	settleProcessing := w.writeProcessing(a)
+	w.run(a, task, timeout, settleProcessing, outcome{pickup: pickup})
 }
 
 // writeProcessing writes the processing state now, or after
@@ -188,79 +158,117 @@ func (a attemptInfo) doc(state spool.State) spool.Result {
 	return d
 }
 
-// handlerResult is what the handler goroutine returns.
+// handlerResult is what the handler returned.
 type handlerResult struct {
 	out []byte
 	err error
 }
 
-// run calls the handler under the attempt's deadline, heartbeating the
-// message while it runs and turning a panic into a *PanicError. When the
-// deadline passes or shutdown cancels the attempt, run decides at once
-// (timeout or hand-back) but keeps the slot until the handler returns.
-func (w *Worker) run(msg jetstream.Msg, t *Task, timeout time.Duration) ([]byte, error, verdict, spool.Reason) {
+// handlerGrace is how long a handler whose context ended gets to return on
+// its own before the attempt is settled without it.
+const handlerGrace = 50 * time.Millisecond
+
+// run calls the handler in the attempt's goroutine under the attempt's
+// deadline, turning a panic into a *PanicError, and settles the attempt
+// with its result. A watcher goroutine heartbeats the message (InProgress
+// every AckWait/3) while the handler runs; when the deadline passes or
+// shutdown cancels the attempt and the handler has not returned within
+// handlerGrace, the watcher settles the attempt at once (timeout, or
+// hand-back) and the slot stays busy until the handler returns.
+func (w *Worker) run(a attemptInfo, t *Task, timeout time.Duration, settleProcessing func(), o outcome) {
 	ctx, cancel := context.WithTimeout(w.hardCtx, timeout)
 	defer cancel()
-	done := make(chan handlerResult, 1)
-	go func() {
-		var r handlerResult
+	var once sync.Once
+	finish := func(r handlerResult) {
+		once.Do(func() {
+			settleProcessing()
+			o.run = time.Since(a.started)
+			w.settle(a, ctx, r, o)
+		})
+	}
+	handlerDone := make(chan struct{})
+	watcherDone := make(chan struct{})
+	go w.watch(a, ctx, handlerDone, watcherDone, finish)
+
+	var r handlerResult
+	func() {
 		defer func() {
 			if v := recover(); v != nil {
 				r = handlerResult{err: &PanicError{Value: v, Stack: debug.Stack()}}
 			}
-			done <- r
 		}()
 		r.out, r.err = w.h.ProcessTask(ctx, t)
 	}()
+	close(handlerDone)
+	finish(r) // a no-op when the watcher settled the attempt already
+	<-watcherDone
+}
 
-	hb := w.ackWait[t.Priority] / 3
+// watch heartbeats the attempt while its handler runs and settles it
+// early when its context ends under a handler that does not return.
+func (w *Worker) watch(a attemptInfo, ctx context.Context, handlerDone <-chan struct{}, watcherDone chan<- struct{}, finish func(handlerResult)) {
+	defer close(watcherDone)
+	hb := w.ackWait[a.p] / 3
 	if hb <= 0 {
 		hb = 10 * time.Second
 	}
 	ticker := time.NewTicker(hb)
 	defer ticker.Stop()
-	var r handlerResult
-	decided := false
-	for !decided {
+	for {
 		select {
-		case r = <-done:
-			decided = true
+		case <-handlerDone:
+			return
 		case <-ticker.C:
-			if err := msg.InProgress(); err != nil {
-				w.log.Warn("heartbeat failed", "task_id", t.ID, "error", err)
+			if err := a.msg.InProgress(); err != nil {
+				w.log.Warn("heartbeat failed", "task_id", a.id, "error", err)
 			}
 		case <-ctx.Done():
-			// Deadline or shutdown: give a cooperative handler the chance to
-			// return its own error first.
+			grace := time.NewTimer(handlerGrace)
 			select {
-			case r = <-done:
-			default:
-				r = handlerResult{err: ctx.Err()}
-				w.waitHandler(t, done)
+			case <-handlerDone:
+				grace.Stop()
+				return
+			case <-grace.C:
 			}
-			decided = true
+			w.log.Warn("handler still running after its context ended; settling the task now, the slot stays busy until the handler returns",
+				"task_id", a.id, "type", a.typ, "error", ctx.Err())
+			finish(handlerResult{err: ctx.Err()})
+			return
 		}
 	}
-	return classify(w.hardCtx, ctx, r)
 }
 
-// waitHandler keeps the slot until a handler that ignored its context
-// returns, heartbeating nothing: the task is already settled.
-func (w *Worker) waitHandler(t *Task, done <-chan handlerResult) {
-	w.log.Warn("handler still running after its context ended; the slot stays busy until it returns",
-		"task_id", t.ID, "type", t.Type)
-	// The caller settles the task after we return; run the wait in the
-	// background so settling is not delayed, and hold the slot meanwhile.
-	w.attempts.Add(1)
-	w.mu.Lock()
-	w.busy++
-	w.prio[t.Priority].busy++
-	w.mu.Unlock()
-	go func() {
-		defer w.attempts.Done()
-		defer w.release(t.Priority)
-		<-done
-	}()
+// settle acts on an attempt's result: ack, NAK with backoff, dead letter,
+// or hand-back at shutdown.
+func (w *Worker) settle(a attemptInfo, ctx context.Context, r handlerResult, o outcome) {
+	out, herr, v, reason := classify(w.hardCtx, ctx, r)
+	switch v {
+	case verdictOK:
+		o.completed = true
+		w.complete(a, out, o)
+	case verdictReturned:
+		o.returned = true
+		doc := a.doc(spool.StatePending)
+		doc.Error = "handed back unfinished at worker shutdown"
+		if err := w.results.PutAsync(doc); err != nil {
+			w.log.Warn("writing pending state", "task_id", a.id, "error", err)
+		}
+		if err := a.msg.Nak(); err != nil {
+			w.log.Warn("handing back an unfinished task", "task_id", a.id, "error", err)
+		}
+		w.log.Info("task handed back at shutdown", "task_id", a.id, "type", a.typ, "priority", a.p.String())
+		w.rec.record(a.p, a.typ, o)
+	case verdictDead:
+		o.failed = true
+		w.deadLetter(a, reason, herr, o)
+	case verdictFailed:
+		o.failed = true
+		if a.attempt >= a.maxAttempts {
+			w.deadLetter(a, reason, herr, o)
+			return
+		}
+		w.retry(a, herr, o)
+	}
 }
 
 // classify maps the handler's return to a verdict and a dead-letter reason.

@@ -18,7 +18,6 @@ const pullErrorPause = 500 * time.Millisecond
 // request: the server answers at once with what it has) into the n slots
 // reserved for it.
 func (w *Worker) fetch(p spool.Priority, n int) {
-	defer w.pulls.Done()
 	var msgs []jetstream.Msg
 	batch, err := w.cons[p].FetchNoWait(n)
 	if err == nil {
@@ -39,16 +38,19 @@ func (w *Worker) fetch(p spool.Priority, n int) {
 	} else if md, err := msgs[len(msgs)-1].Metadata(); err == nil {
 		st.pending = md.NumPending
 	}
-	w.startLocked(p, msgs)
+	inline := w.startLocked(p, msgs)
 	w.mu.Unlock()
 	w.nudge()
+	w.pulls.Done()
+	if inline != nil {
+		w.attempt(p, inline)
+	}
 }
 
 // poll is a long-poll on an empty priority: a one-message pull request that
 // waits up to PollWait on the server, so a task published meanwhile is
 // delivered within about a millisecond. The slot it reserved takes the task.
 func (w *Worker) poll(p spool.Priority) {
-	defer w.pulls.Done()
 	var msgs []jetstream.Msg
 	batch, err := w.cons[p].Fetch(1, jetstream.FetchMaxWait(w.o.PollWait))
 	if err == nil {
@@ -69,9 +71,13 @@ func (w *Worker) poll(p spool.Priority) {
 			st.pending = md.NumPending
 		}
 	}
-	w.startLocked(p, msgs)
+	inline := w.startLocked(p, msgs)
 	w.mu.Unlock()
 	w.nudge()
+	w.pulls.Done()
+	if inline != nil {
+		w.attempt(p, inline)
+	}
 }
 
 // pullFailed logs a failed pull and pauses before the slot is given back.
@@ -88,10 +94,12 @@ func (w *Worker) pullFailed(p spool.Priority, kind string, err error) {
 	}
 }
 
-// startLocked runs an attempt for each message in the slots reserved for
-// them, or, once Stop was called, hands them back at once. w.mu is held.
-func (w *Worker) startLocked(p spool.Priority, msgs []jetstream.Msg) {
-	for _, m := range msgs {
+// startLocked takes a slot for each message and starts its attempt in a
+// goroutine, except the last, which it returns for the caller to run in its
+// own goroutine (one scheduling hop less between pull and handler). Once
+// Stop was called it hands the messages back at once instead. w.mu is held.
+func (w *Worker) startLocked(p spool.Priority, msgs []jetstream.Msg) (inline jetstream.Msg) {
+	for i, m := range msgs {
 		if w.isStopping() {
 			if err := m.Nak(); err != nil {
 				w.log.Warn("handing back a task pulled during shutdown", "priority", p.String(), "error", err)
@@ -102,8 +110,12 @@ func (w *Worker) startLocked(p spool.Priority, msgs []jetstream.Msg) {
 		w.prio[p].busy++
 		w.noteBusyLocked()
 		w.attempts.Add(1)
+		if i == len(msgs)-1 {
+			return m
+		}
 		go w.attempt(p, m)
 	}
+	return nil
 }
 
 // release frees the slot of a finished attempt.

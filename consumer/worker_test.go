@@ -787,3 +787,31 @@ func TestMaxDeliverAdvisoryWhileIdle(t *testing.T) {
 		t.Errorf("the worker ran a task past MaxDeliver %d times", ran.Load())
 	}
 }
+
+// A handler that ignores its deadline does not hold its task: the attempt
+// is settled (here: dead, reason timeout) while the handler still runs, and
+// the slot stays busy until it returns.
+func TestHandlerIgnoringDeadline(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, streams.Settings{})
+	release := make(chan struct{})
+	mux := consumer.NewMux()
+	mux.HandleFunc("stubborn", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		<-release // ignores ctx
+		return []byte(`"late"`), nil
+	})
+	w := e.worker(mux, consumer.WithConcurrency(1, 1))
+	e.publishID(spool.Normal, "stubborn", "stubborn-1", nil, map[string]string{spool.HeaderTimeout: "50ms", spool.HeaderMaxRetries: "0"})
+	doc := e.waitResult("stubborn-1", spool.StateDead, 10*time.Second)
+	if doc.Reason != spool.ReasonTimeout {
+		t.Errorf("dead document %+v", doc)
+	}
+	if s := w.Stats(); s.Busy != 1 {
+		t.Errorf("%d busy slots while the stubborn handler runs, want 1", s.Busy)
+	}
+	close(release)
+	waitFor(t, 10*time.Second, "slot freed", func() bool { return w.Stats().Busy == 0 })
+	if doc, _ := e.result("stubborn-1"); doc.State != spool.StateDead {
+		t.Errorf("the late return overwrote the dead document: %+v", doc)
+	}
+}
