@@ -24,6 +24,9 @@ func Options(cfg config.NATS, name string, logger *slog.Logger) []nats.Option {
 		nats.ReconnectJitter(100*time.Millisecond, time.Second),
 		nats.RetryOnFailedConnect(false),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if err == nil {
+				return // a deliberate Close; ClosedHandler logs it
+			}
 			logger.Warn("nats disconnected", "error", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
