@@ -43,7 +43,26 @@ func newEnv(t testing.TB, s streams.Settings) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	e := &env{t: t, url: srv.ClientURL(), names: spool.DefaultNames()}
+	return provisionEnv(t, srv.ClientURL(), s)
+}
+
+// newClusterEnv starts an embedded 3-node cluster owned by t and provisions
+// the topology with three replicas.
+func newClusterEnv(t testing.TB, s streams.Settings) *env {
+	t.Helper()
+	c, err := embedded.StartCluster(3, embedded.Options{StoreDir: t.TempDir(), Name: "consumer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Shutdown)
+	s.Replicas = 3
+	return provisionEnv(t, c.ClientURLs(), s)
+}
+
+func provisionEnv(t testing.TB, url string, s streams.Settings) *env {
+	t.Helper()
+	var err error
+	e := &env{t: t, url: url, names: spool.DefaultNames()}
 	e.nc = e.connect()
 	if e.js, err = jetstream.New(e.nc); err != nil {
 		t.Fatal(err)

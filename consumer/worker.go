@@ -211,7 +211,10 @@ func (w *Worker) start(ctx context.Context) error {
 // handlers still running and hands their tasks back at once (NAK without
 // delay) so another worker takes them. It returns when everything is done,
 // or ctx.Err() when ctx ends first (the hand-back still completes in the
-// background; wait on Stopped). Stop is idempotent and safe before Start.
+// background; wait on Stopped). A ctx that is already done makes Stop a
+// hard stop: running handlers are cancelled and their tasks handed back at
+// once. Stop is idempotent and safe before Start; it never closes the
+// connection.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.stopOnce.Do(func() {
 		close(w.stopping)

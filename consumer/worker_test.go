@@ -815,3 +815,40 @@ func TestHandlerIgnoringDeadline(t *testing.T) {
 		t.Errorf("the late return overwrote the dead document: %+v", doc)
 	}
 }
+
+// The delivery guarantees hold on a replicated (R3) topology on a 3-node
+// cluster: completion with results, retries, dead letters, and a graceful
+// hand-back picked up by a second worker.
+func TestWorkerOnCluster(t *testing.T) {
+	t.Parallel()
+	e := newClusterEnv(t, streams.Settings{})
+	mux := consumer.NewMux()
+	consumer.RegisterDemo(mux)
+	w1 := e.worker(mux, consumer.WithRetry(20*time.Millisecond, 20*time.Millisecond, 1))
+	const n = 40
+	for i := range n {
+		e.publishID(spool.Priorities[i%5], consumer.DemoEcho, "c-"+itoa(i), []byte(`{"i":`+itoa(i)+`}`), nil)
+	}
+	e.publishID(spool.High, consumer.DemoFail, "c-retry", []byte(`{"fail_times":1}`), nil)
+	e.publishID(spool.High, consumer.DemoFail, "c-dead", []byte(`{"fail_times":5}`), nil)
+	for i := range n {
+		doc := e.waitResult("c-"+itoa(i), spool.StateCompleted, 30*time.Second)
+		if string(doc.Result) != `{"i":`+itoa(i)+`}` {
+			t.Errorf("c-%d result %s", i, doc.Result)
+		}
+	}
+	if doc := e.waitResult("c-retry", spool.StateCompleted, 30*time.Second); doc.Attempts != 2 {
+		t.Errorf("retried task %+v", doc)
+	}
+	if doc := e.waitResult("c-dead", spool.StateDead, 30*time.Second); doc.Reason != spool.ReasonError || doc.Attempts != 2 {
+		t.Errorf("dead task %+v", doc)
+	}
+	if err := w1.Stop(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	// Tasks published while no worker runs wait; a new worker takes them.
+	e.publishID(spool.Low, consumer.DemoEcho, "c-late", []byte(`"late"`), nil)
+	e.worker(mux)
+	e.waitResult("c-late", spool.StateCompleted, 30*time.Second)
+	waitFor(t, 10*time.Second, "queue empty", func() bool { return e.taskMsgs() == 0 })
+}
