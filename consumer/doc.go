@@ -22,32 +22,46 @@
 //
 //   - priorities known to have waiting tasks get no-wait fetches sized to
 //     the free slots, split between them by the scheduler (smooth weighted
-//     round-robin over weight × boost, or strict order);
+//     round-robin over weight × boost, or strict order). One round of
+//     fetches is in flight at a time, so slots freed meanwhile are pulled
+//     together in the next, larger batch;
 //   - what a worker knows comes from the NumPending of the last message
 //     pulled from a priority, and from a refresh every RefreshInterval that
-//     reads consumer info (NumPending, NumAckPending) and the oldest waiting
+//     reads consumer info (NumPending, and NumAckPending for redeliveries
+//     coming due, which NumPending does not count) and the oldest waiting
 //     task (for the boost) of priorities not being long-polled;
-//   - when no priority is known to have work, each empty priority gets one
-//     long-poll pull request for a single task (expiring after PollWait and
-//     then renewed). Each reserves a slot out of MaxConcurrency, so a task it
-//     brings always has a slot (growing the pool if needed): nothing is ever
-//     pulled that must be handed back. A published task reaches a waiting
-//     pull in about a millisecond, an idle worker costs one request per
-//     priority per PollWait, and the outstanding pulls let the server emit
-//     MAX_DELIVERIES advisories for the DLQ router.
+//   - when slots are left over, every priority with no known work gets a
+//     long-poll: a single-task pull request that waits PollWait on the
+//     server and is then renewed. It reserves a slot out of MaxConcurrency,
+//     so a task it brings always has a slot (the pool grows if needed) and
+//     nothing pulled is ever handed back unrun. A published task reaches a
+//     waiting pull in about a millisecond; an idle worker costs one request
+//     per priority per PollWait; and the outstanding pulls let the server
+//     emit the MAX_DELIVERIES advisories the DLQ router acts on. Reserved
+//     poll slots return to the pool when their pulls expire.
 //
 // # Attempts
 //
 // The attempt number is the delivery count. A task gets
 // min(Spool-Max-Retries+1, consumer MaxDeliver) attempts, each under its
 // Spool-Timeout (or TaskTimeout), heartbeating InProgress every AckWait/3
-// while the handler runs. A panic is a failed attempt with its stack
-// logged. A failure NAKs with delay min(RetryBase·2^(attempt-1), RetryMax)
+// while the handler runs. A handler that outlives its deadline by more
+// than a short grace has its task settled without it (the slot stays busy
+// until it returns). A panic is a failed attempt with its stack logged. A failure NAKs with delay min(RetryBase·2^(attempt-1), RetryMax)
 // plus up to RetryJitter of jitter; the last failure, a Permanent error, a
 // type without handler and undecodable input (bad headers or id) go to the
 // dead-letter stream (PublishDeadLetter), then the dead result is written,
 // the unique key released, and only then the original removed.
 //
 // Every state change is written to the results bucket: processing and
-// retrying without waiting, completed and dead before the task is acked.
+// retrying without waiting, completed and dead before the task is acked
+// (ProcessingDelay can skip the processing write for short attempts).
+// Stop hands unfinished tasks back as pending.
+//
+// # Stats
+//
+// Worker.Stats returns counters per priority and per type (processed,
+// completed, failed, retried, dead, returned), pickup-latency and run-time
+// histograms, busy and idle slots, the backlog and the oldest wait per
+// priority; Stats.Summary is a one-line rendering.
 package consumer
