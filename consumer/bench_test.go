@@ -229,7 +229,7 @@ func BenchmarkPriorityShares(b *testing.B) {
 	const perPriority = 2000
 	const window = 4000 // critical's share (41.7%) stays within its 2000
 	const shareSlots = 8
-	weights := consumer.DefaultWeights
+	weights := consumer.DefaultWeights()
 	var sum float64
 	for _, w := range weights {
 		sum += w

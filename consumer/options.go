@@ -24,8 +24,9 @@ type BoostStep struct {
 // spool.Priority.
 type Weights [len(spool.Priorities)]float64
 
-// DefaultWeights are critical 1.0, high 0.7, normal 0.4, low 0.2, idle 0.1.
-var DefaultWeights = Weights{1.0, 0.7, 0.4, 0.2, 0.1}
+// DefaultWeights returns critical 1.0, high 0.7, normal 0.4, low 0.2,
+// idle 0.1.
+func DefaultWeights() Weights { return Weights{1.0, 0.7, 0.4, 0.2, 0.1} }
 
 // DefaultBoost is ×1.5 from 30s, ×1.75 from 60s, ×2.0 from 90s (the cap).
 func DefaultBoost() []BoostStep {
@@ -47,7 +48,7 @@ type Options struct {
 	// autoscales between them. Defaults 1 and 10.
 	MinConcurrency int
 	MaxConcurrency int
-	// Weights pick the priority to pull from. Default DefaultWeights.
+	// Weights pick the priority to pull from. Default DefaultWeights().
 	Weights Weights
 	// Boost multiplies a priority's weight by the age of its oldest waiting
 	// task. Default DefaultBoost(). Empty disables the boost.
@@ -111,7 +112,7 @@ func DefaultOptions() Options {
 		WorkerName:      host + "-" + strconv.Itoa(os.Getpid()),
 		MinConcurrency:  1,
 		MaxConcurrency:  10,
-		Weights:         DefaultWeights,
+		Weights:         DefaultWeights(),
 		Boost:           DefaultBoost(),
 		RetryBase:       time.Second,
 		RetryMax:        5 * time.Minute,

@@ -15,7 +15,7 @@ func TestSchedulerWeightedShares(t *testing.T) {
 	for _, batch := range []int{1, 3, 10} {
 		s := newScheduler(DefaultOptions())
 		caps := [numPriorities]int{1000, 1000, 1000, 1000, 1000}
-		eff := [numPriorities]float64(DefaultWeights)
+		eff := [numPriorities]float64(DefaultWeights())
 		var got [numPriorities]int
 		const picks = 2400
 		for n := 0; n < picks; n += batch {
@@ -25,14 +25,14 @@ func TestSchedulerWeightedShares(t *testing.T) {
 			}
 		}
 		var sum float64
-		for _, w := range DefaultWeights {
+		for _, w := range DefaultWeights() {
 			sum += w
 		}
 		total := 0
 		for _, g := range got {
 			total += g
 		}
-		for p, w := range DefaultWeights {
+		for p, w := range DefaultWeights() {
 			want := w / sum * float64(total)
 			if math.Abs(float64(got[p])-want) > 1+float64(batch) {
 				t.Errorf("batch %d: %s got %d picks, want %.1f", batch, spool.Priority(p), got[p], want)
@@ -59,7 +59,7 @@ func TestSchedulerCapsAndStrict(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := DefaultOptions()
 			o.Strict = tc.strict
-			got := newScheduler(o).allocate(tc.n, tc.caps, [numPriorities]float64(DefaultWeights))
+			got := newScheduler(o).allocate(tc.n, tc.caps, [numPriorities]float64(DefaultWeights()))
 			if got != tc.want {
 				t.Errorf("allocate = %v, want %v", got, tc.want)
 			}

@@ -10,20 +10,25 @@ import (
 	spool "github.com/spoolq/spool/shared"
 )
 
-// DistributionBounds are the upper bounds of the buckets of every
-// Distribution: 50µs doubling up to about 3.5 minutes, then +Inf.
-var DistributionBounds = func() []time.Duration {
-	b := make([]time.Duration, 23)
-	d := 50 * time.Microsecond
+// numBounds is the number of finite bucket bounds of a Distribution.
+const numBounds = 23
+
+// bucketBound is the upper bound of bucket i: 50µs·2^i.
+func bucketBound(i int) time.Duration { return 50 * time.Microsecond << i }
+
+// DistributionBounds returns the upper bounds of the buckets of every
+// Distribution: 50µs doubling up to about 3.5 minutes; a last bucket
+// (+Inf) follows.
+func DistributionBounds() []time.Duration {
+	b := make([]time.Duration, numBounds)
 	for i := range b {
-		b[i] = d
-		d *= 2
+		b[i] = bucketBound(i)
 	}
 	return b
-}()
+}
 
 // Distribution is a histogram of durations with the buckets of
-// DistributionBounds (Counts has one more element, for +Inf). It maps onto a
+// DistributionBounds() (Counts has one more element, for +Inf). It maps onto a
 // Prometheus histogram: Counts are per bucket, not cumulative.
 type Distribution struct {
 	Count  uint64
@@ -33,10 +38,10 @@ type Distribution struct {
 
 func (d *Distribution) observe(v time.Duration) {
 	if d.Counts == nil {
-		d.Counts = make([]uint64, len(DistributionBounds)+1)
+		d.Counts = make([]uint64, numBounds+1)
 	}
 	i := 0
-	for i < len(DistributionBounds) && v > DistributionBounds[i] {
+	for i < numBounds && v > bucketBound(i) {
 		i++
 	}
 	d.Counts[i]++
@@ -71,19 +76,19 @@ func (d Distribution) Quantile(q float64) time.Duration {
 			continue
 		}
 		if seen+float64(c) >= rank {
-			if i == len(DistributionBounds) {
-				return DistributionBounds[i-1]
+			if i == numBounds {
+				return bucketBound(i - 1)
 			}
 			lo := time.Duration(0)
 			if i > 0 {
-				lo = DistributionBounds[i-1]
+				lo = bucketBound(i - 1)
 			}
 			frac := (rank - seen) / float64(c)
-			return lo + time.Duration(frac*float64(DistributionBounds[i]-lo))
+			return lo + time.Duration(frac*float64(bucketBound(i)-lo))
 		}
 		seen += float64(c)
 	}
-	return DistributionBounds[len(DistributionBounds)-1]
+	return bucketBound(numBounds - 1)
 }
 
 // Counters count attempts and outcomes.
@@ -124,7 +129,7 @@ func mergeDist(a, b Distribution) Distribution {
 	}
 	out := a.clone()
 	if out.Counts == nil {
-		out.Counts = make([]uint64, len(DistributionBounds)+1)
+		out.Counts = make([]uint64, numBounds+1)
 	}
 	for i, c := range b.Counts {
 		out.Counts[i] += c

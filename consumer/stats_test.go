@@ -12,7 +12,7 @@ import (
 func TestDistributionQuantile(t *testing.T) {
 	t.Parallel()
 	var d consumer.Distribution
-	d.Counts = make([]uint64, len(consumer.DistributionBounds)+1)
+	d.Counts = make([]uint64, len(consumer.DistributionBounds())+1)
 	// 90 observations in (50µs, 100µs], 10 in (800µs, 1.6ms].
 	d.Counts[1], d.Counts[5] = 90, 10
 	d.Count = 100

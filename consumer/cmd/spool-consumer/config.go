@@ -139,7 +139,7 @@ func (c *Config) Options() []consumer.Option {
 // parseWeights reads "critical=1,high=0.7"; unnamed priorities keep their
 // default weight.
 func parseWeights(s string) (consumer.Weights, error) {
-	w := consumer.DefaultWeights
+	w := consumer.DefaultWeights()
 	seen := map[spool.Priority]bool{}
 	for _, part := range splitList(s) {
 		name, val, ok := strings.Cut(part, "=")

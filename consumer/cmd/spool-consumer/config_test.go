@@ -17,7 +17,7 @@ func TestConfigLoad(t *testing.T) {
 		check   func(t *testing.T, c *Config)
 	}{
 		{name: "defaults", check: func(t *testing.T, c *Config) {
-			if c.ConcurrencyMin != 1 || c.ConcurrencyMax != 10 || c.weights != consumer.DefaultWeights ||
+			if c.ConcurrencyMin != 1 || c.ConcurrencyMax != 10 || c.weights != consumer.DefaultWeights() ||
 				len(c.boost) != 3 || c.boost[2] != (consumer.BoostStep{After: 90 * time.Second, Factor: 2}) ||
 				c.RetryBase != time.Second || c.RetryMax != 5*time.Minute || c.DefaultMaxRetries != 3 ||
 				c.TaskTimeout != 30*time.Minute || c.ShutdownTimeout != 30*time.Second || c.WorkerName == "" {
