@@ -99,9 +99,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("stopping worker: %w", err)
 	}
 	logger.Info("final stats: " + w.Stats().Summary())
-	if err := nc.Drain(); err != nil {
-		logger.Warn("draining NATS connection", "error", err)
-	}
+	// Stop flushed every ack and result write; the deferred Close ends the
+	// connection.
 	return nil
 }
 
