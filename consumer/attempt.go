@@ -183,12 +183,12 @@ func (w *Worker) run(a attemptInfo, t *Task, timeout time.Duration, settleProces
 		once.Do(func() {
 			settleProcessing()
 			o.run = time.Since(a.started)
-			w.settle(a, ctx, r, o)
+			w.settle(ctx, a, r, o)
 		})
 	}
 	handlerDone := make(chan struct{})
 	watcherDone := make(chan struct{})
-	go w.watch(a, ctx, handlerDone, watcherDone, finish)
+	go w.watch(ctx, a, handlerDone, watcherDone, finish)
 
 	var r handlerResult
 	func() {
@@ -206,7 +206,7 @@ func (w *Worker) run(a attemptInfo, t *Task, timeout time.Duration, settleProces
 
 // watch heartbeats the attempt while its handler runs and settles it
 // early when its context ends under a handler that does not return.
-func (w *Worker) watch(a attemptInfo, ctx context.Context, handlerDone <-chan struct{}, watcherDone chan<- struct{}, finish func(handlerResult)) {
+func (w *Worker) watch(ctx context.Context, a attemptInfo, handlerDone <-chan struct{}, watcherDone chan<- struct{}, finish func(handlerResult)) {
 	defer close(watcherDone)
 	hb := w.ackWait[a.p] / 3
 	if hb <= 0 {
@@ -240,7 +240,7 @@ func (w *Worker) watch(a attemptInfo, ctx context.Context, handlerDone <-chan st
 
 // settle acts on an attempt's result: ack, NAK with backoff, dead letter,
 // or hand-back at shutdown.
-func (w *Worker) settle(a attemptInfo, ctx context.Context, r handlerResult, o outcome) {
+func (w *Worker) settle(ctx context.Context, a attemptInfo, r handlerResult, o outcome) {
 	out, herr, v, reason := classify(w.hardCtx, ctx, r)
 	switch v {
 	case verdictOK:
