@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -159,6 +160,7 @@ func BenchmarkPickupLatency(b *testing.B) {
 		}
 	}
 	b.Run("raw", func(b *testing.B) {
+		runtime.GC() // start clean of earlier benchmarks' garbage
 		e := newEnv(b, streams.Settings{})
 		cons, err := e.js.Consumer(testCtx(b), e.names.TaskStream(), e.names.Consumer(spool.Normal))
 		if err != nil {
@@ -195,6 +197,7 @@ func BenchmarkPickupLatency(b *testing.B) {
 		_, rawP99 = report(b, samples)
 	})
 	b.Run("worker", func(b *testing.B) {
+		runtime.GC()
 		e := newEnv(b, streams.Settings{})
 		var mu sync.Mutex
 		var samples []time.Duration
