@@ -217,8 +217,10 @@ func (w *Worker) start(ctx context.Context) error {
 // connection.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.stopOnce.Do(func() {
-		close(w.stopping)
+		// Closed under the lock: a pull that starts attempts (under the
+		// lock) either sees it or finishes its attempts.Add first.
 		w.mu.Lock()
+		close(w.stopping)
 		started := w.state != WorkerNew
 		if started {
 			w.state = WorkerStopping
