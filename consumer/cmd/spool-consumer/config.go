@@ -68,6 +68,11 @@ type Config struct {
 	// StatsInterval is how often the one-line summary is logged; 0 turns it
 	// off. SPOOL_STATS_INTERVAL, default 10s.
 	StatsInterval time.Duration `envconfig:"STATS_INTERVAL" default:"10s" desc:"how often the one-line summary is logged (0: never)"`
+	// DLQRouter runs the DLQ router beside the worker: it moves tasks that
+	// ran out of deliveries (their worker crashed every time) to the
+	// dead-letter stream. Several routers may run at once; turn it off only
+	// where another process runs one. SPOOL_DLQ_ROUTER, default true.
+	DLQRouter bool `envconfig:"DLQ_ROUTER" default:"true" desc:"also run the DLQ router for tasks that ran out of deliveries"`
 
 	weights consumer.Weights
 	boost   []consumer.BoostStep

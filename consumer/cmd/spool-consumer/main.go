@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/spoolq/spool/consumer"
 	"github.com/spoolq/spool/shared/config"
 	"github.com/spoolq/spool/shared/logging"
@@ -86,7 +88,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	logger.Info("spool-consumer running", "types", mux.Types(), "nats_url", nc.ConnectedUrlRedacted())
+	var router *consumer.Router
+	if cfg.DLQRouter {
+		router, err = startRouter(ctx, nc, cfg, w.Options().WorkerName, logger)
+		if err != nil {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+			defer cancel()
+			return errors.Join(err, w.Stop(stopCtx))
+		}
+	}
+	logger.Info("spool-consumer running", "types", mux.Types(), "nats_url", nc.ConnectedUrlRedacted(), "dlq_router", cfg.DLQRouter)
 
 	summarize(ctx, w, logger, cfg.StatsInterval)
 
@@ -95,6 +106,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	// the hand-back of tasks whose handlers ignore cancellation.
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout+time.Minute)
 	defer cancel()
+	if router != nil {
+		if err := router.Stop(stopCtx); err != nil {
+			logger.Warn("stopping the dlq router", "error", err)
+		}
+	}
 	if err := w.Stop(stopCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("stopping worker: %w", err)
 	}
@@ -102,6 +118,25 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	// Stop flushed every ack and result write; the deferred Close ends the
 	// connection.
 	return nil
+}
+
+// startRouter starts the DLQ router that moves tasks whose deliveries ran
+// out to the dead-letter stream.
+func startRouter(ctx context.Context, nc *nats.Conn, cfg Config, worker string, logger *slog.Logger) (*consumer.Router, error) {
+	r, err := consumer.NewRouter(nc,
+		consumer.WithRouterNames(cfg.Names()),
+		consumer.WithRouterLogger(logger.With("component", "dlq_router")),
+		consumer.WithRouterWorker(worker+"/dlq-router"),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("creating the dlq router: %w", err)
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := r.Start(startCtx); err != nil {
+		return nil, fmt.Errorf("starting the dlq router: %w", err)
+	}
+	return r, nil
 }
 
 // summarize logs the one-line summary every interval until ctx ends.
