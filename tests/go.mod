@@ -5,6 +5,8 @@ go 1.26.0
 require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
+	github.com/spoolq/spool/consumer v0.0.0-00010101000000-000000000000
+	github.com/spoolq/spool/producer v0.0.0-00010101000000-000000000000
 	github.com/spoolq/spool/shared v0.0.0
 	github.com/spoolq/spool/streams v0.0.0
 	go.uber.org/goleak v1.3.0

@@ -1,17 +1,25 @@
 // Package devstack runs Spool's development stack in one process: an
-// embedded JetStream server with the topology provisioned. `make run` starts
-// it through cmd/spool-dev, and end-to-end tests start it the same way.
+// embedded JetStream server with the topology provisioned, a worker with the
+// demo handlers and the DLQ router, and the HTTP broker. `make run` starts it
+// through cmd/spool-dev, and end-to-end tests start it the same way.
 package devstack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/producer"
+	"github.com/spoolq/spool/producer/httpapi"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/embedded"
@@ -32,6 +40,16 @@ type Options struct {
 	Settings streams.Settings
 	// Logger for the stack; the NATS server logs only warnings and errors.
 	Logger *slog.Logger
+	// Worker runs a worker with the demo handlers (demo.echo, demo.sleep,
+	// demo.fail) and the DLQ router.
+	Worker bool
+	// WorkerOptions are extra options for that worker.
+	WorkerOptions []consumer.Option
+	// BrokerAddr, when set, serves the HTTP broker there ("127.0.0.1:0"
+	// picks a free port).
+	BrokerAddr string
+	// BrokerToken, when set, is the bearer token the broker requires.
+	BrokerToken string
 }
 
 // Stack is a running development stack.
@@ -40,13 +58,28 @@ type Stack struct {
 	// URL is the NATS client URL.
 	URL   string
 	Names spool.Names
-	conn  *nats.Conn
+	// Worker and Router are nil unless Options.Worker was set.
+	Worker *consumer.Worker
+	Router *consumer.Router
+	// BrokerURL is the broker's base URL ("http://127.0.0.1:8080"), empty
+	// without a broker.
+	BrokerURL string
+
+	logger   *slog.Logger
+	conn     *nats.Conn
+	workerNC *nats.Conn
+	client   *producer.Client
+	broker   *http.Server
+	served   chan struct{}
 }
 
 // Start starts the server and provisions the topology.
 func Start(ctx context.Context, o Options) (*Stack, error) {
 	if o.Names == (spool.Names{}) {
 		o.Names = spool.DefaultNames()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	topo, err := streams.New(o.Names, o.Settings)
 	if err != nil {
@@ -63,7 +96,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &Stack{Server: srv, URL: srv.ClientURL(), Names: o.Names}
+	st := &Stack{Server: srv, URL: srv.ClientURL(), Names: o.Names, logger: o.Logger}
 	st.conn, err = nats.Connect(st.URL, nats.Name("spool-dev"))
 	if err != nil {
 		st.Stop()
@@ -78,11 +111,112 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		st.Stop()
 		return nil, err
 	}
+	if o.Worker {
+		if err := st.startWorker(ctx, o); err != nil {
+			st.Stop()
+			return nil, err
+		}
+	}
+	if o.BrokerAddr != "" {
+		if err := st.startBroker(o); err != nil {
+			st.Stop()
+			return nil, err
+		}
+	}
 	return st, nil
 }
 
-// Stop shuts the stack down and waits for the server to stop.
+// startWorker runs a worker with the demo handlers and a DLQ router on a
+// connection of their own, as a separate spool-consumer process would.
+func (s *Stack) startWorker(ctx context.Context, o Options) error {
+	var err error
+	s.workerNC, err = nats.Connect(s.URL, nats.Name("spool-dev-worker"), nats.MaxReconnects(-1))
+	if err != nil {
+		return fmt.Errorf("connecting the worker: %w", err)
+	}
+	mux := consumer.NewMux()
+	consumer.RegisterDemo(mux)
+	opts := append([]consumer.Option{
+		consumer.WithNames(s.Names),
+		consumer.WithLogger(s.logger.With("component", "worker")),
+		consumer.WithWorkerName("spool-dev-worker"),
+	}, o.WorkerOptions...)
+	if s.Worker, err = consumer.New(s.workerNC, mux, opts...); err != nil {
+		return fmt.Errorf("creating the worker: %w", err)
+	}
+	if err := s.Worker.Start(ctx); err != nil {
+		return fmt.Errorf("starting the worker: %w", err)
+	}
+	s.Router, err = consumer.NewRouter(s.workerNC,
+		consumer.WithRouterNames(s.Names),
+		consumer.WithRouterLogger(s.logger.With("component", "dlq_router")),
+		consumer.WithRouterWorker("spool-dev-worker/dlq-router"),
+	)
+	if err != nil {
+		return fmt.Errorf("creating the dlq router: %w", err)
+	}
+	if err := s.Router.Start(ctx); err != nil {
+		return fmt.Errorf("starting the dlq router: %w", err)
+	}
+	return nil
+}
+
+// startBroker serves the HTTP broker on o.BrokerAddr.
+func (s *Stack) startBroker(o Options) error {
+	var err error
+	s.client, err = producer.New(s.conn, producer.WithNames(s.Names), producer.WithLogger(s.logger.With("component", "broker")))
+	if err != nil {
+		return fmt.Errorf("creating the producer client: %w", err)
+	}
+	h := httpapi.NewHandler(s.client, httpapi.Options{Token: o.BrokerToken, Logger: s.logger.With("component", "broker")})
+	s.broker = httpapi.NewServer(o.BrokerAddr, h, s.logger.With("component", "broker"))
+	ln, err := net.Listen("tcp", o.BrokerAddr)
+	if err != nil {
+		return fmt.Errorf("listening for the broker on %s: %w", o.BrokerAddr, err)
+	}
+	s.BrokerURL = "http://" + ln.Addr().String()
+	s.served = make(chan struct{})
+	go func() {
+		defer close(s.served)
+		if err := s.broker.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			s.logger.Error("http broker stopped", "error", err)
+		}
+	}()
+	return nil
+}
+
+// StopTimeout bounds the graceful part of Stop: the broker's in-flight
+// requests and the worker's running tasks.
+const StopTimeout = 30 * time.Second
+
+// Stop shuts the stack down gracefully: the broker finishes its requests,
+// the worker its running tasks (unfinished ones are handed back), then the
+// server stops and Stop waits for it.
 func (s *Stack) Stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), StopTimeout)
+	defer cancel()
+	if s.broker != nil {
+		if err := s.broker.Shutdown(ctx); err != nil {
+			s.logger.Warn("stopping the broker", "error", err)
+		}
+		<-s.served
+	}
+	if s.client != nil {
+		s.client.Close()
+	}
+	if s.Router != nil {
+		if err := s.Router.Stop(ctx); err != nil {
+			s.logger.Warn("stopping the dlq router", "error", err)
+		}
+	}
+	if s.Worker != nil {
+		if err := s.Worker.Stop(ctx); err != nil {
+			s.logger.Warn("stopping the worker", "error", err)
+		}
+	}
+	if s.workerNC != nil {
+		s.workerNC.Close()
+	}
 	if s.conn != nil {
 		s.conn.Close()
 	}

@@ -1,11 +1,12 @@
 // Command spool-dev runs Spool's development stack in the foreground (make
 // run): an embedded JetStream server on 127.0.0.1:4222 with its store in
-// .data/, the topology provisioned. Ctrl-C stops it gracefully.
+// .data/, the topology provisioned, a worker with the demo handlers and the
+// DLQ router, and the HTTP broker on 127.0.0.1:8080. Ctrl-C stops it
+// gracefully.
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -23,6 +24,9 @@ import (
 type Config struct {
 	config.Common
 	streams.Settings
+	// HTTPToken, when set, is the bearer token the broker requires.
+	// SPOOL_HTTP_TOKEN, default none.
+	HTTPToken string `envconfig:"HTTP_TOKEN"`
 }
 
 // Validate checks both halves.
@@ -46,6 +50,8 @@ func run() error {
 	host := fs.String("host", "127.0.0.1", "NATS listen host")
 	port := fs.Int("port", 4222, "NATS client port")
 	syncAlways := fs.Bool("sync-always", false, "fsync every write before acknowledging (durable, slower)")
+	brokerAddr := fs.String("broker", "127.0.0.1:8080", "HTTP broker listen address (empty: no broker)")
+	worker := fs.Bool("worker", true, "run a worker with the demo handlers and the DLQ router")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
 	}
@@ -66,28 +72,38 @@ func run() error {
 	st, err := devstack.Start(ctx, devstack.Options{
 		Host: *host, Port: *port, StoreDir: *store, SyncAlways: *syncAlways,
 		Names: cfg.Names(), Settings: cfg.Settings, Logger: logger,
+		Worker: *worker, BrokerAddr: *brokerAddr, BrokerToken: cfg.HTTPToken,
 	})
 	if err != nil {
 		return err
 	}
 	defer st.Stop()
-	fmt.Printf(`
-Spool dev stack running
-  NATS (JetStream)  %s   store %s
-  topology          %s, %s, %s, KV %s and %s provisioned
-
-  Inspect:  nats -s %s stream ls    |  nats -s %s kv ls
-  Status:   go run ./streams/cmd/spool-admin status --url %s
-  Publish:  nats -s %s pub spool.tasks.normal.demo.echo 'hello'
-
-The producer broker and consumer workers join this stack once they exist;
-for now it runs the server and topology only. Ctrl-C stops it.
-`, st.URL, *store, st.Names.TaskStream(), st.Names.DLQStream(), st.Names.AdvisoryStream(),
-		st.Names.ResultsBucket(), st.Names.UniqueBucket(), st.URL, st.URL, st.URL, st.URL)
+	printBanner(st, *store)
 	<-ctx.Done()
 	logger.Info("stopping the dev stack")
-	if errors.Is(context.Cause(ctx), context.Canceled) {
-		return nil
-	}
 	return nil
+}
+
+func printBanner(st *devstack.Stack, store string) {
+	fmt.Printf("\nSpool dev stack running\n")
+	fmt.Printf("  NATS (JetStream)  %s   store %s\n", st.URL, store)
+	fmt.Printf("  topology          %s, %s, %s, KV %s and %s\n", st.Names.TaskStream(), st.Names.DLQStream(),
+		st.Names.AdvisoryStream(), st.Names.ResultsBucket(), st.Names.UniqueBucket())
+	if st.Worker != nil {
+		fmt.Printf("  worker            demo.echo, demo.sleep, demo.fail; DLQ router\n")
+	}
+	if st.BrokerURL != "" {
+		fmt.Printf("  HTTP broker       %s   (OpenAPI at %s/v1/openapi.json)\n", st.BrokerURL, st.BrokerURL)
+		fmt.Printf(`
+  Enqueue:  curl -s %[1]s/v1/tasks -d '{"type":"demo.echo","priority":"high","payload":{"hello":"world"}}'
+  Result:   curl -s '%[1]s/v1/tasks/<id>?wait=5s'
+  Failing:  curl -s %[1]s/v1/tasks -d '{"type":"demo.fail","payload":{"fail_times":9},"max_retries":1}'
+`, st.BrokerURL)
+	}
+	fmt.Printf(`  Raw:      nats -s %[1]s pub spool.tasks.normal.demo.echo 'hello' -H Spool-Task-Id:t1
+  Inspect:  nats -s %[1]s stream ls  ·  nats -s %[1]s kv get spool_results t1
+  Status:   go run ./streams/cmd/spool-admin status --url %[1]s
+
+Ctrl-C stops everything gracefully.
+`, st.URL)
 }
