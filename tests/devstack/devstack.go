@@ -149,7 +149,7 @@ func (s *Stack) startWorker(ctx context.Context, o Options) error {
 	}
 	s.Router, err = consumer.NewRouter(s.workerNC,
 		consumer.WithRouterNames(s.Names),
-		consumer.WithRouterLogger(s.logger.With("component", "dlq_router")),
+		consumer.WithRouterLogger(s.logger),
 		consumer.WithRouterWorker("spool-dev-worker/dlq-router"),
 	)
 	if err != nil {

@@ -125,7 +125,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 func startRouter(ctx context.Context, nc *nats.Conn, cfg Config, worker string, logger *slog.Logger) (*consumer.Router, error) {
 	r, err := consumer.NewRouter(nc,
 		consumer.WithRouterNames(cfg.Names()),
-		consumer.WithRouterLogger(logger.With("component", "dlq_router")),
+		consumer.WithRouterLogger(logger),
 		consumer.WithRouterWorker(worker+"/dlq-router"),
 	)
 	if err != nil {
