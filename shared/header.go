@@ -41,6 +41,10 @@ const (
 	HeaderFailedAt        = "Spool-Failed-At"
 	HeaderOriginalSubject = "Spool-Original-Subject"
 	HeaderOriginalSeq     = "Spool-Original-Seq"
+
+	// HeaderReplays is set on a task replayed from the dead-letter stream:
+	// how many times it was replayed.
+	HeaderReplays = "Spool-Replays"
 )
 
 // Limits on header values.

@@ -53,6 +53,11 @@ type Result struct {
 	FinishedAt  *time.Time      `json:"finished_at,omitempty"`
 	Worker      string          `json:"worker,omitempty"`
 	TraceParent string          `json:"traceparent,omitempty"`
+	// Replays counts how often the task was replayed from the dead-letter
+	// stream; ReplayedAt is when it last was. Both are absent for a task
+	// never dead-lettered and replayed.
+	Replays    int        `json:"replays,omitempty"`
+	ReplayedAt *time.Time `json:"replayed_at,omitempty"`
 }
 
 // ResultValue turns handler output into the document's Result field: valid

@@ -3,6 +3,7 @@
 //
 //	spool-admin provision          create or update streams, consumers and buckets
 //	spool-admin status [--json]    pending, in flight and oldest wait per priority
+//	spool-admin dlq list|show|replay|purge   manage dead letters
 //
 // Configuration comes from SPOOL_ environment variables (spool-admin help
 // lists them); --url overrides SPOOL_NATS_URL.
@@ -15,12 +16,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spoolq/spool/shared/config"
@@ -48,6 +51,7 @@ const usage = `usage: spool-admin <command> [flags]
 commands:
   provision   create or update Spool's streams, consumers and KV buckets
   status      show pending, in-flight and oldest wait per priority, DLQ size, results
+  dlq         list, show, replay and purge dead letters (spool-admin dlq help)
   help        show this text and the environment variables
 
 flags:
@@ -83,6 +87,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "\nenvironment:\n%s", config.Usage(&Config{}))
 		return nil
 	case "provision", "status":
+	case "dlq":
+		return runDLQ(ctx, args, stdout, stderr)
 	default:
 		fmt.Fprint(stderr, usage)
 		return fmt.Errorf("unknown command %q", cmd)
@@ -96,31 +102,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *timeout <= 0 {
 		return fmt.Errorf("--timeout %s must be positive", *timeout)
 	}
-	var cfg Config
-	if err := config.Load(&cfg); err != nil {
-		return err
-	}
-	if *url != "" {
-		cfg.URL = *url // the flag wins over SPOOL_NATS_URL
-		if err := cfg.Validate(); err != nil {
-			return fmt.Errorf("--url: %w", err)
-		}
-	}
-	logger, err := logging.New(stderr, cfg.LogFormat, cfg.LogLevel)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	nc, err := natsconn.Connect(ctx, cfg.NATS, "spool-admin", logger)
+	sess, err := open(ctx, *url, stderr)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("opening JetStream: %w", err)
-	}
+	defer sess.nc.Close()
+	cfg, js, logger := sess.cfg, sess.js, sess.logger
 	names := cfg.Names()
 	switch cmd {
 	case "provision":
@@ -146,6 +135,43 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return printStatus(stdout, st)
 	}
+}
+
+// session is a connection made from the environment.
+type session struct {
+	cfg    Config
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	logger *slog.Logger
+}
+
+// open loads the configuration (url, when set, overrides SPOOL_NATS_URL) and
+// connects.
+func open(ctx context.Context, url string, stderr io.Writer) (*session, error) {
+	var cfg Config
+	if err := config.Load(&cfg); err != nil {
+		return nil, err
+	}
+	if url != "" {
+		cfg.URL = url // the flag wins over SPOOL_NATS_URL
+		if err := cfg.Validate(); err != nil {
+			return nil, fmt.Errorf("--url: %w", err)
+		}
+	}
+	logger, err := logging.New(stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := natsconn.Connect(ctx, cfg.NATS, "spool-admin", logger)
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("opening JetStream: %w", err)
+	}
+	return &session{cfg: cfg, nc: nc, js: js, logger: logger}, nil
 }
 
 func printStatus(w io.Writer, st streams.Status) error {
