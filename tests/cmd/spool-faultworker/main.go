@@ -1,0 +1,269 @@
+// Command spool-faultworker is spool-consumer for fault tests: the same
+// worker and DLQ router (consumer.New, consumer.NewRouter), configured by
+// SPOOL_* variables, with handlers that append one line per execution to an
+// execution log (SPOOL_FAULT_LOG) with a single O_APPEND write, so the log
+// survives SIGKILL. The tests in tests/faults build it, run several, and
+// kill, pause and restart them.
+//
+// Task types:
+//
+//   - fault.task: payload {"v":"<unique value>","sleep_ms":N,
+//     "ignore_deadline":bool,"panic_attempts":N,"fail_attempts":N}. Logs the
+//     execution, sleeps (honouring the attempt's deadline unless
+//     ignore_deadline), panics on the first panic_attempts attempts, fails
+//     on the first fail_attempts, and returns the value as a JSON string. A
+//     payload that is not this JSON is a permanent error.
+//   - fault.echo: logs the execution with the payload as value and returns
+//     the payload (any bytes, empty included).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/shared/config"
+	"github.com/spoolq/spool/shared/logging"
+	"github.com/spoolq/spool/shared/natsconn"
+	"github.com/spoolq/spool/tests/checker"
+)
+
+// Task types served.
+const (
+	TypeTask = "fault.task"
+	TypeEcho = "fault.echo"
+)
+
+// Config is the fault worker's configuration.
+type Config struct {
+	config.Common
+	// ExecLog is the execution log file, appended to. SPOOL_FAULT_LOG,
+	// required.
+	ExecLog string `envconfig:"FAULT_LOG" required:"true" desc:"execution log file (appended)"`
+	// Concurrency is the number of worker slots (fixed). SPOOL_CONCURRENCY,
+	// default 16.
+	Concurrency int `envconfig:"CONCURRENCY" default:"16" desc:"worker slots"`
+	// RetryBase is the first retry delay. SPOOL_RETRY_BASE, default 100ms.
+	RetryBase time.Duration `envconfig:"RETRY_BASE" default:"100ms" desc:"first retry delay"`
+	// ShutdownTimeout bounds a graceful stop. SPOOL_SHUTDOWN_TIMEOUT,
+	// default 2s.
+	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"2s" desc:"time running handlers get on SIGTERM"`
+	// ProcessingDelay: see consumer.WithProcessingDelay.
+	// SPOOL_PROCESSING_DELAY, default 0.
+	ProcessingDelay time.Duration `envconfig:"PROCESSING_DELAY" default:"0" desc:"write processing only for attempts running longer"`
+	// DLQRouter also runs the DLQ router. SPOOL_DLQ_ROUTER, default true.
+	DLQRouter bool `envconfig:"DLQ_ROUTER" default:"true" desc:"also run the DLQ router"`
+}
+
+// Validate checks the settings.
+func (c *Config) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.Concurrency < 1:
+		return fmt.Errorf("SPOOL_CONCURRENCY: %d must be at least 1", c.Concurrency)
+	case c.RetryBase <= 0:
+		return fmt.Errorf("SPOOL_RETRY_BASE: %s must be positive", c.RetryBase)
+	case c.ShutdownTimeout < 0:
+		return fmt.Errorf("SPOOL_SHUTDOWN_TIMEOUT: %s is negative", c.ShutdownTimeout)
+	case c.ProcessingDelay < 0:
+		return fmt.Errorf("SPOOL_PROCESSING_DELAY: %s is negative", c.ProcessingDelay)
+	}
+	return nil
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "spool-faultworker:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	flags := flag.NewFlagSet("spool-faultworker", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	flags.Usage = func() {
+		fmt.Fprintf(stderr, "usage: spool-faultworker\n\nEnvironment:\n%s", config.Usage(&Config{}))
+	}
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	var cfg Config
+	if err := config.Load(&cfg); err != nil {
+		return err
+	}
+	logger, err := logging.New(stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	log, err := openLog(cfg.ExecLog)
+	if err != nil {
+		return err
+	}
+	defer log.close()
+
+	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	nc, err := natsconn.Connect(connectCtx, cfg.NATS, "spool-faultworker", logger)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	pid := strconv.Itoa(os.Getpid())
+	mux := consumer.NewMux()
+	mux.HandleFunc(TypeTask, log.task)
+	mux.HandleFunc(TypeEcho, log.echo)
+	w, err := consumer.New(nc, mux,
+		consumer.WithNames(cfg.Names()),
+		consumer.WithLogger(logger),
+		consumer.WithWorkerName(pid),
+		consumer.WithConcurrency(cfg.Concurrency, cfg.Concurrency),
+		consumer.WithRetry(cfg.RetryBase, 10*cfg.RetryBase, 3),
+		consumer.WithShutdownTimeout(cfg.ShutdownTimeout),
+		consumer.WithPolling(250*time.Millisecond, 250*time.Millisecond),
+		consumer.WithProcessingDelay(cfg.ProcessingDelay),
+	)
+	if err != nil {
+		return err
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = w.Start(startCtx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	var router *consumer.Router
+	if cfg.DLQRouter {
+		router, err = consumer.NewRouter(nc,
+			consumer.WithRouterNames(cfg.Names()),
+			consumer.WithRouterLogger(logger),
+			consumer.WithRouterWorker(pid+"/dlq-router"),
+			consumer.WithRouterFetchWait(500*time.Millisecond),
+		)
+		if err == nil {
+			startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err = router.Start(startCtx)
+			cancel()
+		}
+		if err != nil {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+			defer cancel()
+			return errors.Join(err, w.Stop(stopCtx))
+		}
+	}
+	logger.Info("spool-faultworker running", "pid", pid, "types", mux.Types())
+	<-ctx.Done()
+
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout+10*time.Second)
+	defer cancel()
+	if router != nil {
+		if err := router.Stop(stopCtx); err != nil {
+			logger.Warn("stopping the dlq router", "error", err)
+		}
+	}
+	if err := w.Stop(stopCtx); err != nil {
+		return fmt.Errorf("stopping worker: %w", err)
+	}
+	logger.Info("final stats: " + w.Stats().Summary())
+	return nil
+}
+
+// execLog appends execution lines to a file.
+type execLog struct {
+	mu  sync.Mutex // one line per Write; the lock keeps lines whole in the file's order
+	f   *os.File
+	pid string
+}
+
+func openLog(path string) (*execLog, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening the execution log: %w", err)
+	}
+	return &execLog{f: f, pid: strconv.Itoa(os.Getpid())}, nil
+}
+
+func (l *execLog) close() {
+	if err := l.f.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "spool-faultworker: closing the execution log:", err)
+	}
+}
+
+// record appends one execution line. A failed write fails the attempt: an
+// execution that cannot be recorded must not complete.
+func (l *execLog) record(t *consumer.Task, value string) error {
+	line := checker.FormatExecution(t.ID, checker.Execution{Value: value, Worker: l.pid, Attempt: t.Attempt})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, err := l.f.Write(line); err != nil {
+		return fmt.Errorf("writing the execution log: %w", err)
+	}
+	return nil
+}
+
+// taskPayload is the payload of fault.task.
+type taskPayload struct {
+	V              string `json:"v"`
+	SleepMS        int    `json:"sleep_ms"`
+	IgnoreDeadline bool   `json:"ignore_deadline"`
+	PanicAttempts  int    `json:"panic_attempts"`
+	FailAttempts   int    `json:"fail_attempts"`
+}
+
+func (l *execLog) task(ctx context.Context, t *consumer.Task) ([]byte, error) {
+	var p taskPayload
+	if err := json.Unmarshal(t.Payload, &p); err != nil {
+		if lerr := l.record(t, string(t.Payload)); lerr != nil {
+			return nil, lerr
+		}
+		return nil, consumer.Permanent(fmt.Errorf("fault.task: payload is not the expected JSON: %w", err))
+	}
+	if err := l.record(t, p.V); err != nil {
+		return nil, err
+	}
+	if p.SleepMS > 0 {
+		timer := time.NewTimer(time.Duration(p.SleepMS) * time.Millisecond)
+		if p.IgnoreDeadline {
+			<-timer.C
+		} else {
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+				return nil, ctx.Err()
+			}
+		}
+	}
+	if t.Attempt <= p.PanicAttempts {
+		panic(fmt.Sprintf("fault.task %s: panicking on attempt %d of the first %d", t.ID, t.Attempt, p.PanicAttempts))
+	}
+	if t.Attempt <= p.FailAttempts {
+		return nil, fmt.Errorf("fault.task %s: failing attempt %d of the first %d", t.ID, t.Attempt, p.FailAttempts)
+	}
+	return json.Marshal(p.V)
+}
+
+func (l *execLog) echo(ctx context.Context, t *consumer.Task) ([]byte, error) {
+	if err := l.record(t, string(t.Payload)); err != nil {
+		return nil, err
+	}
+	return t.Payload, nil
+}

@@ -1,0 +1,92 @@
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/spoolq/spool/producer"
+	"github.com/spoolq/spool/tests/checker"
+)
+
+// TestWorkerCrash runs at least 20,000 tasks through spool-faultworker
+// processes while one of them is killed with SIGKILL every killEvery and
+// replaced. Survivors and replacements must finish every task: nothing lost
+// or stuck, every task completed, and every duplicate execution explained
+// by a kill.
+func TestWorkerCrash(t *testing.T) {
+	const (
+		workers   = 3
+		killEvery = 500 * time.Millisecond
+	)
+	n := scale(20_000)
+	start := time.Now()
+	// The server does not fail here, so fsync per write (60% of the run
+	// time) proves nothing; the soak keeps the durable setting.
+	srv := startServer(t, t.TempDir(), 0, soak())
+	nc := connect(t, srv.url, "faults-crash")
+	js := provision(t, nc, settings(1))
+	chk := checker.New()
+	fl := newFleet(t, srv.url, chk, "SPOOL_CONCURRENCY=16")
+	for range workers {
+		fl.start()
+	}
+	client, err := producer.New(nc, producer.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	gen := &loadGen{client: client, chk: chk}
+	tasks, values := tasksFor(t, "crash", n)
+
+	ctx := ctxFor(t, 4*time.Minute)
+	produced := make(chan error, 1)
+	go func() { produced <- gen.enqueue(ctx, tasks, values, 500, 0) }()
+
+	// The fault schedule: kill a random worker and start a replacement
+	// every killEvery until the producer is done and the queue drained.
+	ticker := time.NewTicker(killEvery)
+	defer ticker.Stop()
+	producing := true
+	for {
+		select {
+		case err := <-produced:
+			if err != nil {
+				t.Fatalf("enqueueing: %v", err)
+			}
+			producing = false
+			continue
+		case <-ctx.Done():
+			t.Fatalf("tasks not done before the deadline: %v", drained(context.WithoutCancel(ctx), js))
+		case <-ticker.C:
+		}
+		if !producing && drained(ctx, js) == nil {
+			break
+		}
+		running := fl.running()
+		fl.kill(running[rand.IntN(len(running))])
+		fl.start()
+	}
+	if fl.kills < 5 {
+		t.Errorf("only %d kills during the run; the scenario proves little", fl.kills)
+	}
+	fl.stopAll(30 * time.Second)
+
+	collect(t, js, chk)
+	lines, torn := fl.readLogs()
+	t.Logf("%d execution lines, %d torn by SIGKILL, %d workers started", lines, torn, workers+fl.kills)
+	r := report(t, "worker crash (SIGKILL)", fmt.Sprintf("%d SIGKILL", fl.kills), start, chk)
+	if r.Tasks != n {
+		t.Errorf("%d tasks recorded, want %d", r.Tasks, n)
+	}
+	if r.Completed != r.Tasks {
+		t.Errorf("%d of %d tasks completed; dead: %s", r.Completed, r.Tasks, r.DeadSummary())
+	}
+	for cause, k := range r.DupCauses {
+		if cause != "SIGKILL" {
+			t.Logf("%d duplicate executions not explained by a kill: %s", k, cause)
+		}
+	}
+}

@@ -1,0 +1,215 @@
+package faults_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/embedded"
+	"github.com/spoolq/spool/tests/checker"
+)
+
+// ackWait is the AckWait of every scenario: short, so tasks of killed
+// workers come back quickly.
+const ackWait = 2 * time.Second
+
+// names are the default names: the fault worker uses the default prefix.
+var names = spool.DefaultNames()
+
+// settings are the topology settings of the scenarios.
+func settings(replicas int) streams.Settings {
+	return streams.Settings{Replicas: replicas, AckWait: ackWait, DuplicateWindow: 2 * time.Minute}
+}
+
+func testLogger(t testing.TB, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))
+}
+
+// ctxFor returns a context ending after d or with the test.
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startServer starts one embedded JetStream server on store and port (0:
+// any) and stops it when t ends. syncAlways is the durable setting
+// (sync_interval: always): fsync before every ack.
+func startServer(t testing.TB, store string, port int, syncAlways bool) *serverHandle {
+	t.Helper()
+	h := &serverHandle{t: t, opts: embedded.Options{
+		Name:       "faults",
+		Port:       port,
+		StoreDir:   store,
+		SyncAlways: syncAlways,
+		Logger:     testLogger(t, slog.LevelWarn),
+	}}
+	h.start()
+	t.Cleanup(h.stop)
+	return h
+}
+
+// serverHandle is a single embedded server that can be stopped and
+// restarted on the same port and store.
+type serverHandle struct {
+	t    testing.TB
+	opts embedded.Options
+	srv  *server.Server
+	url  string
+}
+
+func (h *serverHandle) start() {
+	h.t.Helper()
+	s, err := embedded.Start(h.opts)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.srv = s
+	h.url = s.ClientURL()
+	if h.opts.Port == 0 {
+		// Restart on the same port, so clients reconnect by themselves.
+		h.opts.Port = s.Addr().(*net.TCPAddr).Port
+	}
+}
+
+func (h *serverHandle) stop() {
+	if h.srv != nil && h.srv.Running() {
+		h.srv.Shutdown()
+		h.srv.WaitForShutdown()
+	}
+}
+
+// connect opens a connection that reconnects forever, closed when t ends.
+func connect(t testing.TB, url, name string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url,
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(100*time.Millisecond),
+		nats.ReconnectBufSize(-1), // fail publishes while disconnected instead of buffering them
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// provision creates the topology through nc.
+func provision(t testing.TB, nc *nats.Conn, s streams.Settings) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, err := streams.New(names, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Provision(ctxFor(t, time.Minute), js, topo, testLogger(t, slog.LevelWarn)); err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// waitFor polls cond every interval until it returns nil or timeout
+// passes, then fails with cond's last error.
+func waitFor(t testing.TB, timeout, interval time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
+		}
+		select {
+		case <-tick.C:
+		case <-t.Context().Done():
+			t.Fatalf("test ended waiting for %s: %v", what, err)
+		}
+	}
+}
+
+// drained reports nil once the task stream is empty: every task was acked,
+// dead-lettered or routed, and its final result written before that.
+func drained(ctx context.Context, js jetstream.JetStream) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, names.TaskStream())
+	if err != nil {
+		return err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if n := info.State.Msgs; n > 0 {
+		return fmt.Errorf("%d tasks left in %s", n, names.TaskStream())
+	}
+	return nil
+}
+
+// collect reads the results bucket and the dead-letter stream into chk.
+func collect(t testing.TB, js jetstream.JetStream, chk *checker.Checker) {
+	t.Helper()
+	ctx := ctxFor(t, 2*time.Minute)
+	n, err := checker.LoadResults(ctx, js, names, chk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := checker.LoadDeadLetters(ctx, js, names, chk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("read %d result documents and %d dead letters", n, d)
+}
+
+// report checks chk, logs the row, adds it to the summary and fails the
+// test on a lost, stuck, phantom or corrupted task.
+func report(t testing.TB, scenario, faults string, start time.Time, chk *checker.Checker) checker.Report {
+	t.Helper()
+	r := chk.Check()
+	row := checker.Row{Scenario: scenario, Report: r, Faults: faults, Wall: time.Since(start)}
+	summary.Add(row)
+	var one checker.Table
+	one.Add(row)
+	t.Logf("\n%s", one.String())
+	if err := r.Err(); err != nil {
+		t.Error(err)
+	}
+	if r.Unconfirmed > 0 {
+		t.Logf("%d publishes without an ack, %d of them ran anyway", r.Unconfirmed, r.Recovered)
+	}
+	return r
+}
+
+// isTransient reports an error that a retry with the same id may cure.
+func isTransient(err error) bool {
+	return err != nil && !errors.Is(err, context.Canceled)
+}

@@ -1,0 +1,218 @@
+package faults_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spoolq/spool/tests/checker"
+)
+
+// fleet runs spool-faultworker processes against one NATS URL list. Every
+// process is killed and reaped when the test ends, whatever happened.
+type fleet struct {
+	t   testing.TB
+	dir string
+	env []string
+	chk *checker.Checker
+
+	mu    sync.Mutex
+	procs []*proc
+	kills int
+	stops int
+}
+
+// proc is one worker process.
+type proc struct {
+	cmd     *exec.Cmd
+	pid     string
+	log     string // execution log
+	stderr  string
+	done    chan struct{} // closed when the process has been reaped
+	waitErr error
+	killed  bool
+}
+
+func (p *proc) running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// newFleet prepares a fleet connecting to url; extra are SPOOL_*=... settings.
+func newFleet(t testing.TB, url string, chk *checker.Checker, extra ...string) *fleet {
+	f := &fleet{t: t, dir: t.TempDir(), chk: chk}
+	f.env = append(os.Environ(),
+		"SPOOL_NATS_URL="+url,
+		"SPOOL_LOG_LEVEL=warn",
+		"SPOOL_LOG_FORMAT=text",
+	)
+	f.env = append(f.env, extra...)
+	t.Cleanup(f.reapAll)
+	return f
+}
+
+// start starts one more worker process.
+func (f *fleet) start() *proc {
+	f.t.Helper()
+	f.mu.Lock()
+	n := len(f.procs)
+	f.mu.Unlock()
+	p := &proc{
+		log:    filepath.Join(f.dir, fmt.Sprintf("exec-%03d.log", n)),
+		stderr: filepath.Join(f.dir, fmt.Sprintf("stderr-%03d.log", n)),
+		done:   make(chan struct{}),
+	}
+	errFile, err := os.Create(p.stderr)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer errFile.Close() // the child keeps its own descriptor
+	p.cmd = exec.Command(workerBin)
+	p.cmd.Env = append(append([]string(nil), f.env...), "SPOOL_FAULT_LOG="+p.log)
+	p.cmd.Stdout, p.cmd.Stderr = errFile, errFile
+	if err := p.cmd.Start(); err != nil {
+		f.t.Fatalf("starting spool-faultworker: %v", err)
+	}
+	p.pid = strconv.Itoa(p.cmd.Process.Pid)
+	go func() {
+		p.waitErr = p.cmd.Wait()
+		close(p.done)
+	}()
+	f.mu.Lock()
+	f.procs = append(f.procs, p)
+	f.mu.Unlock()
+	return p
+}
+
+// running lists the processes still running.
+func (f *fleet) running() []*proc {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*proc
+	for _, p := range f.procs {
+		if p.running() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// kill sends SIGKILL to p, waits until it is reaped and tells the checker.
+func (f *fleet) kill(p *proc) {
+	f.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		f.t.Fatalf("killing worker %s: %v", p.pid, err)
+	}
+	<-p.done
+	f.mu.Lock()
+	p.killed = true
+	f.kills++
+	f.mu.Unlock()
+	f.chk.Faulted(p.pid, "SIGKILL")
+}
+
+// signal sends sig to p.
+func (f *fleet) signal(p *proc, sig syscall.Signal) {
+	f.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		f.t.Fatalf("sending %s to worker %s: %v", sig, p.pid, err)
+	}
+}
+
+// stopAll stops every running worker with SIGTERM and fails the test if
+// one does not exit cleanly within timeout.
+func (f *fleet) stopAll(timeout time.Duration) {
+	f.t.Helper()
+	procs := f.running()
+	for _, p := range procs {
+		f.signal(p, syscall.SIGCONT) // a paused worker must wake to stop
+		f.signal(p, syscall.SIGTERM)
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-deadline.C:
+			f.t.Fatalf("worker %s did not stop within %s after SIGTERM\n%s", p.pid, timeout, f.tail(p))
+		}
+		if p.waitErr != nil {
+			f.t.Errorf("worker %s exited with %v\n%s", p.pid, p.waitErr, f.tail(p))
+		}
+	}
+}
+
+// exited fails the test for every worker that ended without being killed
+// or stopped: no input may kill a worker.
+func (f *fleet) checkAlive() {
+	f.t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range f.procs {
+		if !p.running() && !p.killed {
+			f.t.Errorf("worker %s died on its own: %v\n%s", p.pid, p.waitErr, f.tail(p))
+		}
+	}
+}
+
+// tail returns the end of p's stderr.
+func (f *fleet) tail(p *proc) string {
+	b, err := os.ReadFile(p.stderr)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// readLogs feeds every execution log to the checker and returns the lines
+// read and the torn lines skipped.
+func (f *fleet) readLogs() (lines, torn int) {
+	f.t.Helper()
+	f.mu.Lock()
+	procs := append([]*proc(nil), f.procs...)
+	f.mu.Unlock()
+	for _, p := range procs {
+		b, err := os.ReadFile(p.log)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		l, tr, err := checker.ReadExecutionLog(bytes.NewReader(b), f.chk)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		lines += l
+		torn += tr
+	}
+	return lines, torn
+}
+
+// reapAll kills every process still running and waits for it.
+func (f *fleet) reapAll() {
+	f.mu.Lock()
+	procs := append([]*proc(nil), f.procs...)
+	f.mu.Unlock()
+	for _, p := range procs {
+		if p.running() {
+			_ = p.cmd.Process.Signal(syscall.SIGKILL) // it may have exited meanwhile
+		}
+		<-p.done
+	}
+}

@@ -1,0 +1,62 @@
+package faults_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/spoolq/spool/tests/checker"
+)
+
+// workerBin is the spool-faultworker binary built for this run.
+var workerBin string
+
+// summary collects one row per scenario; TestMain prints it at the end.
+var summary checker.Table
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(suite{m})
+}
+
+// suite builds the fault worker before the tests and prints the summary
+// table after them.
+type suite struct{ m *testing.M }
+
+func (s suite) Run() int {
+	dir, err := os.MkdirTemp("", "spool-faults-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "faults:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	workerBin = filepath.Join(dir, "spool-faultworker")
+	build := exec.Command("go", "build", "-o", workerBin, "github.com/spoolq/spool/tests/cmd/spool-faultworker")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "faults: building spool-faultworker:", err)
+		return 1
+	}
+	code := s.m.Run()
+	if summary.Len() > 0 {
+		fmt.Printf("\nSpool fault suite (soak=%v):\n%s\n", soak(), summary.String())
+	}
+	return code
+}
+
+// soak reports whether the long soak sizes are asked for (make soak).
+func soak() bool { return os.Getenv("SPOOL_SOAK") != "" }
+
+// scale returns n, or n*soakFactor under soak.
+func scale(n int) int {
+	if soak() {
+		return n * soakFactor
+	}
+	return n
+}
+
+// soakFactor multiplies task counts and fault rounds under SPOOL_SOAK.
+const soakFactor = 5
