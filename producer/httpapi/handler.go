@@ -79,6 +79,7 @@ func NewHandler(client *producer.Client, opts Options) http.Handler {
 	mux.Handle("POST /v1/tasks/batch", h.auth(h.batch))
 	mux.Handle("GET /v1/tasks/{id}", h.auth(h.result))
 	mux.Handle("DELETE /v1/tasks/{id}", h.auth(h.cancel))
+	h.registerUI(mux) // dashboard: /ui, /v1/overview (ui.go)
 	// Known paths with a method they do not serve answer 405. Patterns
 	// carry methods so they do not conflict with GET /v1/tasks/{id}.
 	for _, m := range []struct{ pattern, allow string }{

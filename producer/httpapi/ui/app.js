@@ -1,0 +1,571 @@
+// Spool dashboard: polls GET /v1/overview once a second and renders it.
+// Hand-written, no framework, no request leaves the broker's origin.
+"use strict";
+
+(() => {
+  const PRIORITIES = ["critical", "high", "normal", "low", "idle"];
+  const REASONS = ["error", "permanent", "timeout", "panic", "max_deliver", "bad_input", "no_handler"];
+  const REFRESH_MS = 1000;
+  const WINDOW_MS = 5 * 60 * 1000; // charts keep the last 5 minutes
+  const RATE_SPAN_MS = 5000; // processed/s is averaged over about 5 s
+  const DLQ_PAGE = 50;
+  const TOKEN_KEY = "spool.token";
+
+  const $ = (sel) => document.querySelector(sel);
+  const el = (tag, attrs, ...kids) => {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "class") e.className = v;
+      else if (k.startsWith("data-")) e.setAttribute(k, v);
+      else e[k] = v;
+    }
+    for (const k of kids) e.append(k instanceof Node ? k : document.createTextNode(k ?? ""));
+    return e;
+  };
+
+  // ---- API -----------------------------------------------------------------
+
+  class APIError extends Error {
+    constructor(status, code, message) {
+      super(message);
+      this.status = status;
+      this.code = code;
+    }
+  }
+
+  async function api(method, path, body) {
+    const headers = { Accept: "application/json" };
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    if (token) headers.Authorization = "Bearer " + token;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    let resp;
+    try {
+      resp = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), cache: "no-store" });
+    } catch (e) {
+      throw new APIError(0, "network", "the broker did not answer (" + e.message + ")");
+    }
+    let data = null;
+    const text = await resp.text();
+    if (text) {
+      try { data = JSON.parse(text); } catch { data = { raw: text }; }
+    }
+    if (!resp.ok) {
+      const err = (data && data.error) || {};
+      if (resp.status === 401) askToken();
+      throw new APIError(resp.status, err.code || "http_" + resp.status, err.message || resp.statusText);
+    }
+    return data;
+  }
+
+  function askToken() {
+    $("#token-form").hidden = false;
+    $("#token-input").focus();
+  }
+
+  $("#token-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, $("#token-input").value);
+    $("#token-input").value = "";
+    $("#token-form").hidden = true;
+    tick();
+    loadDLQ();
+  });
+  $("#token-change").addEventListener("click", askToken);
+
+  // ---- formatting ----------------------------------------------------------
+
+  const nf = new Intl.NumberFormat("en-US");
+  const fmtInt = (n) => (n === undefined || n === null ? "—" : nf.format(n));
+  function fmtDur(ns) {
+    if (ns === undefined || ns === null) return "—";
+    if (ns === 0) return "0";
+    const ms = ns / 1e6;
+    if (ms < 1) return (ns / 1e3).toFixed(0) + " µs";
+    if (ms < 1000) return ms.toFixed(ms < 10 ? 2 : 0) + " ms";
+    const s = ms / 1000;
+    if (s < 120) return s.toFixed(1) + " s";
+    if (s < 7200) return (s / 60).toFixed(1) + " min";
+    return (s / 3600).toFixed(1) + " h";
+  }
+  function fmtBytes(b) {
+    if (b === undefined) return "—";
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let i = 0;
+    while (b >= 1024 && i < units.length - 1) { b /= 1024; i++; }
+    return (i ? b.toFixed(1) : b) + " " + units[i];
+  }
+  const fmtRate = (r) => (r === null || r === undefined ? "—" : r < 10 ? r.toFixed(1) : nf.format(Math.round(r)));
+  const fmtTime = (s) => (s ? new Date(s).toLocaleTimeString() : "—");
+  const fmtDateTime = (s) => (s ? new Date(s).toLocaleString() : "—");
+
+  // ---- charts --------------------------------------------------------------
+
+  const SVGNS = "http://www.w3.org/2000/svg";
+  // spark draws points [{t, v}] of the last WINDOW_MS into svg as a line
+  // over an area, scaled to the largest value.
+  function spark(svg, points, now) {
+    const vb = svg.viewBox.baseVal;
+    const w = vb.width || 120, h = vb.height || 28;
+    svg.replaceChildren();
+    const pts = points.filter((p) => p.v !== null && p.v !== undefined && now - p.t <= WINDOW_MS);
+    if (pts.length === 0) return;
+    const max = Math.max(1, ...pts.map((p) => p.v));
+    const xy = pts.map((p) => [w - ((now - p.t) / WINDOW_MS) * w, h - 1 - (p.v / max) * (h - 2)]);
+    const line = xy.map(([x, y]) => x.toFixed(1) + "," + y.toFixed(1)).join(" ");
+    const area = document.createElementNS(SVGNS, "polygon");
+    area.setAttribute("points", xy[0][0].toFixed(1) + "," + h + " " + line + " " + xy[xy.length - 1][0].toFixed(1) + "," + h);
+    area.setAttribute("class", "area");
+    const pl = document.createElementNS(SVGNS, "polyline");
+    pl.setAttribute("points", line);
+    pl.setAttribute("class", "line");
+    const title = document.createElementNS(SVGNS, "title");
+    title.textContent = "max " + fmtRate(max) + " in the last 5 minutes";
+    svg.append(title, area, pl);
+  }
+
+  // ---- overview ------------------------------------------------------------
+
+  // samples are successive overviews, the last WINDOW_MS of them.
+  const samples = [];
+  let lastOK = null;
+
+  function buildPriorityRows() {
+    const tbody = $("#prio-table tbody");
+    for (const p of PRIORITIES) {
+      tbody.append(el("tr", { "data-prio": p, id: "prio-" + p },
+        el("th", {}, p),
+        el("td", { class: "pending num" }, "—"),
+        el("td", { class: "inflight num" }, "—"),
+        el("td", { class: "redelivered num" }, "—"),
+        el("td", { class: "oldest num" }, "—"),
+        el("td", { class: "rate num" }, "—"),
+        el("td", {}, svgEl("backlog-chart")),
+        el("td", {}, svgEl("rate-chart"))));
+    }
+  }
+  function svgEl(cls) {
+    const s = document.createElementNS(SVGNS, "svg");
+    s.setAttribute("viewBox", "0 0 160 28");
+    s.setAttribute("preserveAspectRatio", "none");
+    s.setAttribute("class", "spark " + cls);
+    return s;
+  }
+
+  // sample turns an overview into the counters the charts and rates need.
+  function sample(ov) {
+    const s = { t: Date.parse(ov.time), prio: {}, processed: null, results: ov.results };
+    for (const p of ov.priorities || []) {
+      s.prio[p.priority] = { pending: p.pending, inflight: p.in_flight, processed: p.processed ?? null };
+    }
+    s.processed = ov.totals && ov.totals.processed !== undefined ? ov.totals.processed : null;
+    return s;
+  }
+
+  // rate is the per-second increase of get(sample) between the newest sample
+  // and the newest one at least RATE_SPAN_MS older than it (or the oldest).
+  function rate(get, upto) {
+    const end = upto ?? samples.length - 1;
+    if (end < 1) return null;
+    const b = samples[end];
+    let i = end - 1;
+    while (i > 0 && b.t - samples[i].t < RATE_SPAN_MS) i--;
+    const a = samples[i];
+    const va = get(a), vb = get(b);
+    if (va === null || vb === null || va === undefined || vb === undefined || b.t <= a.t) return null;
+    if (vb < va) return 0; // a worker restarted: its counters began again
+    return ((vb - va) * 1000) / (b.t - a.t);
+  }
+
+  // rateSource says what processed/s counts: the fleet's processed
+  // counters when consumers report them, else new result documents.
+  function totalProcessed(s) {
+    return s.processed !== null ? s.processed : null;
+  }
+
+  function render(ov) {
+    const s = sample(ov);
+    const prev = samples[samples.length - 1];
+    if (!prev || s.t > prev.t) samples.push(s);
+    while (samples.length && s.t - samples[0].t > WINDOW_MS) samples.shift();
+    // Rates for each kept sample, for the charts.
+    for (let i = 0; i < samples.length; i++) {
+      const x = samples[i];
+      if (x.rates) continue;
+      x.rates = {};
+      for (const p of PRIORITIES) x.rates[p] = rate((y) => (y.prio[p] ? y.prio[p].processed : null), i);
+      const fleetRate = rate(totalProcessed, i);
+      x.totalRate = fleetRate !== null ? fleetRate : rate((y) => y.results, i);
+      x.rateFromFleet = fleetRate !== null;
+    }
+    const now = s.t;
+    const last = samples[samples.length - 1];
+    let pending = 0, inflight = 0;
+    for (const p of ov.priorities || []) {
+      const row = $("#prio-" + p.priority);
+      if (!row) continue;
+      pending += p.pending;
+      inflight += p.in_flight;
+      row.querySelector(".pending").textContent = fmtInt(p.pending);
+      row.querySelector(".inflight").textContent = fmtInt(p.in_flight) + (p.busy !== undefined ? " (" + p.busy + " running)" : "");
+      row.querySelector(".redelivered").textContent = fmtInt(p.redelivered);
+      row.querySelector(".oldest").textContent = p.oldest_wait_ns ? fmtDur(p.oldest_wait_ns) : "—";
+      row.querySelector(".rate").textContent = fmtRate(last.rates[p.priority]);
+      row.classList.toggle("waiting", p.oldest_wait_ns > 60e9);
+      spark(row.querySelector(".backlog-chart"), samples.map((x) => ({ t: x.t, v: x.prio[p.priority] ? x.prio[p.priority].pending + x.prio[p.priority].inflight : null })), now);
+      spark(row.querySelector(".rate-chart"), samples.map((x) => ({ t: x.t, v: x.rates[p.priority] })), now);
+    }
+    $("#total-rate").textContent = fmtRate(last.totalRate);
+    spark($("#total-chart"), samples.map((x) => ({ t: x.t, v: x.totalRate })), now);
+    $("#rate-source").textContent = last.rateFromFleet
+      ? "processed/s: finished attempts per second, from the consumers' processed counters (NATS service API), averaged over 5 s."
+      : "processed/s: new result documents per second (no consumer reports processed counters); per priority needs the consumers' figures.";
+    $("#total-pending").textContent = fmtInt(pending);
+    $("#total-inflight").textContent = fmtInt(inflight);
+    $("#scheduled").textContent = fmtInt(ov.scheduled);
+    $("#dead-letters").textContent = fmtInt(ov.dead_letters);
+    $("#results-count").textContent = fmtInt(ov.results);
+    $("#store-bytes").textContent = fmtBytes(ov.store_bytes);
+    renderLatency(ov.totals || {});
+    renderFleet(ov.fleet || [], ov.fleet_error);
+    $("#updated").textContent = "updated " + fmtTime(ov.time);
+    maybeRefreshDLQ(ov.dead_letters);
+  }
+
+  function renderLatency(t) {
+    for (const [id, p] of [["#lat-pickup", t.pickup], ["#lat-run", t.run]]) {
+      const row = $(id);
+      row.querySelector(".p50").textContent = p ? fmtDur(p.p50_ns) : "—";
+      row.querySelector(".p95").textContent = p ? fmtDur(p.p95_ns) : "—";
+      row.querySelector(".p99").textContent = p ? fmtDur(p.p99_ns) : "—";
+      row.querySelector(".count").textContent = p ? fmtInt(p.count) : "—";
+    }
+  }
+
+  const openDetails = new Set(); // fleet members whose details are unfolded
+
+  function renderFleet(fleet, fleetError) {
+    $("#fleet-empty").hidden = fleet.length > 0;
+    $("#fleet-table").hidden = fleet.length === 0;
+    $("#fleet-count").textContent = fleet.length ? fleet.length + " process" + (fleet.length > 1 ? "es" : "") : fleetError ? "(" + fleetError + ")" : "";
+    const tbody = $("#fleet-table tbody");
+    const rows = fleet.map((m) => {
+      const f = m.figures || {};
+      const key = m.id;
+      const details = el("details", { open: openDetails.has(key) }, el("summary", {}, "stats"), fleetDetails(m));
+      details.addEventListener("toggle", () => (details.open ? openDetails.add(key) : openDetails.delete(key)));
+      return el("tr", { "data-id": m.id, class: "member" },
+        el("td", {}, el("strong", {}, f.worker || m.name), el("br"), el("span", { class: "muted small" }, m.name + " " + m.version + " · " + m.id)),
+        el("td", { class: "state" }, f.state || "—"),
+        el("td", { class: "slots" }, slotBar(f)),
+        el("td", { class: "processed num" }, fmtInt(f.processed)),
+        el("td", { class: "num" }, fmtInt(f.failed)),
+        el("td", { class: "num" }, fmtInt(f.dead)),
+        el("td", { class: "num" }, f.pickup ? fmtDur(f.pickup.p99_ns) : "—"),
+        el("td", { class: "num" }, f.run ? fmtDur(f.run.p99_ns) : "—"),
+        el("td", { class: "small" }, fmtDateTime(m.started)),
+        el("td", {}, details));
+    });
+    tbody.replaceChildren(...rows);
+  }
+
+  function slotBar(f) {
+    const wrap = el("span", { class: "slotbar" });
+    if (f.slots === undefined && f.busy === undefined) return el("span", { class: "muted" }, "—");
+    const slots = f.slots ?? (f.busy ?? 0) + (f.idle ?? 0);
+    const busy = f.busy ?? 0;
+    const shown = Math.min(slots, 64);
+    for (let i = 0; i < shown; i++) wrap.append(el("i", { class: i < busy ? "busy" : "idle" }));
+    return el("span", {}, wrap, el("span", { class: "small slotcount" }, " " + busy + " busy / " + (f.idle ?? slots - busy) + " idle"));
+  }
+
+  // fleetDetails renders each endpoint's stats data generically: scalars as
+  // key → value, objects and arrays as compact JSON.
+  function fleetDetails(m) {
+    const box = el("div", { class: "kv" });
+    for (const e of m.endpoints || []) {
+      box.append(el("h5", {}, e.name + " (" + e.subject + ") requests " + e.num_requests + ", errors " + e.num_errors));
+      const data = e.data;
+      if (data && typeof data === "object" && !Array.isArray(data)) {
+        const dl = el("dl");
+        for (const [k, v] of Object.entries(data)) {
+          dl.append(el("dt", {}, k), el("dd", {}, v !== null && typeof v === "object" ? JSON.stringify(v).slice(0, 400) : String(v)));
+        }
+        box.append(dl);
+      } else if (data !== undefined) {
+        box.append(el("pre", {}, JSON.stringify(data, null, 1)));
+      }
+    }
+    if (m.metadata) box.append(el("p", { class: "small muted" }, "metadata " + JSON.stringify(m.metadata)));
+    return box;
+  }
+
+  function showBanner(msg) {
+    const b = $("#banner");
+    b.textContent = msg;
+    b.hidden = false;
+    document.body.classList.add("stale");
+    $("#conn").textContent = "disconnected";
+    $("#conn").className = "conn down";
+  }
+  function hideBanner() {
+    $("#banner").hidden = true;
+    document.body.classList.remove("stale");
+    $("#conn").textContent = "live";
+    $("#conn").className = "conn up";
+  }
+
+  let busy = false;
+  async function tick() {
+    if (busy) return;
+    busy = true;
+    try {
+      const ov = await api("GET", "/v1/overview");
+      lastOK = ov.time;
+      hideBanner();
+      render(ov);
+    } catch (e) {
+      if (e.status === 401) {
+        showBanner("The broker needs a bearer token: enter it above.");
+      } else {
+        const since = lastOK ? " Showing the figures of " + fmtTime(lastOK) + "." : "";
+        const what = e.code === "unavailable" ? "NATS is unreachable: " : e.code === "network" ? "The broker is unreachable: " : "Refresh failed: ";
+        showBanner(what + e.message + "." + since);
+      }
+    } finally {
+      busy = false;
+    }
+  }
+
+  // ---- dead letters --------------------------------------------------------
+
+  const dlq = { after: 0, next: 0, pages: [], filter: {}, seen: null, loadedAt: 0, selected: null, loading: false };
+
+  function dlqQuery(extra) {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries({ ...dlq.filter, ...extra })) if (v !== "" && v !== undefined && v !== 0) q.set(k, v);
+    return q.toString();
+  }
+
+  async function loadDLQ() {
+    if (dlq.loading) return;
+    dlq.loading = true;
+    const msg = $("#dlq-message");
+    try {
+      const page = await api("GET", "/v1/dlq?" + dlqQuery({ limit: DLQ_PAGE, after: dlq.after }));
+      const letters = (page && (page.dead_letters || page.letters)) || [];
+      dlq.next = (page && page.next) || 0;
+      dlq.loadedAt = Date.now();
+      $("#dlq-next").disabled = !dlq.next;
+      $("#dlq-page").textContent = letters.length
+        ? "seq " + letters[0].seq + "–" + letters[letters.length - 1].seq + (dlq.next ? ", more after" : ", last page")
+        : "";
+      msg.textContent = letters.length ? "" : dlq.after ? "No more dead letters." : "No dead letter matches.";
+      $("#dlq-list tbody").replaceChildren(...letters.map(dlqRow));
+    } catch (e) {
+      msg.textContent = e.status === 404 && e.code === "not_found" && !dlq.filter.type
+        ? "This broker serves no dead-letter API."
+        : "Listing failed: " + e.message;
+    } finally {
+      dlq.loading = false;
+    }
+  }
+
+  function dlqRow(l) {
+    const tr = el("tr", { "data-seq": String(l.seq), class: "clickable" + (dlq.selected === l.seq ? " selected" : "") },
+      el("td", { class: "num" }, String(l.seq)),
+      el("td", { class: "small" }, fmtDateTime(l.failed_at || l.time)),
+      el("td", { class: "mono" }, l.task_id || "—"),
+      el("td", {}, l.type || "—"),
+      el("td", {}, l.priority || "—"),
+      el("td", {}, el("span", { class: "badge reason" }, l.reason || "—")),
+      el("td", { class: "num" }, String(l.attempts ?? "—")),
+      el("td", { class: "error-cell" }, (l.error || "").slice(0, 120)));
+    tr.addEventListener("click", () => openLetter(l.seq));
+    return tr;
+  }
+
+  // maybeRefreshDLQ reloads the list when the dead-letter count moved, at
+  // most every 5 s and only on the first page (a listing is a scan).
+  function maybeRefreshDLQ(count) {
+    if (dlq.seen === count) return;
+    if (dlq.after === 0 && Date.now() - dlq.loadedAt > 5000) {
+      dlq.seen = count;
+      loadDLQ();
+    }
+    $("#dlq-count").textContent = "(" + fmtInt(count) + " in the stream)";
+  }
+
+  async function openLetter(seq) {
+    dlq.selected = seq;
+    for (const tr of document.querySelectorAll("#dlq-list tbody tr")) tr.classList.toggle("selected", tr.dataset.seq === String(seq));
+    const box = $("#dlq-detail");
+    try {
+      const l = await api("GET", "/v1/dlq/" + encodeURIComponent(seq));
+      $("#dlq-detail-seq").textContent = "#" + l.seq;
+      const fields = [["task id", l.task_id], ["type", l.type], ["priority", l.priority], ["reason", l.reason],
+        ["attempts", l.attempts], ["failed at", fmtDateTime(l.failed_at)], ["stored at", fmtDateTime(l.time)],
+        ["original subject", l.original_subject], ["original seq", l.original_seq]];
+      $("#dlq-detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v === undefined || v === null || v === "" ? "—" : String(v))]));
+      $("#dlq-detail-error").textContent = l.error || "—";
+      const hdrs = Object.entries(l.headers || {}).sort(([a], [b]) => a.localeCompare(b));
+      $("#dlq-detail-headers tbody").replaceChildren(...hdrs.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", { class: "mono" }, Array.isArray(v) ? v.join(", ") : String(v)))));
+      let preview = l.payload === undefined ? "(empty)" : JSON.stringify(l.payload, null, 2);
+      if (preview.length > 4000) preview = preview.slice(0, 4000) + "\n… (" + (preview.length - 4000) + " more characters)";
+      $("#dlq-detail-payload").textContent = preview;
+      $("#dlq-detail-size").textContent = l.size !== undefined ? "(" + fmtBytes(l.size) + ")" : "";
+      box.dataset.seq = String(l.seq);
+      box.dataset.task = l.task_id || "";
+      box.hidden = false;
+      $("#dlq-message").textContent = "";
+    } catch (e) {
+      box.hidden = true;
+      $("#dlq-message").textContent = "Dead letter " + seq + ": " + e.message;
+    }
+  }
+
+  // confirmAction asks in an in-page dialog (testable, unlike window.confirm).
+  function confirmAction(text) {
+    const d = $("#confirm");
+    $("#confirm-text").textContent = text;
+    d.returnValue = "";
+    d.showModal();
+    return new Promise((resolve) => d.addEventListener("close", () => resolve(d.returnValue === "ok"), { once: true }));
+  }
+
+  $("#dlq-replay").addEventListener("click", async () => {
+    const box = $("#dlq-detail");
+    const seq = box.dataset.seq;
+    if (!(await confirmAction("Replay dead letter #" + seq + " (task " + (box.dataset.task || "?") + ")? It goes back to its queue and is removed from the DLQ."))) return;
+    try {
+      const res = await api("POST", "/v1/dlq/" + encodeURIComponent(seq) + "/replay");
+      $("#dlq-message").textContent = "Replayed #" + seq + (res && res.task_id ? " as task " + res.task_id : "") + ".";
+      box.hidden = true;
+      dlq.selected = null;
+      dlq.loadedAt = 0;
+      await loadDLQ();
+      if (box.dataset.task) lookup(box.dataset.task);
+    } catch (e) {
+      $("#dlq-message").textContent = "Replay of #" + seq + " failed: " + e.message;
+    }
+  });
+
+  $("#dlq-purge").addEventListener("click", async () => {
+    readFilter();
+    const q = dlqQuery({});
+    const what = q ? "every dead letter matching " + decodeURIComponent(q).replaceAll("&", ", ") : "EVERY dead letter";
+    if (!(await confirmAction("Purge " + what + "? This cannot be undone."))) return;
+    try {
+      const res = await api("DELETE", "/v1/dlq?" + (q || "all=true"));
+      $("#dlq-message").textContent = "Purged " + (res && res.purged !== undefined ? res.purged + " dead letters" : "") + ".";
+      dlq.after = 0;
+      dlq.pages = [];
+      $("#dlq-detail").hidden = true;
+      await loadDLQ();
+    } catch (e) {
+      $("#dlq-message").textContent = "Purge failed: " + e.message;
+    }
+  });
+
+  $("#dlq-lookup").addEventListener("click", () => {
+    const id = $("#dlq-detail").dataset.task;
+    if (id) lookup(id);
+  });
+  $("#dlq-close").addEventListener("click", () => { $("#dlq-detail").hidden = true; dlq.selected = null; });
+
+  function readFilter() {
+    dlq.filter = { priority: $("#dlq-priority").value, type: $("#dlq-type").value.trim(), reason: $("#dlq-reason").value };
+  }
+  $("#dlq-filter").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    readFilter();
+    dlq.after = 0;
+    dlq.pages = [];
+    loadDLQ();
+  });
+  $("#dlq-next").addEventListener("click", () => {
+    if (!dlq.next) return;
+    dlq.pages.push(dlq.after);
+    dlq.after = dlq.next;
+    loadDLQ();
+  });
+  $("#dlq-first").addEventListener("click", () => {
+    dlq.after = 0;
+    dlq.pages = [];
+    loadDLQ();
+  });
+
+  // ---- task lookup ---------------------------------------------------------
+
+  // look is the task the lookup panel shows: its id, the states seen while
+  // polling it, and the poll timer.
+  let look = { id: "", seen: [], timer: 0 };
+
+  async function lookup(id) {
+    clearTimeout(look.timer);
+    look = { id, seen: [], timer: 0 };
+    $("#lookup-id").value = id;
+    document.getElementById("lookup").scrollIntoView({ block: "nearest" });
+    await pollLookup();
+  }
+
+  async function pollLookup() {
+    const id = look.id;
+    const msg = $("#lookup-message");
+    try {
+      const doc = await api("GET", "/v1/tasks/" + encodeURIComponent(id));
+      if (id !== look.id) return;
+      msg.textContent = "";
+      const lastSeen = look.seen[look.seen.length - 1];
+      if (!lastSeen || lastSeen.state !== doc.state || lastSeen.attempts !== doc.attempts) {
+        look.seen.push({ state: doc.state, attempts: doc.attempts, at: new Date().toISOString() });
+      }
+      renderLookup(doc);
+      if (doc.state !== "completed" && doc.state !== "dead") {
+        look.timer = setTimeout(pollLookup, REFRESH_MS);
+      } else if (doc.state === "dead") {
+        look.timer = setTimeout(pollLookup, 5 * REFRESH_MS); // a replay may bring it back
+      }
+    } catch (e) {
+      if (id !== look.id) return;
+      $("#lookup-result").hidden = true;
+      msg.textContent = e.status === 404 ? "No task " + id + ": still queued (no worker picked it up yet), expired, or never enqueued." : "Lookup failed: " + e.message;
+      if (e.status === 404 || e.status === 503 || e.status === 0) look.timer = setTimeout(pollLookup, 2 * REFRESH_MS);
+    }
+  }
+
+  function renderLookup(doc) {
+    $("#lookup-result").hidden = false;
+    const st = $("#lookup-state");
+    st.textContent = doc.state;
+    st.className = "badge state-" + doc.state;
+    $("#lookup-summary").textContent = [doc.type, doc.priority, "attempt " + doc.attempts, doc.worker ? "on " + doc.worker : ""].filter(Boolean).join(" · ");
+    const events = [];
+    const add = (at, text, cls) => at && events.push({ at, text, cls });
+    add(doc.enqueued_at, "enqueued (" + doc.priority + ")", "enqueued");
+    add(doc.started_at, "attempt " + doc.attempts + " started" + (doc.worker ? " on " + doc.worker : ""), "started");
+    add(doc.next_attempt_at, (doc.state === "scheduled" ? "due" : "next attempt") + " at", "next");
+    add(doc.replayed_at, "replayed from the DLQ" + (doc.replays ? " (" + doc.replays + "×)" : ""), "replayed");
+    add(doc.finished_at, doc.state + (doc.error ? ": " + doc.error : ""), "finished state-" + doc.state);
+    for (const s of look.seen) add(s.at, "seen " + s.state + " (attempt " + s.attempts + ")", "seen");
+    events.sort((a, b) => Date.parse(a.at) - Date.parse(b.at));
+    $("#lookup-timeline").replaceChildren(...events.map((e) => el("li", { class: e.cls }, el("time", {}, fmtDateTime(e.at)), " ", e.text)));
+    $("#lookup-doc").textContent = JSON.stringify(doc, null, 2);
+  }
+
+  $("#lookup-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const id = $("#lookup-id").value.trim();
+    if (id) lookup(id);
+  });
+
+  // ---- start ---------------------------------------------------------------
+
+  for (const p of PRIORITIES) $("#dlq-priority").append(el("option", { value: p }, p));
+  for (const r of REASONS) $("#dlq-reason").append(el("option", { value: r }, r));
+  buildPriorityRows();
+  const params = new URLSearchParams(location.hash.slice(1));
+  if (params.get("task")) lookup(params.get("task"));
+  tick();
+  loadDLQ();
+  setInterval(tick, REFRESH_MS);
+})();

@@ -1,0 +1,246 @@
+package httpapi_test
+
+import (
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/spoolq/spool/producer/httpapi"
+	"github.com/spoolq/spool/streams/embedded"
+)
+
+// overviewDoc is the part of GET /v1/overview the tests read.
+type overviewDoc struct {
+	Time       time.Time `json:"time"`
+	Priorities []struct {
+		Priority  string  `json:"priority"`
+		Pending   uint64  `json:"pending"`
+		InFlight  int     `json:"in_flight"`
+		Processed *uint64 `json:"processed"`
+		Busy      *int    `json:"busy"`
+	} `json:"priorities"`
+	DeadLetters uint64 `json:"dead_letters"`
+	Fleet       []struct {
+		Name      string `json:"name"`
+		Endpoints []struct {
+			Name string         `json:"name"`
+			Data map[string]any `json:"data"`
+		} `json:"endpoints"`
+		Figures struct {
+			Worker    string  `json:"worker"`
+			Slots     *int    `json:"slots"`
+			Busy      *int    `json:"busy"`
+			Processed *uint64 `json:"processed"`
+			Pickup    *struct {
+				Count uint64 `json:"count"`
+				P50   int64  `json:"p50_ns"`
+				P99   int64  `json:"p99_ns"`
+			} `json:"pickup"`
+		} `json:"figures"`
+	} `json:"fleet"`
+	FleetError string `json:"fleet_error"`
+	Totals     struct {
+		Members   int     `json:"members"`
+		Slots     *int    `json:"slots"`
+		Processed *uint64 `json:"processed"`
+		Pickup    *struct {
+			Count uint64 `json:"count"`
+			P50   int64  `json:"p50_ns"`
+			P95   int64  `json:"p95_ns"`
+			P99   int64  `json:"p99_ns"`
+		} `json:"pickup"`
+	} `json:"totals"`
+}
+
+// addFleetMember registers a NATS micro service named like the consumers'
+// whose stats endpoint data is data.
+func addFleetMember(t *testing.T, nc *nats.Conn, data map[string]any) {
+	t.Helper()
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:         httpapi.FleetService,
+		Version:      "0.0.1",
+		StatsHandler: func(*micro.Endpoint) any { return data },
+		Endpoint: &micro.EndpointConfig{
+			Subject: "spool.test.stats." + nc.NewInbox()[7:],
+			Handler: micro.HandlerFunc(func(r micro.Request) { _ = r.Respond(nil) }),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := svc.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// hist is a consumer.Distribution as JSON: n values in the bucket up to
+// 50µs·2^bucket.
+func hist(n uint64, bucket int) map[string]any {
+	counts := make([]uint64, 24)
+	counts[bucket] = n
+	return map[string]any{"Count": n, "Sum": 0, "Counts": counts}
+}
+
+func TestOverviewQueueAndFleet(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, embedded.Options{}, httpapi.Options{})
+	for range 3 {
+		if r := b.do(t, "POST", "/v1/tasks", "", []byte(`{"type":"ov.test","priority":"low"}`)); r.status != 201 {
+			t.Fatalf("enqueue: %d %s", r.status, r.body)
+		}
+	}
+	// A worker reporting consumer.Stats (Go field names, histograms)…
+	addFleetMember(t, b.nc, map[string]any{
+		"Worker": "w-a", "State": "busy", "Slots": 4, "Busy": 1, "Idle": 3,
+		"Priorities": []any{
+			map[string]any{"Priority": "low", "Processed": 10, "Busy": 1, "Pickup": hist(10, 4), "Run": hist(10, 2)},
+			map[string]any{"Priority": "high", "Processed": 2, "Busy": 0, "Pickup": hist(2, 4), "Run": hist(2, 2)},
+		},
+	})
+	// …and one reporting snake_case figures with ready percentiles.
+	addFleetMember(t, b.nc, map[string]any{
+		"worker": "w-b", "slots": 2, "busy": 0, "idle": 2, "processed": 5,
+		"pickup": map[string]any{"p50_ms": 1, "p95_ms": 2, "p99_ms": 3},
+	})
+	r := b.do(t, "GET", "/v1/overview", "", nil)
+	if r.status != 200 {
+		t.Fatalf("overview: %d %s", r.status, r.body)
+	}
+	ov := decode[overviewDoc](t, r)
+	if len(ov.Priorities) != 5 {
+		t.Fatalf("priorities %+v", ov.Priorities)
+	}
+	low := ov.Priorities[3]
+	if low.Priority != "low" || low.Pending != 3 || low.Processed == nil || *low.Processed != 10 || low.Busy == nil || *low.Busy != 1 {
+		t.Fatalf("low priority %+v (processed %v)", low, low.Processed)
+	}
+	if ov.Priorities[0].Processed != nil {
+		t.Errorf("critical has a processed count nobody reported: %d", *ov.Priorities[0].Processed)
+	}
+	if len(ov.Fleet) != 2 || ov.Totals.Members != 2 || ov.FleetError != "" {
+		t.Fatalf("fleet %d members, totals %+v, error %q: %s", len(ov.Fleet), ov.Totals, ov.FleetError, r.body)
+	}
+	workers := map[string]bool{}
+	for _, m := range ov.Fleet {
+		workers[m.Figures.Worker] = true
+		if m.Name != httpapi.FleetService || len(m.Endpoints) != 1 || m.Endpoints[0].Data == nil {
+			t.Errorf("member %+v", m)
+		}
+		switch m.Figures.Worker {
+		case "w-a":
+			if *m.Figures.Slots != 4 || *m.Figures.Processed != 12 || m.Figures.Pickup == nil || m.Figures.Pickup.Count != 12 {
+				t.Errorf("w-a figures %+v", m.Figures)
+			}
+		case "w-b":
+			if m.Figures.Pickup == nil || m.Figures.Pickup.P99 != int64(3*time.Millisecond) {
+				t.Errorf("w-b pickup %+v", m.Figures.Pickup)
+			}
+		}
+	}
+	if !workers["w-a"] || !workers["w-b"] {
+		t.Fatalf("workers %v", workers)
+	}
+	if *ov.Totals.Slots != 6 || *ov.Totals.Processed != 17 {
+		t.Errorf("totals %+v", ov.Totals)
+	}
+	// Fleet percentiles merge histograms only: w-a's 12 pickups, all in
+	// the bucket (400µs, 800µs].
+	p := ov.Totals.Pickup
+	if p == nil || p.Count != 12 || p.P50 <= int64(400*time.Microsecond) || p.P99 > int64(800*time.Microsecond) || p.P50 > p.P95 || p.P95 > p.P99 {
+		t.Errorf("fleet pickup %+v", p)
+	}
+}
+
+func TestOverviewEmptyFleetAndCache(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, embedded.Options{}, httpapi.Options{})
+	start := time.Now()
+	r := b.do(t, "GET", "/v1/overview", "", nil)
+	if r.status != 200 {
+		t.Fatalf("overview: %d %s", r.status, r.body)
+	}
+	if !strings.Contains(string(r.body), `"fleet":[]`) {
+		t.Errorf("an empty fleet is not an empty list: %s", r.body)
+	}
+	first := decode[overviewDoc](t, r)
+	if first.Totals.Members != 0 || first.FleetError != "" {
+		t.Errorf("fleet %+v error %q", first.Totals, first.FleetError)
+	}
+	// No responders ends the fleet wait at once.
+	if d := time.Since(start); d > httpapi.FleetWait+time.Second {
+		t.Errorf("overview took %s", d)
+	}
+	// A second read within the TTL is the cached answer; it may also be
+	// a new one when the first one is already older than the TTL.
+	second := decode[overviewDoc](t, b.do(t, "GET", "/v1/overview", "", nil))
+	if !second.Time.Equal(first.Time) && time.Since(first.Time) < httpapi.OverviewCacheTTL {
+		t.Errorf("read again within the TTL: %s then %s", first.Time, second.Time)
+	}
+}
+
+func TestOverviewUnavailable(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, embedded.Options{}, httpapi.Options{})
+	b.nc.Close() // the broker's connection is gone: NATS is unreachable for it
+	r := b.do(t, "GET", "/v1/overview", "", nil)
+	code, _, _ := r.errorCode()
+	if r.status != http.StatusServiceUnavailable || code != httpapi.CodeUnavailable || r.header.Get("Retry-After") == "" {
+		t.Fatalf("closed connection: %d %s %q", r.status, code, r.body)
+	}
+}
+
+func TestUIRoutes(t *testing.T) {
+	t.Parallel()
+	const tok = "ui-s3cret"
+	b := startBroker(t, embedded.Options{}, httpapi.Options{Token: tok})
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	req, err := http.NewRequestWithContext(ctxFor(t), "GET", b.url+"/ui", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != "/ui/" {
+		t.Fatalf("/ui: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	// The static files hold no data: served without the token, with a
+	// policy that forbids any other origin.
+	external := regexp.MustCompile(`(?i)(https?:)?//[a-z0-9.-]+\.[a-z]{2,}`)
+	for file, ctype := range map[string]string{"": "text/html", "index.html": "text/html", "app.js": "text/javascript", "app.css": "text/css"} {
+		r := b.do(t, "GET", "/ui/"+file, "", nil)
+		if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), ctype) || len(r.body) < 100 {
+			t.Fatalf("/ui/%s: %d %q %d bytes", file, r.status, r.header.Get("Content-Type"), len(r.body))
+		}
+		if csp := r.header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") {
+			t.Errorf("/ui/%s: CSP %q", file, csp)
+		}
+		for _, u := range external.FindAllString(string(r.body), -1) {
+			if u != "http://www.w3.org" { // the SVG namespace, not a request
+				t.Errorf("/ui/%s refers to %s", file, u)
+			}
+		}
+	}
+	if r := b.do(t, "GET", "/ui/missing.js", "", nil); r.status != 404 {
+		t.Errorf("missing file: %d", r.status)
+	}
+	// The data needs the token, as the API does.
+	if r := b.do(t, "GET", "/v1/overview", "", nil); r.status != 401 || r.header.Get("WWW-Authenticate") == "" {
+		t.Errorf("overview without token: %d", r.status)
+	}
+	if r := b.do(t, "GET", "/v1/overview", "wrong", nil); r.status != 401 {
+		t.Errorf("overview with a wrong token: %d", r.status)
+	}
+	if r := b.do(t, "GET", "/v1/overview", tok, nil); r.status != 200 || r.header.Get("Cache-Control") != "no-store" {
+		t.Errorf("overview with the token: %d %s", r.status, r.body)
+	}
+}
