@@ -11,6 +11,10 @@
 //	GET    /v1/tasks/{id}        result document           200, 404 not_found
 //	GET    /v1/tasks/{id}?wait=10s  long-poll until the task is completed or dead
 //	DELETE /v1/tasks/{id}        cancel a scheduled task   200, 404 not_found
+//	GET    /v1/dlq               dead letters, one page    200 (?priority=&type=&reason=&since=&until=&limit=&after=)
+//	GET    /v1/dlq/{seq}         one dead letter           200, 404 not_found
+//	POST   /v1/dlq/{seq}/replay  replay to its subject     200, 404 not_found, 409 not_replayable
+//	DELETE /v1/dlq?<filter>      purge matching letters    200, 400 filter_required (all=true purges all)
 //	GET    /healthz              the process is up          200
 //	GET    /readyz               NATS and the task stream   200, 503
 //	GET    /v1/openapi.json      the OpenAPI 3.1 description

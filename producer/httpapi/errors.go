@@ -32,6 +32,10 @@ const (
 	CodeDuplicateUnique   = "duplicate_unique"
 	CodeQueueFull         = "queue_full"
 	CodeUnavailable       = "unavailable"
+	CodeInvalidFilter     = "invalid_filter"
+	CodeFilterRequired    = "filter_required"
+	CodeInvalidSeq        = "invalid_seq"
+	CodeNotReplayable     = "not_replayable"
 )
 
 // retryAfter is the Retry-After (seconds) sent with 503 answers.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams/dlq"
 )
 
 //go:embed openapi.json
@@ -63,6 +64,7 @@ func (o Options) withDefaults() Options {
 
 type handler struct {
 	client *producer.Client
+	dlq    *dlq.DLQ
 	opts   Options
 	logger *slog.Logger
 }
@@ -80,6 +82,7 @@ func NewHandler(client *producer.Client, opts Options) http.Handler {
 	mux.Handle("GET /v1/tasks/{id}", h.auth(h.result))
 	mux.Handle("DELETE /v1/tasks/{id}", h.auth(h.cancel))
 	h.registerUI(mux) // dashboard: /ui, /v1/overview (ui.go)
+	h.routeDLQ(mux)
 	// Known paths with a method they do not serve answer 405. Patterns
 	// carry methods so they do not conflict with GET /v1/tasks/{id}.
 	for _, m := range []struct{ pattern, allow string }{
@@ -91,16 +94,21 @@ func NewHandler(client *producer.Client, opts Options) http.Handler {
 		{"PATCH /v1/tasks/{id}", "GET, DELETE"},
 		{"POST /v1/tasks/{id}", "GET, DELETE"},
 	} {
-		mux.HandleFunc(m.pattern, func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Allow", m.allow)
-			writeError(w, h.logger, r, newError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "",
-				fmt.Sprintf("%s does not allow %s (allowed: %s)", r.URL.Path, r.Method, m.allow)))
-		})
+		mux.HandleFunc(m.pattern, h.notAllowed(m.allow))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, h.logger, r, newError(http.StatusNotFound, CodeNotFound, "", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)))
 	})
 	return h.logRequests(mux)
+}
+
+// notAllowed answers 405 for a known path, naming the allowed methods.
+func (h *handler) notAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeError(w, h.logger, r, newError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "",
+			fmt.Sprintf("%s does not allow %s (allowed: %s)", r.URL.Path, r.Method, allow)))
+	}
 }
 
 // auth requires the bearer token when one is configured.
