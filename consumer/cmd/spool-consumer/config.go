@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -74,6 +75,13 @@ type Config struct {
 	// where another process runs one. SPOOL_DLQ_ROUTER, default true.
 	DLQRouter bool `envconfig:"DLQ_ROUTER" default:"true" desc:"also run the DLQ router for tasks that ran out of deliveries"`
 
+	// MetricsAddr is where /metrics, /healthz and /readyz are served. Port 0
+	// (the default) picks a free port, so several consumers on one host
+	// start side by side; the address is logged and published in the NATS
+	// service metadata (metrics_addr). "off" serves nothing.
+	// SPOOL_METRICS_ADDR, default 127.0.0.1:0.
+	MetricsAddr string `envconfig:"METRICS_ADDR" default:"127.0.0.1:0" desc:"listen address of /metrics, /healthz, /readyz (port 0: a free port, logged; off: none)"`
+
 	weights consumer.Weights
 	boost   []consumer.BoostStep
 }
@@ -111,6 +119,11 @@ func (c *Config) Validate() error {
 	for _, ch := range checks {
 		if ch.bad {
 			return fmt.Errorf("%s", ch.msg)
+		}
+	}
+	if c.MetricsAddr != metricsOff {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			return fmt.Errorf("SPOOL_METRICS_ADDR: %q is not host:port or off: %w", c.MetricsAddr, err)
 		}
 	}
 	if c.WorkerName == "" {

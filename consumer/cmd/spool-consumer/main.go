@@ -20,11 +20,15 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/metrics"
 	"github.com/spoolq/spool/shared/config"
 	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/shared/natsconn"
+	"github.com/spoolq/spool/streams/dlq"
 )
 
 func main() {
@@ -82,6 +86,18 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Health answers from the start, so probes see a worker starting up.
+	obs, err := startObserver(cfg.MetricsAddr, w, nc, logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := obs.stop(sctx); err != nil {
+			logger.Warn("stopping the metrics listener", "error", err)
+		}
+	}()
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = w.Start(startCtx)
 	cancel()
@@ -97,11 +113,22 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return errors.Join(err, w.Stop(stopCtx))
 		}
 	}
-	logger.Info("spool-consumer running", "types", mux.Types(), "nats_url", nc.ConnectedUrlRedacted(), "dlq_router", cfg.DLQRouter)
+	svc, err := observe(ctx, nc, w, router, obs, cfg)
+	if err != nil {
+		logger.Warn("the NATS service API is off", "error", err)
+	}
+	logger.Info("spool-consumer running", "types", mux.Types(), "nats_url", nc.ConnectedUrlRedacted(),
+		"dlq_router", cfg.DLQRouter, "metrics_addr", obs.addr)
 
 	summarize(ctx, w, logger, cfg.StatsInterval)
 
 	logger.Info("stopping: finishing running tasks", "shutdown_timeout", cfg.ShutdownTimeout)
+	if svc != nil {
+		// Leave the fleet listing first.
+		if err := svc.Stop(); err != nil {
+			logger.Warn("stopping the NATS service", "error", err)
+		}
+	}
 	// The worker enforces ShutdownTimeout itself; the extra minute bounds
 	// the hand-back of tasks whose handlers ignore cancellation.
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout+time.Minute)
@@ -137,6 +164,28 @@ func startRouter(ctx context.Context, nc *nats.Conn, cfg Config, worker string, 
 		return nil, fmt.Errorf("starting the dlq router: %w", err)
 	}
 	return r, nil
+}
+
+// observe registers the worker's metrics and its NATS micro service
+// (spool-consumer), which advertises the metrics address.
+func observe(ctx context.Context, nc *nats.Conn, w *consumer.Worker, router *consumer.Router, obs *observer, cfg Config) (micro.Service, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("opening JetStream: %w", err)
+	}
+	opts := []metrics.Option{metrics.WithDeadLetters(dlq.New(js, cfg.Names()).Size), metrics.WithLogger(obs.logger)}
+	var svcOpts []consumer.ServiceOption
+	if router != nil {
+		opts = append(opts, metrics.WithRouter(router))
+		svcOpts = append(svcOpts, consumer.WithServiceRouter(router))
+	}
+	if err := obs.reg.Register(metrics.New(ctx, w, opts...)); err != nil {
+		return nil, fmt.Errorf("registering the worker metrics: %w", err)
+	}
+	if obs.addr != "" {
+		svcOpts = append(svcOpts, consumer.WithServiceMetadata(map[string]string{"metrics_addr": obs.addr}))
+	}
+	return consumer.AddService(nc, w, svcOpts...)
 }
 
 // summarize logs the one-line summary every interval until ctx ends.

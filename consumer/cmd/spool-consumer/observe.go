@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/spoolq/spool/consumer"
+)
+
+// metricsOff turns the metrics and health listener off.
+const metricsOff = "off"
+
+// observer serves /metrics, /healthz and /readyz.
+type observer struct {
+	reg    *prometheus.Registry
+	srv    *http.Server
+	addr   string // the address listened on, port resolved; empty when off
+	errc   chan error
+	logger *slog.Logger
+}
+
+// startObserver listens on addr (metricsOff: nowhere) and serves the
+// process's registry and the worker's health. The registry holds the Go and
+// process collectors; the caller adds the worker's.
+func startObserver(addr string, w *consumer.Worker, nc *nats.Conn, logger *slog.Logger) (*observer, error) {
+	o := &observer{reg: prometheus.NewRegistry(), logger: logger}
+	o.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if addr == metricsOff {
+		return o, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("SPOOL_METRICS_ADDR: listening on %s: %w", addr, err)
+	}
+	o.addr = ln.Addr().String()
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(o.reg, promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ErrorHandling: promhttp.ContinueOnError,
+	}))
+	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
+		// Alive while the worker has not stopped.
+		st := w.State()
+		status := http.StatusOK
+		if st == consumer.WorkerStopped {
+			status = http.StatusServiceUnavailable
+		}
+		writeHealth(rw, status, map[string]any{"status": http.StatusText(status), "worker": string(st)})
+	})
+	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {
+		// Ready while connected and pulling.
+		st := w.State()
+		status := http.StatusOK
+		if !nc.IsConnected() || (st != consumer.WorkerIdle && st != consumer.WorkerBusy) {
+			status = http.StatusServiceUnavailable
+		}
+		writeHealth(rw, status, map[string]any{"status": http.StatusText(status), "worker": string(st), "nats": nc.Status().String()})
+	})
+	o.srv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       time.Minute,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	o.errc = make(chan error, 1)
+	go func() { o.errc <- o.srv.Serve(ln) }()
+	logger.Info("serving /metrics, /healthz and /readyz", "metrics_addr", o.addr)
+	return o, nil
+}
+
+func writeHealth(rw http.ResponseWriter, status int, body map[string]any) {
+	rw.Header().Set("Content-Type", "application/json")
+	rw.Header().Set("Cache-Control", "no-store")
+	rw.WriteHeader(status)
+	_ = json.NewEncoder(rw).Encode(body) // the prober may be gone
+}
+
+// stop shuts the listener down within ctx.
+func (o *observer) stop(ctx context.Context) error {
+	if o.srv == nil {
+		return nil
+	}
+	if err := o.srv.Shutdown(ctx); err != nil {
+		return fmt.Errorf("stopping the metrics listener: %w", err)
+	}
+	if err := <-o.errc; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("metrics listener: %w", err)
+	}
+	return nil
+}
