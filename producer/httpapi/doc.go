@@ -18,6 +18,7 @@
 //	GET    /healthz              the process is up          200
 //	GET    /readyz               NATS and the task stream   200, 503
 //	GET    /v1/openapi.json      the OpenAPI 3.1 description
+//	GET    /metrics              Prometheus metrics (behind the token when one is set)
 //
 // Errors are JSON: {"error":{"code":"invalid_priority","message":"...","field":"priority"}}
 // with a stable code (see the Code constants), and for a unique-key conflict

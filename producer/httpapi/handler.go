@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams/dlq"
@@ -44,6 +46,10 @@ type Options struct {
 	MaxWait time.Duration
 	// Logger receives request logs. Default: discard.
 	Logger *slog.Logger
+	// Registry receives the broker's metrics, and GET /metrics serves it
+	// (behind the token). Default: a registry of the handler's own. A
+	// registry serves one handler.
+	Registry *prometheus.Registry
 }
 
 func (o Options) withDefaults() Options {
@@ -63,10 +69,11 @@ func (o Options) withDefaults() Options {
 }
 
 type handler struct {
-	client *producer.Client
-	dlq    *dlq.DLQ
-	opts   Options
-	logger *slog.Logger
+	client  *producer.Client
+	dlq     *dlq.DLQ
+	metrics *brokerMetrics
+	opts    Options
+	logger  *slog.Logger
 }
 
 // NewHandler returns the broker's routes on client (which must not be nil).
@@ -83,6 +90,7 @@ func NewHandler(client *producer.Client, opts Options) http.Handler {
 	mux.Handle("DELETE /v1/tasks/{id}", h.auth(h.cancel))
 	h.registerUI(mux) // dashboard: /ui, /v1/overview (ui.go)
 	h.routeDLQ(mux)
+	h.routeMetrics(mux)
 	// Known paths with a method they do not serve answer 405. Patterns
 	// carry methods so they do not conflict with GET /v1/tasks/{id}.
 	for _, m := range []struct{ pattern, allow string }{
@@ -99,7 +107,7 @@ func NewHandler(client *producer.Client, opts Options) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, h.logger, r, newError(http.StatusNotFound, CodeNotFound, "", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)))
 	})
-	return h.logRequests(mux)
+	return h.instrument(h.logRequests(mux))
 }
 
 // notAllowed answers 405 for a known path, naming the allowed methods.

@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/spoolq/spool/producer/httpapi"
 )
 
@@ -35,10 +38,13 @@ func runServe(ctx context.Context, cfg Config, env *cmdEnv, args []string) error
 		return err
 	}
 	defer s.close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h := httpapi.NewHandler(s.client, httpapi.Options{
-		Token:   cfg.HTTPToken,
-		MaxBody: cfg.HTTPMaxBody,
-		Logger:  s.logger,
+		Token:    cfg.HTTPToken,
+		MaxBody:  cfg.HTTPMaxBody,
+		Logger:   s.logger,
+		Registry: reg,
 	})
 	srv := httpapi.NewServer(cfg.HTTPAddr, h, s.logger)
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)

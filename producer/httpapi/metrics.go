@@ -1,0 +1,151 @@
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/spoolq/spool/producer"
+	"github.com/spoolq/spool/streams"
+)
+
+// Queue figures on /metrics.
+const (
+	// StatusCacheTTL is how long one read of the queue's status
+	// (streams.ReadStatus) serves scrapes.
+	StatusCacheTTL = time.Second
+	// StatusTimeout bounds one read of the queue's status.
+	StatusTimeout = 2 * time.Second
+)
+
+// brokerMetrics are the broker's request metrics.
+type brokerMetrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+// routeMetrics registers the broker's metrics on the registry of Options
+// (a new one when nil) and serves it on GET /metrics, behind the token like
+// the API.
+func (h *handler) routeMetrics(mux *http.ServeMux) {
+	reg := h.opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	h.metrics = &brokerMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spool_broker_requests_total",
+			Help: "HTTP requests answered, by route (the ServeMux pattern, \"POST /v1/tasks\" is an enqueue) and status code.",
+		}, []string{"route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "spool_broker_request_duration_seconds",
+			Help:    "Time to answer an HTTP request, by route; route \"POST /v1/tasks\" is the enqueue latency.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18), // 100µs to ~13s
+		}, []string{"route"}),
+	}
+	reg.MustRegister(h.metrics.requests, h.metrics.duration, newQueueCollector(h.client, h.logger))
+	mux.Handle("GET /metrics", h.auth(promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(h.logger.Handler(), slog.LevelWarn),
+		ErrorHandling: promhttp.ContinueOnError,
+	}).ServeHTTP))
+	mux.HandleFunc("/metrics", h.notAllowed("GET"))
+}
+
+// instrument counts and times every request by its route.
+func (h *handler) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		route := r.Pattern // set by the ServeMux on this request
+		if route == "" || route == "/" {
+			route = "unmatched"
+		}
+		h.metrics.requests.WithLabelValues(route, strconv.Itoa(rec.status)).Inc()
+		h.metrics.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	})
+}
+
+// queueCollector exports streams.ReadStatus, read at most once per
+// StatusCacheTTL.
+type queueCollector struct {
+	client *producer.Client
+	logger *slog.Logger
+
+	mu  sync.Mutex
+	at  time.Time
+	st  streams.Status
+	ok  bool
+	now func() time.Time
+}
+
+func newQueueCollector(client *producer.Client, logger *slog.Logger) *queueCollector {
+	return &queueCollector{client: client, logger: logger, now: time.Now}
+}
+
+var (
+	queuePendingDesc  = prometheus.NewDesc("spool_queue_pending", "Tasks waiting (never delivered), by priority.", []string{"priority"}, nil)
+	queueInFlightDesc = prometheus.NewDesc("spool_queue_in_flight", "Tasks delivered and not acked (running or in retry backoff), by priority.", []string{"priority"}, nil)
+	queueRedelivDesc  = prometheus.NewDesc("spool_queue_redelivered", "In-flight tasks delivered more than once, by priority.", []string{"priority"}, nil)
+	queueOldestDesc   = prometheus.NewDesc("spool_queue_oldest_wait_seconds", "Age of the oldest waiting task, by priority; 0 when none.", []string{"priority"}, nil)
+	queueSchedDesc    = prometheus.NewDesc("spool_queue_scheduled", "Delayed tasks whose time has not come.", nil, nil)
+	queueDLQDesc      = prometheus.NewDesc("spool_dlq_messages", "Dead letters in the dead-letter stream.", nil, nil)
+	queueResultsDesc  = prometheus.NewDesc("spool_results", "Result documents kept.", nil, nil)
+	queueBytesDesc    = prometheus.NewDesc("spool_task_store_bytes", "Size of the task stream on the server.", nil, nil)
+	queueUpDesc       = prometheus.NewDesc("spool_queue_status_up", "1 when the last read of the queue's status succeeded.", nil, nil)
+)
+
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{queuePendingDesc, queueInFlightDesc, queueRedelivDesc, queueOldestDesc,
+		queueSchedDesc, queueDLQDesc, queueResultsDesc, queueBytesDesc, queueUpDesc} {
+		ch <- d
+	}
+}
+
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	st, ok := c.status()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	if !ok {
+		gauge(queueUpDesc, 0)
+		return
+	}
+	gauge(queueUpDesc, 1)
+	for _, p := range st.Priorities {
+		name := p.Priority.String()
+		gauge(queuePendingDesc, float64(p.Pending), name)
+		gauge(queueInFlightDesc, float64(p.InFlight), name)
+		gauge(queueRedelivDesc, float64(p.Redelivered), name)
+		gauge(queueOldestDesc, p.OldestWait.Seconds(), name)
+	}
+	gauge(queueSchedDesc, float64(st.Scheduled))
+	gauge(queueDLQDesc, float64(st.DeadLetters))
+	gauge(queueResultsDesc, float64(st.Results))
+	gauge(queueBytesDesc, float64(st.StoreBytes))
+}
+
+// status returns the cached status, reading it again when stale. Scrapes
+// are serialised: one read at a time.
+func (c *queueCollector) status() (streams.Status, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && c.now().Sub(c.at) < StatusCacheTTL {
+		return c.st, c.ok
+	}
+	// A scrape has no context; the read is bounded by StatusTimeout.
+	ctx, cancel := context.WithTimeout(context.Background(), StatusTimeout)
+	defer cancel()
+	st, err := streams.ReadStatus(ctx, c.client.JetStream(), c.client.Names())
+	c.at, c.st, c.ok = c.now(), st, err == nil
+	if err != nil {
+		c.logger.Debug("reading the queue status for metrics", "error", err)
+	}
+	return c.st, c.ok
+}
