@@ -397,6 +397,7 @@ func figures(data json.RawMessage) WorkerFigures {
 	f.Retried = counters.uint("retried")
 	f.Dead = counters.uint("dead")
 	var pickups, runs []*histogram
+	var sums struct{ processed, completed, failed, retried, dead *uint64 }
 	if arr, ok := firstOf(o, "priorities").([]any); ok {
 		for _, item := range arr {
 			po := toObj(item)
@@ -405,12 +406,24 @@ func figures(data json.RawMessage) WorkerFigures {
 			}
 			pf := PriorityFigures{Priority: po.str("priority", "name"), Processed: po.uint("processed"), Busy: po.int("busy")}
 			f.Priorities = append(f.Priorities, pf)
+			// Counters missing at the top are the sum of the priorities'.
+			for _, c := range []struct {
+				dst  **uint64
+				name string
+			}{{&sums.processed, "processed"}, {&sums.completed, "completed"}, {&sums.failed, "failed"}, {&sums.retried, "retried"}, {&sums.dead, "dead"}} {
+				*c.dst = addUint(*c.dst, po.uint(c.name))
+			}
 			pickups = append(pickups, parseHistogram(firstOf(po, "pickup")))
 			runs = append(runs, parseHistogram(firstOf(po, "run")))
 		}
 	}
-	if f.Processed == nil {
-		f.Processed = sumPriorities(f.Priorities)
+	for _, c := range []struct{ dst, sum **uint64 }{
+		{&f.Processed, &sums.processed}, {&f.Completed, &sums.completed}, {&f.Failed, &sums.failed},
+		{&f.Retried, &sums.retried}, {&f.Dead, &sums.dead},
+	} {
+		if *c.dst == nil {
+			*c.dst = *c.sum
+		}
 	}
 	f.Pickup, f.pickupHist = distribution(firstOf(counters, "pickup", "pickup_latency"), firstOf(o, "pickup", "pickup_latency"), pickups)
 	f.Run, f.runHist = distribution(firstOf(counters, "run", "run_time", "runtime"), firstOf(o, "run", "run_time", "runtime"), runs)
@@ -420,21 +433,6 @@ func figures(data json.RawMessage) WorkerFigures {
 func firstOf(o obj, keys ...string) any {
 	v, _ := o.get(keys...)
 	return v
-}
-
-func sumPriorities(ps []PriorityFigures) *uint64 {
-	var sum uint64
-	found := false
-	for _, p := range ps {
-		if p.Processed != nil {
-			sum += *p.Processed
-			found = true
-		}
-	}
-	if !found {
-		return nil
-	}
-	return &sum
 }
 
 // distribution reads a duration distribution: a histogram (preferred, it

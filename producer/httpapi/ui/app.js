@@ -9,6 +9,7 @@
   const WINDOW_MS = 5 * 60 * 1000; // charts keep the last 5 minutes
   const RATE_SPAN_MS = 5000; // processed/s is averaged over about 5 s
   const DLQ_PAGE = 50;
+  const DLQ_REFRESH_MS = 2000;
   const TOKEN_KEY = "spool.token";
 
   const $ = (sel) => document.querySelector(sel);
@@ -102,15 +103,18 @@
 
   const SVGNS = "http://www.w3.org/2000/svg";
   // spark draws points [{t, v}] of the last WINDOW_MS into svg as a line
-  // over an area, scaled to the largest value.
+  // over an area, scaled to the largest value. Until the page has watched
+  // for WINDOW_MS, the x axis spans what it saw (at least MIN_SPAN_MS).
+  const MIN_SPAN_MS = 30 * 1000;
   function spark(svg, points, now) {
     const vb = svg.viewBox.baseVal;
     const w = vb.width || 120, h = vb.height || 28;
     svg.replaceChildren();
     const pts = points.filter((p) => p.v !== null && p.v !== undefined && now - p.t <= WINDOW_MS);
     if (pts.length === 0) return;
+    const span = Math.min(WINDOW_MS, Math.max(MIN_SPAN_MS, now - pts[0].t));
     const max = Math.max(1, ...pts.map((p) => p.v));
-    const xy = pts.map((p) => [w - ((now - p.t) / WINDOW_MS) * w, h - 1 - (p.v / max) * (h - 2)]);
+    const xy = pts.map((p) => [w - ((now - p.t) / span) * w, h - 1 - (p.v / max) * (h - 2)]);
     const line = xy.map(([x, y]) => x.toFixed(1) + "," + y.toFixed(1)).join(" ");
     const area = document.createElementNS(SVGNS, "polygon");
     area.setAttribute("points", xy[0][0].toFixed(1) + "," + h + " " + line + " " + xy[xy.length - 1][0].toFixed(1) + "," + h);
@@ -119,7 +123,7 @@
     pl.setAttribute("points", line);
     pl.setAttribute("class", "line");
     const title = document.createElementNS(SVGNS, "title");
-    title.textContent = "max " + fmtRate(max) + " in the last 5 minutes";
+    title.textContent = "max " + fmtRate(max) + " over the last " + Math.round(span / 1000) + " s";
     svg.append(title, area, pl);
   }
 
@@ -385,10 +389,11 @@
   }
 
   // maybeRefreshDLQ reloads the list when the dead-letter count moved, at
-  // most every 5 s and only on the first page (a listing is a scan).
+  // most every DLQ_REFRESH_MS and only on the first page (a listing is a
+  // scan on the server).
   function maybeRefreshDLQ(count) {
     if (dlq.seen === count) return;
-    if (dlq.after === 0 && Date.now() - dlq.loadedAt > 5000) {
+    if (dlq.after === 0 && Date.now() - dlq.loadedAt > DLQ_REFRESH_MS) {
       dlq.seen = count;
       loadDLQ();
     }
@@ -438,12 +443,14 @@
     if (!(await confirmAction("Replay dead letter #" + seq + " (task " + (box.dataset.task || "?") + ")? It goes back to its queue and is removed from the DLQ."))) return;
     try {
       const res = await api("POST", "/v1/dlq/" + encodeURIComponent(seq) + "/replay");
-      $("#dlq-message").textContent = "Replayed #" + seq + (res && res.task_id ? " as task " + res.task_id : "") + ".";
       box.hidden = true;
       dlq.selected = null;
-      dlq.loadedAt = 0;
       await loadDLQ();
-      if (box.dataset.task) lookup(box.dataset.task);
+      $("#dlq-message").textContent = "Replayed #" + seq + (res && res.task_id ? ": task " + res.task_id + " is queued again on " + res.subject : "") + ".";
+      if (box.dataset.task) {
+        const note = "replayed from the DLQ by this page (dead letter #" + seq + (res && res.replays ? ", replay " + res.replays : "") + ")";
+        lookup(box.dataset.task, { state: "replayed", note, at: new Date().toISOString() });
+      }
     } catch (e) {
       $("#dlq-message").textContent = "Replay of #" + seq + " failed: " + e.message;
     }
@@ -456,11 +463,11 @@
     if (!(await confirmAction("Purge " + what + "? This cannot be undone."))) return;
     try {
       const res = await api("DELETE", "/v1/dlq?" + (q || "all=true"));
-      $("#dlq-message").textContent = "Purged " + (res && res.purged !== undefined ? res.purged + " dead letters" : "") + ".";
       dlq.after = 0;
       dlq.pages = [];
       $("#dlq-detail").hidden = true;
       await loadDLQ();
+      $("#dlq-message").textContent = "Purged " + (res && res.purged !== undefined ? res.purged + " dead letters" : "") + ".";
     } catch (e) {
       $("#dlq-message").textContent = "Purge failed: " + e.message;
     }
@@ -500,9 +507,10 @@
   // polling it, and the poll timer.
   let look = { id: "", seen: [], timer: 0 };
 
-  async function lookup(id) {
+  // lookup shows task id; note is an event this page caused (a replay).
+  async function lookup(id, note) {
     clearTimeout(look.timer);
-    look = { id, seen: [], timer: 0 };
+    look = { id, seen: note ? [note] : [], timer: 0 };
     $("#lookup-id").value = id;
     document.getElementById("lookup").scrollIntoView({ block: "nearest" });
     await pollLookup();
@@ -515,7 +523,7 @@
       const doc = await api("GET", "/v1/tasks/" + encodeURIComponent(id));
       if (id !== look.id) return;
       msg.textContent = "";
-      const lastSeen = look.seen[look.seen.length - 1];
+      const lastSeen = look.seen.filter((x) => !x.note).pop();
       if (!lastSeen || lastSeen.state !== doc.state || lastSeen.attempts !== doc.attempts) {
         look.seen.push({ state: doc.state, attempts: doc.attempts, at: new Date().toISOString() });
       }
@@ -546,7 +554,7 @@
     add(doc.next_attempt_at, (doc.state === "scheduled" ? "due" : "next attempt") + " at", "next");
     add(doc.replayed_at, "replayed from the DLQ" + (doc.replays ? " (" + doc.replays + "×)" : ""), "replayed");
     add(doc.finished_at, doc.state + (doc.error ? ": " + doc.error : ""), "finished state-" + doc.state);
-    for (const s of look.seen) add(s.at, "seen " + s.state + " (attempt " + s.attempts + ")", "seen");
+    for (const s of look.seen) add(s.at, s.note || "seen " + s.state + " (attempt " + s.attempts + ")", s.note ? "replayed" : "seen");
     events.sort((a, b) => Date.parse(a.at) - Date.parse(b.at));
     $("#lookup-timeline").replaceChildren(...events.map((e) => el("li", { class: e.cls }, el("time", {}, fmtDateTime(e.at)), " ", e.text)));
     $("#lookup-doc").textContent = JSON.stringify(doc, null, 2);

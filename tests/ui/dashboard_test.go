@@ -1,0 +1,213 @@
+package ui_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/streams/embedded"
+	"github.com/spoolq/spool/tests/devstack"
+)
+
+const token = "ui-e2e-token"
+
+// post sends a JSON body to the broker with the token and returns the
+// status.
+func post(t *testing.T, ctx context.Context, url, body string) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode >= 300 {
+		t.Fatalf("POST %s: %d %s", url, resp.StatusCode, b)
+	}
+	return resp.StatusCode
+}
+
+// registerFleetMember answers $SRV.STATS.spool-consumer for the stack's
+// worker with its live consumer.Stats, as a spool-consumer process does.
+func registerFleetMember(t *testing.T, st *devstack.Stack) {
+	t.Helper()
+	nc, err := nats.Connect(st.URL, nats.Name("ui-e2e-fleet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:         "spool-consumer",
+		Version:      "0.0.0-e2e",
+		Metadata:     map[string]string{"worker": "spool-dev-worker"},
+		StatsHandler: func(*micro.Endpoint) any { return st.Worker.Stats() },
+		Endpoint: &micro.EndpointConfig{
+			Subject: "spool.e2e.fleet.stats",
+			Handler: micro.HandlerFunc(func(r micro.Request) { _ = r.Respond(nil) }),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := svc.Stop(); err != nil {
+			t.Logf("stopping the fleet service: %v", err)
+		}
+		nc.Close()
+	})
+}
+
+// numberIn is a JavaScript expression: the number shown by the element sel
+// (commas and suffixes dropped), NaN when it shows none.
+func numberIn(sel string) string {
+	return fmt.Sprintf(`parseFloat((document.querySelector(%s)?.textContent || "").replace(/,/g, ""))`, jsString(sel))
+}
+
+// TestDashboard drives the dashboard in headless Chromium against the dev
+// stack: the token prompt, figures that move while tasks flow, the fleet,
+// a dead letter found, opened and replayed, a task looked up by id, no
+// request leaving the broker's origin, and the banner when NATS goes away.
+func TestDashboard(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	storeDir := t.TempDir()
+	st, err := devstack.Start(ctx, devstack.Options{
+		StoreDir: storeDir,
+		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Worker:   true,
+		WorkerOptions: []consumer.Option{
+			consumer.WithConcurrency(4, 4),
+			consumer.WithRetry(20*time.Millisecond, 100*time.Millisecond, 3),
+		},
+		BrokerAddr:  "127.0.0.1:0",
+		BrokerToken: token,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Stop)
+	registerFleetMember(t, st)
+	b := startBrowser(t)
+
+	// 1. The page loads and asks for the token; with it, it goes live.
+	b.do("loading /ui", 15*time.Second,
+		chromedp.Navigate(st.BrokerURL+"/ui"),
+		chromedp.WaitVisible(chromedp.CSS("#token-form")),
+		chromedp.SendKeys(chromedp.CSS("#token-input"), token),
+		chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)),
+	)
+	b.waitJS("the page to go live", `document.querySelector("#conn").textContent === "live"`, 10*time.Second)
+	b.waitJS("five priority rows", `document.querySelectorAll("#prio-table tbody tr").length === 5`, 5*time.Second)
+	b.waitJS("the fleet member", `[...document.querySelectorAll("#fleet-table tbody tr")].some(r => r.textContent.includes("spool-dev-worker"))`, 10*time.Second)
+
+	// 2. Figures move as tasks flow: 800 sleeps of 40ms on 4 slots keep the
+	// low queue busy for about 8 s.
+	var batch strings.Builder
+	batch.WriteString(`{"tasks":[`)
+	for i := range 800 {
+		if i > 0 {
+			batch.WriteString(",")
+		}
+		batch.WriteString(`{"type":"demo.sleep","priority":"low","payload":{"ms":40}}`)
+	}
+	batch.WriteString(`]}`)
+	post(t, ctx, st.BrokerURL+"/v1/tasks/batch", batch.String())
+	b.waitJS("a low backlog", numberIn("#prio-low .pending")+" > 0", 10*time.Second)
+	b.waitJS("processed/s above zero", numberIn("#prio-low .rate")+" > 0 && "+numberIn("#total-rate")+" > 0", 15*time.Second)
+	b.waitJS("busy slots in the fleet", `document.querySelectorAll("#fleet-table .slotbar i.busy").length > 0`, 10*time.Second)
+	b.waitJS("pickup percentiles", `document.querySelector("#lat-pickup .p99").textContent !== "—"`, 10*time.Second)
+	b.waitJS("a few seconds of chart", `document.querySelector("#prio-low .backlog-chart polyline")?.points.length >= 6`, 15*time.Second)
+	shot := b.screenshot("ui-dashboard.png")
+	t.Logf("screenshot under load: %s", shot)
+	b.waitJS("the low backlog drained", numberIn("#prio-low .pending")+" === 0 && "+numberIn("#prio-low .inflight")+" === 0", 30*time.Second)
+	b.waitJS("the fleet's processed count", `[...document.querySelectorAll("#fleet-table td.processed")].some(td => parseFloat(td.textContent.replace(/,/g, "")) >= 800)`, 10*time.Second)
+
+	// 3. A dead letter shows up in the list, opens, and is replayed from
+	// the page after the confirmation.
+	post(t, ctx, st.BrokerURL+"/v1/tasks", `{"type":"demo.fail","priority":"high","id":"ui-dead-1","max_retries":0,"payload":{"fail_times":1}}`)
+	deadRow := `[...document.querySelectorAll("#dlq-list tbody tr")].find(r => r.children[2].textContent === "ui-dead-1")`
+	b.waitJS("the dead letter in the list", deadRow+` !== undefined`, 15*time.Second)
+	seq := eval[string](b, deadRow+`.dataset.seq`)
+	rowSel := fmt.Sprintf(`#dlq-list tbody tr[data-seq="%s"]`, seq)
+	b.do("opening the dead letter", 10*time.Second, chromedp.Click(chromedp.CSS(rowSel)))
+	b.waitJS("the dead letter's detail", `!document.querySelector("#dlq-detail").hidden && document.querySelector("#dlq-detail-error").textContent.includes("demo.fail") && document.querySelector("#dlq-detail-headers").textContent.includes("Spool-Reason")`, 10*time.Second)
+	if p := eval[string](b, `document.querySelector("#dlq-detail-payload").textContent`); !strings.Contains(p, "fail_times") {
+		t.Errorf("payload preview %q", p)
+	}
+	b.do("asking to replay", 10*time.Second, chromedp.Click(chromedp.CSS("#dlq-replay")))
+	b.waitJS("the confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("ui-dead-1")`, 5*time.Second)
+	b.do("confirming the replay", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.waitJS("the replay done", fmt.Sprintf(`document.querySelector("#dlq-message").textContent.includes("Replayed #%s") && !document.querySelector(%s)`, seq, jsString(rowSel)), 10*time.Second)
+	b.waitJS("the replay in the task's history", `document.querySelector("#lookup-id").value === "ui-dead-1" && document.querySelector("#lookup-timeline").textContent.includes("replayed from the DLQ")`, 10*time.Second)
+	// demo.fail fails the replayed attempt again (attempts start over): it
+	// comes back as a new dead letter, which proves the replay ran.
+	b.waitJS("the replayed task dead again", deadRow+` !== undefined && `+deadRow+fmt.Sprintf(`.dataset.seq !== %s`, jsString(seq)), 20*time.Second)
+
+	// 4. A task looked up by id: its result document and history.
+	post(t, ctx, st.BrokerURL+"/v1/tasks", `{"type":"demo.echo","priority":"critical","id":"ui-echo-1","payload":{"hello":"dashboard"}}`)
+	b.do("looking the task up", 10*time.Second,
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("#lookup-id").value = ""`),
+		chromedp.SendKeys(chromedp.CSS("#lookup-id"), "ui-echo-1"),
+		chromedp.Click(chromedp.CSS("#lookup-go")),
+	)
+	b.waitJS("the completed task", `document.querySelector("#lookup-state").textContent === "completed" && document.querySelector("#lookup-doc").textContent.includes('"hello": "dashboard"')`, 15*time.Second)
+	timeline := eval[string](b, `document.querySelector("#lookup-timeline").textContent`)
+	for _, want := range []string{"enqueued (critical)", "attempt 1 started", "completed"} {
+		if !strings.Contains(timeline, want) {
+			t.Errorf("timeline %q lacks %q", timeline, want)
+		}
+	}
+
+	// 5. Nothing left the broker's origin.
+	reqs := b.requested()
+	if len(reqs) < 10 {
+		t.Errorf("only %d requests seen: %v", len(reqs), reqs)
+	}
+	if out := onlyFrom(reqs, st.BrokerURL); len(out) > 0 {
+		t.Errorf("the page requested other origins: %v", out)
+	}
+
+	// 6. NATS goes away: a red banner, the last figures kept, greyed. It
+	// comes back on the same port and store: the page recovers by itself.
+	u, err := url.Parse(st.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Server.Shutdown()
+	st.Server.WaitForShutdown()
+	b.waitJS("the unreachable banner", `!document.querySelector("#banner").hidden && document.querySelector("#banner").textContent.includes("NATS is unreachable") && document.body.classList.contains("stale")`, 10*time.Second)
+	if got := eval[string](b, `document.querySelector("#results-count").textContent`); got == "—" || got == "" {
+		t.Errorf("the last figures are gone: results %q", got)
+	}
+	b.screenshot("ui-dashboard-unreachable.png")
+	srv, err := embedded.Start(embedded.Options{Name: "spool-dev", Port: port, StoreDir: storeDir})
+	if err != nil {
+		t.Fatalf("restarting the server: %v", err)
+	}
+	st.Server = srv // Stop shuts this one down
+	b.waitJS("the banner gone", `document.querySelector("#banner").hidden && !document.body.classList.contains("stale") && document.querySelector("#conn").textContent === "live"`, 15*time.Second)
+}
