@@ -25,6 +25,7 @@ import (
 
 	"github.com/spoolq/spool/consumer"
 	"github.com/spoolq/spool/consumer/metrics"
+	"github.com/spoolq/spool/consumer/telemetry"
 	"github.com/spoolq/spool/shared/config"
 	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/shared/natsconn"
@@ -52,7 +53,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	flags.SetOutput(stderr)
 	demo := flags.Bool("demo", false, "register the demo handlers demo.echo, demo.sleep and demo.fail")
 	flags.Usage = func() {
-		fmt.Fprintf(stderr, "usage: spool-consumer [--demo]\n\nEnvironment:\n%s", config.Usage(&Config{}))
+		fmt.Fprintf(stderr, "usage: spool-consumer [--demo]\n\nEnvironment:\n%s\nTracing (OpenTelemetry, off unless an exporter or endpoint is set):\n  OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL,\n  OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, OTEL_SDK_DISABLED\n", config.Usage(&Config{}))
 	}
 	if err := flags.Parse(args); err != nil {
 		return err
@@ -66,6 +67,21 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	otelCfg, err := telemetry.ConfigFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	tp, stopTracing, err := telemetry.Setup(ctx, otelCfg, "spool-consumer", logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(sctx); err != nil {
+			logger.Warn("flushing traces", "error", err)
+		}
+	}()
 
 	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	nc, err := natsconn.Connect(connectCtx, cfg.NATS, "spool-consumer", logger)
@@ -76,6 +92,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer nc.Close()
 
 	mux := consumer.NewMux()
+	mux.Use(consumer.Tracing(tp))
 	if *demo {
 		consumer.RegisterDemo(mux)
 	}
