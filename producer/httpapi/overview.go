@@ -435,26 +435,30 @@ func firstOf(o obj, keys ...string) any {
 	return v
 }
 
-// distribution reads a duration distribution: a histogram (preferred, it
-// can be merged across the fleet) or ready-made percentiles, from the first
-// of candidates that has one, else the merge of the per-priority histograms.
+// distribution reads a duration distribution, preferring histograms (they
+// merge across the fleet): the first of the candidates holding one, else
+// the merge of the per-priority histograms, else the first candidate's
+// ready-made percentiles (consumer.ServiceStats's total has percentiles
+// only, its priorities have bucket counts).
 func distribution(a, b any, perPriority []*histogram) (*Percentiles, *histogram) {
 	for _, c := range []any{a, b} {
 		if h := parseHistogram(c); h != nil {
 			return h.percentiles(), h
-		}
-		if p := parsePercentiles(c); p != nil {
-			return p, nil
 		}
 	}
 	var merged *histogram
 	for _, h := range perPriority {
 		merged = merged.merge(h)
 	}
-	if merged == nil {
-		return nil, nil
+	if merged != nil {
+		return merged.percentiles(), merged
 	}
-	return merged.percentiles(), merged
+	for _, c := range []any{a, b} {
+		if p := parsePercentiles(c); p != nil {
+			return p, nil
+		}
+	}
+	return nil, nil
 }
 
 // histogram is a bucketed duration distribution: counts[i] holds values up

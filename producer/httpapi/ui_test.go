@@ -109,6 +109,19 @@ func TestOverviewQueueAndFleet(t *testing.T) {
 		"worker": "w-b", "slots": 2, "busy": 0, "idle": 2, "processed": 5,
 		"pickup": map[string]any{"p50_ms": 1, "p95_ms": 2, "p99_ms": 3},
 	})
+	// …and one reporting consumer.ServiceStats (what spool-consumer
+	// registers): snake_case, percentiles in total, bucket counts per
+	// priority.
+	snake := func(n uint64, bucket int) map[string]any {
+		h := hist(n, bucket)
+		return map[string]any{"count": n, "sum_ns": 0, "p50_ns": 1, "p95_ns": 2, "p99_ns": 3, "counts": h["Counts"]}
+	}
+	addFleetMember(t, b.nc, map[string]any{
+		"worker": "w-c", "state": "idle", "slots": 3, "busy": 0, "idle": 3,
+		"total": map[string]any{"processed": 7, "completed": 6, "failed": 1, "dead": 1,
+			"pickup": map[string]any{"count": 7, "p50_ns": 1, "p95_ns": 2, "p99_ns": 3}},
+		"priorities": []any{map[string]any{"priority": "low", "processed": 7, "busy": 0, "pickup": snake(7, 4)}},
+	})
 	r := b.do(t, "GET", "/v1/overview", "", nil)
 	if r.status != 200 {
 		t.Fatalf("overview: %d %s", r.status, r.body)
@@ -118,13 +131,13 @@ func TestOverviewQueueAndFleet(t *testing.T) {
 		t.Fatalf("priorities %+v", ov.Priorities)
 	}
 	low := ov.Priorities[3]
-	if low.Priority != "low" || low.Pending != 3 || low.Processed == nil || *low.Processed != 10 || low.Busy == nil || *low.Busy != 1 {
+	if low.Priority != "low" || low.Pending != 3 || low.Processed == nil || *low.Processed != 17 || low.Busy == nil || *low.Busy != 1 {
 		t.Fatalf("low priority %+v (processed %v)", low, low.Processed)
 	}
 	if ov.Priorities[0].Processed != nil {
 		t.Errorf("critical has a processed count nobody reported: %d", *ov.Priorities[0].Processed)
 	}
-	if len(ov.Fleet) != 2 || ov.Totals.Members != 2 || ov.FleetError != "" {
+	if len(ov.Fleet) != 3 || ov.Totals.Members != 3 || ov.FleetError != "" {
 		t.Fatalf("fleet %d members, totals %+v, error %q: %s", len(ov.Fleet), ov.Totals, ov.FleetError, r.body)
 	}
 	workers := map[string]bool{}
@@ -142,18 +155,23 @@ func TestOverviewQueueAndFleet(t *testing.T) {
 			if m.Figures.Pickup == nil || m.Figures.Pickup.P99 != int64(3*time.Millisecond) {
 				t.Errorf("w-b pickup %+v", m.Figures.Pickup)
 			}
+		case "w-c":
+			// The bucket counts win over total's ready percentiles.
+			if *m.Figures.Processed != 7 || m.Figures.Pickup == nil || m.Figures.Pickup.Count != 7 || m.Figures.Pickup.P99 <= int64(400*time.Microsecond) {
+				t.Errorf("w-c figures %+v pickup %+v", m.Figures, m.Figures.Pickup)
+			}
 		}
 	}
-	if !workers["w-a"] || !workers["w-b"] {
+	if !workers["w-a"] || !workers["w-b"] || !workers["w-c"] {
 		t.Fatalf("workers %v", workers)
 	}
-	if *ov.Totals.Slots != 6 || *ov.Totals.Processed != 17 {
+	if *ov.Totals.Slots != 9 || *ov.Totals.Processed != 24 {
 		t.Errorf("totals %+v", ov.Totals)
 	}
-	// Fleet percentiles merge histograms only: w-a's 12 pickups, all in
-	// the bucket (400µs, 800µs].
+	// Fleet percentiles merge histograms only: w-a's 12 and w-c's 7
+	// pickups, all in the bucket (400µs, 800µs].
 	p := ov.Totals.Pickup
-	if p == nil || p.Count != 12 || p.P50 <= int64(400*time.Microsecond) || p.P99 > int64(800*time.Microsecond) || p.P50 > p.P95 || p.P95 > p.P99 {
+	if p == nil || p.Count != 19 || p.P50 <= int64(400*time.Microsecond) || p.P99 > int64(800*time.Microsecond) || p.P50 > p.P95 || p.P95 > p.P99 {
 		t.Errorf("fleet pickup %+v", p)
 	}
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/spoolq/spool/consumer"
 	"github.com/spoolq/spool/streams/embedded"
@@ -48,24 +47,15 @@ func post(t *testing.T, ctx context.Context, url, body string) int {
 	return resp.StatusCode
 }
 
-// registerFleetMember answers $SRV.STATS.spool-consumer for the stack's
-// worker with its live consumer.Stats, as a spool-consumer process does.
+// registerFleetMember registers the stack's worker as the spool-consumer
+// NATS service, as spool-consumer does (the dev stack does not).
 func registerFleetMember(t *testing.T, st *devstack.Stack) {
 	t.Helper()
 	nc, err := nats.Connect(st.URL, nats.Name("ui-e2e-fleet"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := micro.AddService(nc, micro.Config{
-		Name:         "spool-consumer",
-		Version:      "0.0.0-e2e",
-		Metadata:     map[string]string{"worker": "spool-dev-worker"},
-		StatsHandler: func(*micro.Endpoint) any { return st.Worker.Stats() },
-		Endpoint: &micro.EndpointConfig{
-			Subject: "spool.e2e.fleet.stats",
-			Handler: micro.HandlerFunc(func(r micro.Request) { _ = r.Respond(nil) }),
-		},
-	})
+	svc, err := consumer.AddService(nc, st.Worker, consumer.WithServiceRouter(st.Router))
 	if err != nil {
 		t.Fatal(err)
 	}
