@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
@@ -46,6 +47,11 @@ type Options struct {
 	MaxWait time.Duration
 	// Logger receives request logs. Default: discard.
 	Logger *slog.Logger
+	// TracerProvider, when set, runs every enqueue in a span whose context
+	// the task carries (producer.Traced); the caller's traceparent header
+	// is its parent. Default: no spans (the caller's traceparent is still
+	// carried to the task).
+	TracerProvider trace.TracerProvider
 	// Registry receives the broker's metrics, and GET /metrics serves it
 	// (behind the token). Default: a registry of the handler's own. A
 	// registry serves one handler.
@@ -68,10 +74,17 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// enqueuer is *producer.Client or *producer.TracedClient.
+type enqueuer interface {
+	Enqueue(ctx context.Context, task producer.Task, opts ...producer.EnqueueOption) (producer.EnqueueResult, error)
+	EnqueueBatch(ctx context.Context, tasks []producer.Task) ([]producer.BatchResult, error)
+}
+
 type handler struct {
 	client  *producer.Client
 	dlq     *dlq.DLQ
 	metrics *brokerMetrics
+	tasks   enqueuer
 	opts    Options
 	logger  *slog.Logger
 }
@@ -79,7 +92,10 @@ type handler struct {
 // NewHandler returns the broker's routes on client (which must not be nil).
 func NewHandler(client *producer.Client, opts Options) http.Handler {
 	opts = opts.withDefaults()
-	h := &handler{client: client, opts: opts, logger: opts.Logger}
+	h := &handler{client: client, tasks: client, opts: opts, logger: opts.Logger}
+	if opts.TracerProvider != nil {
+		h.tasks = producer.Traced(client, opts.TracerProvider)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /readyz", h.readyz)
@@ -191,7 +207,7 @@ func (h *handler) enqueue(w http.ResponseWriter, r *http.Request) {
 		writeError(w, h.logger, r, fromError(err))
 		return
 	}
-	res, err := h.client.Enqueue(r.Context(), task)
+	res, err := h.tasks.Enqueue(r.Context(), task)
 	if err != nil {
 		writeError(w, h.logger, r, fromError(err))
 		return
@@ -257,7 +273,7 @@ func (h *handler) batch(w http.ResponseWriter, r *http.Request) {
 		tasks = append(tasks, task)
 		index = append(index, i)
 	}
-	results, _ := h.client.EnqueueBatch(r.Context(), tasks) // per-task errors are in results
+	results, _ := h.tasks.EnqueueBatch(r.Context(), tasks) // per-task errors are in results
 	for j, res := range results {
 		i := index[j]
 		resp.Results[i].EnqueueResult = res.EnqueueResult

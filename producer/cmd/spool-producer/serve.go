@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/spoolq/spool/producer/httpapi"
+	"github.com/spoolq/spool/producer/telemetry"
 )
 
 // shutdownTimeout bounds a graceful stop of the broker.
@@ -38,13 +41,33 @@ func runServe(ctx context.Context, cfg Config, env *cmdEnv, args []string) error
 		return err
 	}
 	defer s.close()
+	otelCfg, err := telemetry.ConfigFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	tp, stopTracing, err := telemetry.Setup(ctx, otelCfg, "spool-broker", s.logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(sctx); err != nil {
+			s.logger.Warn("flushing traces", "error", err)
+		}
+	}()
+	var tracing trace.TracerProvider
+	if otelCfg.Enabled() {
+		tracing = tp
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h := httpapi.NewHandler(s.client, httpapi.Options{
-		Token:    cfg.HTTPToken,
-		MaxBody:  cfg.HTTPMaxBody,
-		Logger:   s.logger,
-		Registry: reg,
+		Token:          cfg.HTTPToken,
+		MaxBody:        cfg.HTTPMaxBody,
+		Logger:         s.logger,
+		Registry:       reg,
+		TracerProvider: tracing,
 	})
 	srv := httpapi.NewServer(cfg.HTTPAddr, h, s.logger)
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
