@@ -153,6 +153,17 @@ func TestDashboard(t *testing.T) {
 	// comes back as a new dead letter, which proves the replay ran.
 	b.waitJS("the replayed task dead again", deadRow+` !== undefined && `+deadRow+fmt.Sprintf(`.dataset.seq !== %s`, jsString(seq)), 20*time.Second)
 
+	// Purge, filtered by type, after the confirmation.
+	b.do("filtering the dead letters", 10*time.Second,
+		chromedp.SendKeys(chromedp.CSS("#dlq-type"), "demo.fail"),
+		chromedp.Click(chromedp.CSS(`#dlq-filter button[type="submit"]`)),
+		chromedp.Click(chromedp.CSS("#dlq-purge")),
+	)
+	b.waitJS("the purge confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("type=demo.fail")`, 5*time.Second)
+	b.do("confirming the purge", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.waitJS("the purge done", `document.querySelector("#dlq-message").textContent === "Purged 1 dead letter." && document.querySelectorAll("#dlq-list tbody tr").length === 0`, 10*time.Second)
+	b.waitJS("an empty dead-letter stream", numberIn("#dead-letters")+" === 0", 5*time.Second)
+
 	// 4. A task looked up by id: its result document and history.
 	post(t, ctx, st.BrokerURL+"/v1/tasks", `{"type":"demo.echo","priority":"critical","id":"ui-echo-1","payload":{"hello":"dashboard"}}`)
 	b.do("looking the task up", 10*time.Second,

@@ -467,7 +467,7 @@
       dlq.pages = [];
       $("#dlq-detail").hidden = true;
       await loadDLQ();
-      $("#dlq-message").textContent = "Purged " + (res && res.purged !== undefined ? res.purged + " dead letters" : "") + ".";
+      $("#dlq-message").textContent = res && res.purged !== undefined ? "Purged " + res.purged + (res.purged === 1 ? " dead letter." : " dead letters.") : "Purged.";
     } catch (e) {
       $("#dlq-message").textContent = "Purge failed: " + e.message;
     }
