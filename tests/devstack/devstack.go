@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/spoolq/spool/consumer"
 	"github.com/spoolq/spool/producer"
@@ -58,9 +59,12 @@ type Stack struct {
 	// URL is the NATS client URL.
 	URL   string
 	Names spool.Names
-	// Worker and Router are nil unless Options.Worker was set.
-	Worker *consumer.Worker
-	Router *consumer.Router
+	// Worker and Router are nil unless Options.Worker was set; Service is
+	// the worker's NATS micro service (spool-consumer), so `nats micro ls`
+	// lists it.
+	Worker  *consumer.Worker
+	Router  *consumer.Router
+	Service micro.Service
 	// BrokerURL is the broker's base URL ("http://127.0.0.1:8080"), empty
 	// without a broker.
 	BrokerURL string
@@ -158,6 +162,9 @@ func (s *Stack) startWorker(ctx context.Context, o Options) error {
 	if err := s.Router.Start(ctx); err != nil {
 		return fmt.Errorf("starting the dlq router: %w", err)
 	}
+	if s.Service, err = consumer.AddService(s.workerNC, s.Worker, consumer.WithServiceRouter(s.Router)); err != nil {
+		return fmt.Errorf("registering the worker's service: %w", err)
+	}
 	return nil
 }
 
@@ -203,6 +210,11 @@ func (s *Stack) Stop() {
 	}
 	if s.client != nil {
 		s.client.Close()
+	}
+	if s.Service != nil {
+		if err := s.Service.Stop(); err != nil {
+			s.logger.Warn("stopping the worker's service", "error", err)
+		}
 	}
 	if s.Router != nil {
 		if err := s.Router.Stop(ctx); err != nil {
