@@ -26,9 +26,7 @@ func read(t *testing.T, rel string) string {
 // pendingVars are SPOOL_ variables the deployment files set for settings
 // announced but not yet read by any binary. Setting an unknown variable is
 // harmless; remove an entry once its binary declares it.
-var pendingVars = map[string]string{
-	"SPOOL_METRICS_ADDR": "spool-consumer's /healthz, /readyz (and metrics) listener",
-}
+var pendingVars = map[string]string{}
 
 // declaredVars collects every SPOOL_ variable declared by an envconfig tag
 // in the Go modules.

@@ -195,10 +195,20 @@ func TestRolesDenyByConstruction(t *testing.T) {
 			}
 		}
 	}
-	for _, user := range []string{"spool-producer", "spool-consumer"} {
-		if p := perms[user]; p == nil || p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, []string{"_INBOX.>"}) {
-			t.Errorf("%s subscribe permissions %+v, want _INBOX.> only", user, p)
-		}
+	if p := perms["spool-producer"]; p == nil || p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, []string{"_INBOX.>"}) {
+		t.Errorf("spool-producer subscribe permissions %+v, want _INBOX.> only", p)
+	}
+	// The consumer also answers the NATS service API (nats micro), and
+	// only that: it replies, it does not listen to tasks or remote calls.
+	consumerSubs := []string{
+		"_INBOX.>",
+		"$SRV.PING", "$SRV.PING.spool-consumer", "$SRV.PING.spool-consumer.*",
+		"$SRV.INFO", "$SRV.INFO.spool-consumer", "$SRV.INFO.spool-consumer.*",
+		"$SRV.STATS", "$SRV.STATS.spool-consumer", "$SRV.STATS.spool-consumer.*",
+		"spool.svc.consumer.>",
+	}
+	if p := perms["spool-consumer"]; p == nil || p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, consumerSubs) || p.Response == nil {
+		t.Errorf("spool-consumer subscribe permissions %+v, want %v and responses", p, consumerSubs)
 	}
 	if p := perms["spool-handler"]; p == nil || p.Response == nil {
 		t.Errorf("spool-handler cannot reply: %+v", p)

@@ -3,14 +3,18 @@ package security_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
+	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
 )
@@ -491,6 +495,43 @@ func TestConsumerRole(t *testing.T) {
 			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
 				_, err := c.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET.SPOOL_DLQ", []byte(`{"seq":1}`))
 				return err
+			}},
+		{name: "register the spool-consumer service", user: cons,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				w, err := consumer.New(c.nc, consumer.NewMux(), consumer.WithWorkerName("sec-worker"))
+				if err != nil {
+					return err
+				}
+				svc, err := consumer.AddService(c.nc, w)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = svc.Stop() }()
+				if err := c.nc.FlushWithContext(ctx); err != nil {
+					return err
+				}
+				// An operator (admin) lists the fleet as `nats micro` does.
+				for _, subject := range []string{"$SRV.PING", "$SRV.INFO.spool-consumer", "$SRV.STATS.spool-consumer"} {
+					reply, err := f.admin.nc.RequestWithContext(ctx, subject, nil)
+					if err != nil {
+						return fmt.Errorf("%s: %w", subject, err)
+					}
+					if !strings.Contains(string(reply.Data), `"worker":"sec-worker"`) {
+						return fmt.Errorf("%s answered %s", subject, reply.Data)
+					}
+				}
+				var st micro.Stats
+				reply, err := f.admin.nc.RequestWithContext(ctx, "$SRV.STATS.spool-consumer", nil)
+				if err != nil {
+					return err
+				}
+				if err := json.Unmarshal(reply.Data, &st); err != nil || len(st.Endpoints) != 1 {
+					return fmt.Errorf("stats %s: %v", reply.Data, err)
+				}
+				if _, err := f.admin.nc.RequestWithContext(ctx, st.Endpoints[0].Subject, nil); err != nil {
+					return fmt.Errorf("stats endpoint %s: %w", st.Endpoints[0].Subject, err)
+				}
+				return nil
 			}},
 		{name: "serve remote handlers", user: cons, denied: `Subscription to "spool.remote.>"`, fireAndForget: true,
 			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
