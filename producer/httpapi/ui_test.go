@@ -1,13 +1,17 @@
 package httpapi_test
 
 import (
+	"context"
 	"net/http"
+	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/spoolq/spool/producer/httpapi"
@@ -260,5 +264,92 @@ func TestUIRoutes(t *testing.T) {
 	}
 	if r := b.do(t, "GET", "/v1/overview", tok, nil); r.status != 200 || r.header.Get("Cache-Control") != "no-store" {
 		t.Errorf("overview with the token: %d %s", r.status, r.body)
+	}
+}
+
+// TestOverviewAtScale fills the task stream and the DLQ with raw messages
+// and checks that the overview and a dead-letter page stay quick: their
+// cost does not grow with the backlog. SPOOL_UI_SCALE_TASKS sets the
+// number of queued tasks: default 50,000 to keep the suite quick;
+// SPOOL_UI_SCALE_TASKS=1000000 is the issue's figure (minutes to fill).
+func TestOverviewAtScale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills streams with 60,000 messages")
+	}
+	t.Parallel()
+	tasks := 50_000
+	if v := os.Getenv("SPOOL_UI_SCALE_TASKS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("SPOOL_UI_SCALE_TASKS=%q", v)
+		}
+		tasks = n
+	}
+	const deadLetters = 10_000
+	b := startBroker(t, embedded.Options{}, httpapi.Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	js, err := jetstream.New(b.nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(n int, msg func(i int) *nats.Msg) {
+		t.Helper()
+		for i := range n {
+			if _, err := js.PublishMsgAsync(msg(i)); err != nil {
+				t.Fatal(err)
+			}
+			if (i+1)%2000 != 0 && i != n-1 {
+				continue
+			}
+			select { // a window of 2,000 unacknowledged publishes
+			case <-js.PublishAsyncComplete():
+			case <-ctx.Done():
+				t.Fatal("publishing: ", ctx.Err())
+			}
+		}
+	}
+	fill := time.Now()
+	publish(tasks, func(int) *nats.Msg { return &nats.Msg{Subject: "spool.tasks.low.scale", Data: []byte("{}")} })
+	publish(deadLetters, func(i int) *nats.Msg {
+		m := nats.NewMsg("spool.dlq.normal.scale.dead")
+		m.Header.Set("Spool-Task-Id", "dead-"+strconv.Itoa(i))
+		m.Header.Set("Spool-Reason", "error")
+		m.Header.Set("Spool-Error", "boom")
+		m.Header.Set("Spool-Original-Subject", "spool.tasks.normal.scale.dead")
+		m.Data = []byte(`{"n":1}`)
+		return m
+	})
+	t.Logf("filled %d tasks and %d dead letters in %s", tasks, deadLetters, time.Since(fill).Round(time.Millisecond))
+
+	start := time.Now()
+	r := b.do(t, "GET", "/v1/overview", "", nil)
+	took := time.Since(start)
+	if r.status != 200 {
+		t.Fatalf("overview: %d %s", r.status, r.body)
+	}
+	ov := decode[overviewDoc](t, r)
+	if ov.Priorities[3].Pending != uint64(tasks) || ov.DeadLetters != deadLetters {
+		t.Fatalf("low pending %d, dead letters %d", ov.Priorities[3].Pending, ov.DeadLetters)
+	}
+	t.Logf("overview with %d queued tasks: %s", tasks, took)
+	if took > 2*time.Second {
+		t.Errorf("overview took %s", took)
+	}
+	start = time.Now()
+	r = b.do(t, "GET", "/v1/dlq?limit=50", "", nil)
+	took = time.Since(start)
+	page := decode[struct {
+		Letters []struct {
+			Seq uint64 `json:"seq"`
+		} `json:"dead_letters"`
+		Next uint64 `json:"next"`
+	}](t, r)
+	if r.status != 200 || len(page.Letters) != 50 || page.Next != page.Letters[49].Seq {
+		t.Fatalf("first page: %d, %d letters, next %d", r.status, len(page.Letters), page.Next)
+	}
+	t.Logf("a page of 50 of %d dead letters: %s", deadLetters, took)
+	if took > 2*time.Second {
+		t.Errorf("a dead-letter page took %s", took)
 	}
 }
