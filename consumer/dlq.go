@@ -93,7 +93,8 @@ func DLQSubjectFor(names spool.Names, subject string) string {
 // headers, which would change or refuse the republish), plus Spool-Error,
 // Spool-Reason, Spool-Attempts, Spool-Failed-At (RFC 3339 with nanoseconds,
 // UTC), Spool-Original-Subject, Spool-Original-Seq and Nats-Msg-Id
-// dlq-<taskstream>-<seq>.
+// dlq-<taskstream>-<seq>. A task identified by its Nats-Msg-Id alone gets
+// that id in Spool-Task-Id.
 func DeadLetterHeader(names spool.Names, m DeadMessage) nats.Header {
 	h := nats.Header{}
 	for k, v := range m.Header {
@@ -101,6 +102,14 @@ func DeadLetterHeader(names spool.Names, m DeadMessage) nats.Header {
 			continue
 		}
 		h[k] = append([]string(nil), v...)
+	}
+	// The task's Nats-Msg-Id is dropped with the other Nats-* headers; when
+	// it was the task id (no Spool-Task-Id), keep the id in Spool-Task-Id
+	// so that the dead letter names the task and a replay keeps its id.
+	if h.Get(spool.HeaderTaskID) == "" {
+		if id := m.Header.Get(spool.HeaderMsgID); id != "" && spool.ValidateID(id) == nil {
+			h.Set(spool.HeaderTaskID, id)
+		}
 	}
 	failedAt := m.FailedAt
 	if failedAt.IsZero() {

@@ -85,3 +85,19 @@ func TestTaskID(t *testing.T) {
 		}
 	}
 }
+
+// A raw task identified by Nats-Msg-Id alone keeps its id in the dead letter.
+func TestDeadLetterHeaderKeepsTheMsgID(t *testing.T) {
+	t.Parallel()
+	orig := nats.Header{}
+	orig.Set(spool.HeaderMsgID, "raw-7")
+	h := consumer.DeadLetterHeader(spool.DefaultNames(), consumer.DeadMessage{
+		Subject: "spool.tasks.low.x", Seq: 9, Header: orig, Reason: spool.ReasonError,
+	})
+	if got := h.Get(spool.HeaderTaskID); got != "raw-7" {
+		t.Errorf("Spool-Task-Id %q, want raw-7", got)
+	}
+	if got := h.Get(spool.HeaderMsgID); got != "dlq-SPOOL_TASKS-9" {
+		t.Errorf("Nats-Msg-Id %q", got)
+	}
+}

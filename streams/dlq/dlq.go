@@ -107,8 +107,9 @@ func (d *DLQ) letter(seq uint64, subject string, stored time.Time, h nats.Header
 	return l
 }
 
-// taskID is the id the worker gave the task: Spool-Task-Id, else the task
-// stream sequence (a dead letter does not keep the task's Nats-Msg-Id).
+// taskID is the id the worker gave the task: Spool-Task-Id (the worker sets
+// it from the task's Nats-Msg-Id when the task had none), else the task
+// stream sequence.
 func taskID(h nats.Header, origSeq uint64) string {
 	if id := h.Get(spool.HeaderTaskID); id != "" && spool.ValidateID(id) == nil {
 		return id
