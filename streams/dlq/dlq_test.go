@@ -360,11 +360,13 @@ func TestListManyDeadLetters(t *testing.T) {
 		if _, err := e.js.PublishMsgAsync(m); err != nil {
 			t.Fatal(err)
 		}
-	}
-	select {
-	case <-e.js.PublishAsyncComplete():
-	case <-ctx(t).Done():
-		t.Fatal("publishing timed out")
+		if i%1000 == 999 { // stay under the async window on a busy machine
+			select {
+			case <-e.js.PublishAsyncComplete():
+			case <-ctx(t).Done():
+				t.Fatal("publishing timed out")
+			}
+		}
 	}
 
 	start := time.Now()
