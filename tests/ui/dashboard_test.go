@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/nats-io/nats.go"
 
 	"github.com/spoolq/spool/consumer"
 	"github.com/spoolq/spool/streams/embedded"
@@ -47,26 +46,6 @@ func post(t *testing.T, ctx context.Context, url, body string) int {
 	return resp.StatusCode
 }
 
-// registerFleetMember registers the stack's worker as the spool-consumer
-// NATS service, as spool-consumer does (the dev stack does not).
-func registerFleetMember(t *testing.T, st *devstack.Stack) {
-	t.Helper()
-	nc, err := nats.Connect(st.URL, nats.Name("ui-e2e-fleet"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := consumer.AddService(nc, st.Worker, consumer.WithServiceRouter(st.Router))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := svc.Stop(); err != nil {
-			t.Logf("stopping the fleet service: %v", err)
-		}
-		nc.Close()
-	})
-}
-
 // numberIn is a JavaScript expression: the number shown by the element sel
 // (commas and suffixes dropped), NaN when it shows none.
 func numberIn(sel string) string {
@@ -96,7 +75,6 @@ func TestDashboard(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Stop)
-	registerFleetMember(t, st)
 	b := startBrowser(t)
 
 	// 1. The page loads and asks for the token; with it, it goes live.
@@ -108,7 +86,11 @@ func TestDashboard(t *testing.T) {
 	)
 	b.waitJS("the page to go live", `document.querySelector("#conn").textContent === "live"`, 10*time.Second)
 	b.waitJS("five priority rows", `document.querySelectorAll("#prio-table tbody tr").length === 5`, 5*time.Second)
+	// The dev stack registers its worker as the spool-consumer service.
 	b.waitJS("the fleet member", `[...document.querySelectorAll("#fleet-table tbody tr")].some(r => r.textContent.includes("spool-dev-worker"))`, 10*time.Second)
+	if n := eval[int](b, `document.querySelectorAll("#fleet-table tbody tr").length`); n != 1 {
+		t.Errorf("%d fleet rows, want the dev stack's one worker", n)
+	}
 
 	// 2. Figures move as tasks flow: 800 sleeps of 40ms on 4 slots keep the
 	// low queue busy for about 8 s.

@@ -149,7 +149,7 @@
   }
   function svgEl(cls) {
     const s = document.createElementNS(SVGNS, "svg");
-    s.setAttribute("viewBox", "0 0 160 28");
+    s.setAttribute("viewBox", "0 0 220 28");
     s.setAttribute("preserveAspectRatio", "none");
     s.setAttribute("class", "spark " + cls);
     return s;
