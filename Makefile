@@ -6,7 +6,7 @@ GO ?= go
 PKGS = $(foreach m,$(MODULES),./$(m)/...)
 TEST_TIMEOUT ?= 15m
 
-.PHONY: help run test vet lint build bench fuzz clean
+.PHONY: help run test vet lint build bench bench-go fuzz clean
 
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -29,8 +29,13 @@ build: ## Build every binary into bin/
 	@mkdir -p bin
 	$(GO) build -o bin/ ./streams/cmd/... ./tests/cmd/...
 
-bench: ## Run the benchmarks
-	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+bench: ## Spool beside raw JetStream on one machine; writes BENCHMARKS.md (BENCH_QUICK=1: smoke run)
+	@mkdir -p bin
+	$(GO) build -o bin/spool-bench ./tests/cmd/spool-bench
+	./bin/spool-bench -out=$(if $(BENCH_QUICK),,BENCHMARKS.md)
+
+bench-go: ## Run the go test benchmarks once each
+	$(GO) test -run '^$$' -bench . -benchtime 1x -benchmem $(PKGS)
 
 FUZZTIME ?= 30s
 fuzz: ## Fuzz every parser for FUZZTIME each (default 30s)

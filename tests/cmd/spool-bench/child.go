@@ -1,0 +1,452 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spoolq/spool/consumer"
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/tests/devstack"
+)
+
+// childEnv marks a process started by the harness as one of its children:
+// the first argument then names the role (server, consume).
+const childEnv = "SPOOL_BENCH_CHILD"
+
+// runChild runs a child role and returns the process exit code.
+func runChild(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "spool-bench child: no role")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch args[0] {
+	case "server":
+		err = serveChild(ctx, args[1:])
+	case "consume":
+		err = consumeChild(ctx, args[1:])
+	default:
+		err = fmt.Errorf("unknown role %q", args[0])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "spool-bench child:", err)
+		return 1
+	}
+	return 0
+}
+
+// serveChild runs the JetStream server with the topology provisioned,
+// prints its URL and serves until stdin closes.
+func serveChild(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	dir := fs.String("dir", "", "store directory")
+	syncAlways := fs.Bool("sync", false, "SyncAlways")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	st, err := devstack.Start(ctx, devstack.Options{StoreDir: *dir, SyncAlways: *syncAlways, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return fmt.Errorf("starting the server: %w", err)
+	}
+	defer st.Stop()
+	fmt.Println(st.URL)
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// consumeReport is what a consume child prints as its last line.
+type consumeReport struct {
+	Tasks   int     `json:"tasks"`
+	Seconds float64 `json:"seconds"`
+	CPUus   float64 `json:"cpu_us"` // user+sys over the measured window
+	RSSKiB  int64   `json:"rss_kib"`
+	HWMKiB  int64   `json:"hwm_kib"`
+	// pickup
+	P50us, P99us, MaxUs float64
+	// shares
+	Shares      [5]float64 `json:"shares"`
+	IdleMaxWait float64    `json:"idle_max_wait_ms"`
+}
+
+type consumeFlags struct {
+	url, mode, task string
+	n, conc         int
+	pdelay          time.Duration
+}
+
+// consumeChild runs one consumer-side measurement: raw JetStream or a
+// spool worker, draining (drain), picking up paced tasks (pickup) or
+// serving all priorities (shares). It prints "start" when the measured
+// window begins and a JSON consumeReport when it ends.
+func consumeChild(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
+	var f consumeFlags
+	fs.StringVar(&f.url, "url", "", "server URL")
+	fs.StringVar(&f.mode, "mode", "spool", "raw or spool")
+	fs.StringVar(&f.task, "task", "drain", "drain, pickup or shares")
+	fs.IntVar(&f.n, "n", 1000, "tasks to measure")
+	fs.IntVar(&f.conc, "conc", 10, "concurrency")
+	fs.DurationVar(&f.pdelay, "pdelay", 0, "spool: WithProcessingDelay")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	memProfile := fs.String("memprofile", "", "write an allocation profile of the run to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *cpuProfile != "" {
+		fh, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("creating the profile: %w", err)
+		}
+		defer fh.Close()
+		if err := pprof.StartCPUProfile(fh); err != nil {
+			return fmt.Errorf("starting the profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	nc, err := nats.Connect(f.url, nats.Name("spool-bench-consume"))
+	if err != nil {
+		return fmt.Errorf("connecting: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("opening JetStream: %w", err)
+	}
+	names := spool.DefaultNames()
+	var rep consumeReport
+	switch {
+	case f.task == "drain" && f.mode == "raw":
+		err = rawDrain(ctx, js, names, f, &rep)
+	case f.task == "drain":
+		err = spoolRun(ctx, nc, f, &rep, nil)
+	case f.task == "pickup" && f.mode == "raw":
+		err = rawPickup(ctx, js, names, f, &rep)
+	case f.task == "pickup":
+		var mu sync.Mutex
+		samples := make([]time.Duration, 0, f.n)
+		err = spoolRun(ctx, nc, f, &rep, func(t *consumer.Task) {
+			d := time.Since(t.EnqueuedAt)
+			mu.Lock()
+			samples = append(samples, d)
+			mu.Unlock()
+		})
+		mu.Lock()
+		quantiles(samples, &rep)
+		mu.Unlock()
+	case f.task == "shares" && f.mode == "raw":
+		err = rawShares(ctx, js, names, f, &rep)
+	case f.task == "shares":
+		var mu sync.Mutex
+		var order []spool.Priority
+		var starts []time.Time
+		start := time.Now()
+		err = spoolRun(ctx, nc, f, &rep, func(t *consumer.Task) {
+			now := time.Now()
+			mu.Lock()
+			order = append(order, t.Priority)
+			starts = append(starts, now)
+			mu.Unlock()
+		})
+		mu.Lock()
+		shares(order, starts, start, f.n, &rep)
+		mu.Unlock()
+	default:
+		err = fmt.Errorf("unknown task %q", f.task)
+	}
+	if err != nil {
+		return err
+	}
+	if *memProfile != "" {
+		fh, err := os.Create(*memProfile)
+		if err != nil {
+			return fmt.Errorf("creating the profile: %w", err)
+		}
+		defer fh.Close()
+		if err := pprof.Lookup("allocs").WriteTo(fh, 0); err != nil {
+			return fmt.Errorf("writing the profile: %w", err)
+		}
+	}
+	rep.RSSKiB, rep.HWMKiB = procStatus()
+	b, err := json.Marshal(rep)
+	if err != nil {
+		return fmt.Errorf("encoding report: %w", err)
+	}
+	fmt.Println(string(b))
+	return nil
+}
+
+// window measures CPU and wall time of the measured part.
+type window struct {
+	t0   time.Time
+	cpu0 time.Duration
+}
+
+func startWindow() window {
+	fmt.Println("start")
+	return window{t0: time.Now(), cpu0: selfCPU()}
+}
+
+func (w window) end(rep *consumeReport, tasks int) {
+	rep.Seconds = time.Since(w.t0).Seconds()
+	rep.CPUus = float64((selfCPU() - w.cpu0).Microseconds())
+	rep.Tasks = tasks
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procStatus reads VmRSS and VmHWM (KiB) of this process.
+func procStatus() (rss, hwm int64) {
+	fh, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0, 0
+	}
+	defer fh.Close()
+	sc := bufio.NewScanner(fh)
+	for sc.Scan() {
+		var v int64
+		if n, _ := fmt.Sscanf(sc.Text(), "VmRSS: %d kB", &v); n == 1 {
+			rss = v
+		}
+		if n, _ := fmt.Sscanf(sc.Text(), "VmHWM: %d kB", &v); n == 1 {
+			hwm = v
+		}
+	}
+	return rss, hwm
+}
+
+// stallLimit fails a measurement that makes no progress.
+const stallLimit = time.Minute
+
+// rawBatchMax is the largest fetch of the raw baseline: on nats.go 1.55 a
+// Fetch+Ack loop is fastest with batches of up to 32.
+const rawBatchMax = 32
+
+// rawDrain is the raw baseline: Fetch(min(conc, 32)) and Ack each message.
+func rawDrain(ctx context.Context, js jetstream.JetStream, names spool.Names, f consumeFlags, rep *consumeReport) error {
+	cons, err := js.Consumer(ctx, names.TaskStream(), names.Consumer(spool.Normal))
+	if err != nil {
+		return fmt.Errorf("binding consumer: %w", err)
+	}
+	batch := min(f.conc, rawBatchMax)
+	w := startWindow()
+	got := 0
+	progress := time.Now()
+	for got < f.n {
+		if time.Since(progress) > stallLimit {
+			return fmt.Errorf("no task fetched for %s (%d of %d done)", stallLimit, got, f.n)
+		}
+		before := got
+		b, err := cons.Fetch(min(batch, f.n-got), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return fmt.Errorf("fetching: %w", err)
+		}
+		for m := range b.Messages() {
+			if err := m.Ack(); err != nil {
+				return fmt.Errorf("acking: %w", err)
+			}
+			got++
+		}
+		if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return fmt.Errorf("fetching: %w", err)
+		}
+		if got != before {
+			progress = time.Now()
+		}
+	}
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := js.Conn().FlushWithContext(fctx); err != nil {
+		return fmt.Errorf("flushing: %w", err)
+	}
+	w.end(rep, got)
+	return nil
+}
+
+// rawPickup is a waiting Fetch(1) loop: enqueue (stream time) → delivery.
+func rawPickup(ctx context.Context, js jetstream.JetStream, names spool.Names, f consumeFlags, rep *consumeReport) error {
+	cons, err := js.Consumer(ctx, names.TaskStream(), names.Consumer(spool.Normal))
+	if err != nil {
+		return fmt.Errorf("binding consumer: %w", err)
+	}
+	samples := make([]time.Duration, 0, f.n)
+	w := startWindow()
+	for len(samples) < f.n {
+		b, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return fmt.Errorf("fetching: %w", err)
+		}
+		for m := range b.Messages() {
+			md, err := m.Metadata()
+			if err != nil {
+				return fmt.Errorf("metadata: %w", err)
+			}
+			samples = append(samples, time.Since(md.Timestamp))
+			if err := m.Ack(); err != nil {
+				return fmt.Errorf("acking: %w", err)
+			}
+		}
+	}
+	w.end(rep, len(samples))
+	quantiles(samples, rep)
+	return nil
+}
+
+// rawShares round-robins FetchNoWait(conc) over the five consumers.
+func rawShares(ctx context.Context, js jetstream.JetStream, names spool.Names, f consumeFlags, rep *consumeReport) error {
+	var cons [5]jetstream.Consumer
+	for _, p := range spool.Priorities {
+		c, err := js.Consumer(ctx, names.TaskStream(), names.Consumer(p))
+		if err != nil {
+			return fmt.Errorf("binding consumer: %w", err)
+		}
+		cons[p] = c
+	}
+	var order []spool.Priority
+	var starts []time.Time
+	start := time.Now()
+	w := startWindow()
+	for i := 0; len(order) < f.n; i++ {
+		p := spool.Priorities[i%5]
+		b, err := cons[p].FetchNoWait(f.conc)
+		if err != nil {
+			return fmt.Errorf("fetching: %w", err)
+		}
+		for m := range b.Messages() {
+			order = append(order, p)
+			starts = append(starts, time.Now())
+			if err := m.Ack(); err != nil {
+				return fmt.Errorf("acking: %w", err)
+			}
+		}
+	}
+	w.end(rep, len(order))
+	shares(order, starts, start, f.n, rep)
+	return nil
+}
+
+// spoolRun runs a worker with a no-op handler (plus observe) and
+// concurrency conc until n tasks completed.
+func spoolRun(ctx context.Context, nc *nats.Conn, f consumeFlags, rep *consumeReport, observe func(*consumer.Task)) error {
+	mux := consumer.NewMux()
+	mux.HandleFunc("bench", func(ctx context.Context, t *consumer.Task) ([]byte, error) {
+		if observe != nil {
+			observe(t)
+		}
+		return nil, nil
+	})
+	opts := []consumer.Option{consumer.WithConcurrency(f.conc, f.conc), consumer.WithProcessingDelay(f.pdelay)}
+	switch f.task {
+	case "pickup":
+		opts = []consumer.Option{consumer.WithConcurrency(1, max(f.conc, 1))}
+	case "shares":
+		opts = append(opts, consumer.WithBoost())
+	}
+	w, err := consumer.New(nc, mux, opts...)
+	if err != nil {
+		return fmt.Errorf("creating worker: %w", err)
+	}
+	var win window
+	if f.task == "drain" {
+		win = startWindow()
+	}
+	if err := w.Start(ctx); err != nil {
+		return fmt.Errorf("starting worker: %w", err)
+	}
+	if f.task != "drain" {
+		win = startWindow()
+	}
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	var last uint64
+	progress := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		n := w.Stats().Total().Completed
+		if n >= uint64(f.n) {
+			break
+		}
+		if n != last {
+			last, progress = n, time.Now()
+		} else if time.Since(progress) > stallLimit {
+			return fmt.Errorf("no task completed for %s (%d of %d done)", stallLimit, n, f.n)
+		}
+	}
+	win.end(rep, f.n)
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := w.Stop(sctx); err != nil {
+		return fmt.Errorf("stopping worker: %w", err)
+	}
+	return nil
+}
+
+func quantiles(samples []time.Duration, rep *consumeReport) {
+	if len(samples) == 0 {
+		return
+	}
+	slices.Sort(samples)
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	rep.P50us = us(samples[len(samples)/2])
+	rep.P99us = us(samples[len(samples)*99/100])
+	rep.MaxUs = us(samples[len(samples)-1])
+}
+
+// shares counts the first window tasks started per priority and the
+// longest time the lowest priority went without a start.
+func shares(order []spool.Priority, starts []time.Time, begin time.Time, window int, rep *consumeReport) {
+	window = min(window, len(order))
+	if window == 0 {
+		return
+	}
+	var counts [5]int
+	last := begin
+	var maxGap time.Duration
+	for i, p := range order[:window] {
+		counts[p]++
+		if p == spool.Idle {
+			maxGap = max(maxGap, starts[i].Sub(last))
+			last = starts[i]
+		}
+	}
+	maxGap = max(maxGap, starts[window-1].Sub(last))
+	for p, c := range counts {
+		rep.Shares[p] = 100 * float64(c) / float64(window)
+	}
+	rep.IdleMaxWait = float64(maxGap.Microseconds()) / 1e3
+}

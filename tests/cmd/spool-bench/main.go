@@ -1,0 +1,135 @@
+// Command spool-bench measures Spool against raw JetStream on the same
+// server, in one process tree, and writes the figures to BENCHMARKS.md.
+//
+// It starts the JetStream server in a child process (file storage in a
+// temporary directory; once with the default sync and once with
+// SyncAlways), runs the consumer side in child processes (so their RSS and
+// CPU are their own), runs the producer side itself, repeats every
+// scenario (-runs, default 3) and reports medians and the Spool/raw ratio.
+//
+//	go run ./tests/cmd/spool-bench -out BENCHMARKS.md
+//	BENCH_QUICK=1 go run ./tests/cmd/spool-bench   # tiny counts, a smoke run
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runChild(os.Args[1:]))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg := defaultConfig(os.Getenv("BENCH_QUICK") != "")
+	fs := flag.CommandLine
+	cfg.flags(fs)
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	start := time.Now()
+	if err := run(ctx, cfg, log); err != nil {
+		log.Error("benchmark failed", "error", err)
+		os.Exit(1)
+	}
+	log.Info("benchmark done", "wall", time.Since(start).Round(time.Second))
+}
+
+// run measures every scenario under both sync settings and writes the
+// report.
+func run(ctx context.Context, cfg config, log *slog.Logger) error {
+	started := time.Now()
+	res := newResults()
+	var err error
+	for _, syncAlways := range cfg.syncModes() {
+		if err = runMode(ctx, cfg, syncAlways, res, log); err != nil {
+			break
+		}
+	}
+	if werr := writeReport(cfg, res, time.Since(started)); werr != nil {
+		return errors.Join(err, werr)
+	}
+	return err
+}
+
+// config holds the counts of one harness run.
+type config struct {
+	quick       bool
+	runs        int
+	out         string
+	only        string // "default" or "always": one sync mode only
+	profileDir  string // CPU profiles of the consumer children go here
+	scenarios   string // comma-separated scenarios to run; empty: all
+	latencyN    int    // single enqueues per latency sample set
+	batchN      int    // tasks per batch throughput run (default sync)
+	batchNAlw   int    // ... with SyncAlways
+	batchSize   int    // tasks per EnqueueBatch call
+	queued      int    // queued tasks of the processing scenario
+	processN    int    // tasks processed per processing run (default sync)
+	processNAlw int    // ... with SyncAlways
+	pickupN     int    // tasks per pickup run
+	pickupRate  int    // tasks/s of the pickup run
+	sharesPer   int    // tasks per priority in the shares scenario
+	sharesWin   int    // first tasks counted
+	sharesSlots int
+	backlogLo   int // small backlog
+	backlogHi   int // large backlog (default sync only: filling it with SyncAlways takes too long)
+	backlogN    int // tasks processed per backlog run
+	backlogConc int
+	concs       []int
+}
+
+func defaultConfig(quick bool) config {
+	c := config{
+		runs: 3, out: "BENCHMARKS.md",
+		latencyN: 1000, batchN: 50_000, batchSize: 1000,
+		batchNAlw: 20_000,
+		queued:    100_000, processN: 50_000, processNAlw: 20_000,
+		pickupN: 600, pickupRate: 200,
+		sharesPer: 2000, sharesWin: 4000, sharesSlots: 8,
+		backlogLo: 10_000, backlogHi: 1_000_000, backlogN: 8000, backlogConc: 100,
+		concs: []int{10, 100},
+	}
+	if quick {
+		c = config{
+			quick: true, runs: 1, out: "",
+			latencyN: 20, batchN: 500, batchNAlw: 500, batchSize: 100,
+			queued: 500, processN: 200, processNAlw: 200,
+			pickupN: 20, pickupRate: 200,
+			sharesPer: 100, sharesWin: 200, sharesSlots: 8,
+			backlogLo: 300, backlogHi: 1000, backlogN: 100, backlogConc: 10,
+			concs: []int{10},
+		}
+	}
+	return c
+}
+
+func (c *config) flags(fs *flag.FlagSet) {
+	fs.IntVar(&c.runs, "runs", c.runs, "repetitions of every scenario (medians are reported)")
+	fs.StringVar(&c.out, "out", c.out, "report file (empty: stdout only)")
+	fs.StringVar(&c.only, "sync", c.only, "run one sync mode only: default or always")
+	fs.StringVar(&c.scenarios, "scenarios", c.scenarios, "run only these scenarios (comma-separated: enqueue,processing,pickup,shares,backlog)")
+	fs.StringVar(&c.profileDir, "profile", c.profileDir, "write CPU profiles of the processing consumers to this directory")
+}
+
+func (c config) wants(scenario string) bool {
+	return c.scenarios == "" || slices.Contains(strings.Split(c.scenarios, ","), scenario)
+}
+
+func (c config) syncModes() []bool {
+	switch c.only {
+	case "default":
+		return []bool{false}
+	case "always":
+		return []bool{true}
+	}
+	return []bool{false, true}
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// serverProc is the JetStream server child.
+type serverProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	url   string
+}
+
+func childCmd(ctx context.Context, args ...string) (*exec.Cmd, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding the harness binary: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	cmd.Stderr = os.Stderr
+	return cmd, nil
+}
+
+func startServer(ctx context.Context, dir string, syncAlways bool) (*serverProc, error) {
+	args := []string{"server", "-dir", dir}
+	if syncAlways {
+		args = append(args, "-sync")
+	}
+	cmd, err := childCmd(ctx, args...)
+	if err != nil {
+		return nil, err
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("server stdin: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("server stdout: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the server child: %w", err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("reading the server URL: %w", err)
+	}
+	return &serverProc{cmd: cmd, stdin: stdin, url: strings.TrimSpace(line)}, nil
+}
+
+// stop closes the server's stdin and waits for it to exit.
+func (s *serverProc) stop() error {
+	_ = s.stdin.Close()
+	done := make(chan error, 1)
+	go func() { done <- s.cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(time.Minute):
+		_ = s.cmd.Process.Kill()
+		return fmt.Errorf("server child did not stop")
+	}
+}
+
+// cpu returns the server child's user+sys CPU time so far.
+func (s *serverProc) cpu() time.Duration { return procCPU(s.cmd.Process.Pid) }
+
+// procCPU reads utime+stime of a live process from /proc/<pid>/stat.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+2:])
+	// fields after the command: state(0) ... utime(11) stime(12), in
+	// clock ticks (100 per second on Linux).
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+st) * (time.Second / 100)
+}
+
+// consumeResult is a consume child's report plus the server's CPU over the
+// same window.
+type consumeResult struct {
+	consumeReport
+	ServerCPUus float64
+}
+
+// runConsume runs a consume child. onReady runs once the child's measured
+// window has begun (the pickup scenario publishes then).
+func runConsume(ctx context.Context, srv *serverProc, onReady func() error, args ...string) (consumeResult, error) {
+	var res consumeResult
+	cmd, err := childCmd(ctx, append([]string{"consume", "-url", srv.url}, args...)...)
+	if err != nil {
+		return res, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return res, fmt.Errorf("consume stdout: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return res, fmt.Errorf("starting the consume child: %w", err)
+	}
+	sc := bufio.NewScanner(stdout)
+	var cpu0 time.Duration
+	var readyErr error
+	got := false
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "start":
+			cpu0 = srv.cpu()
+			if onReady != nil {
+				readyErr = onReady()
+			}
+		case strings.HasPrefix(line, "{"):
+			res.ServerCPUus = float64((srv.cpu() - cpu0).Microseconds())
+			if err := json.Unmarshal([]byte(line), &res.consumeReport); err != nil {
+				return res, fmt.Errorf("decoding the consume report: %w", err)
+			}
+			got = true
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		return res, fmt.Errorf("consume child %v: %w", args, err)
+	}
+	if readyErr != nil {
+		return res, readyErr
+	}
+	if !got {
+		return res, fmt.Errorf("consume child %v: no report", args)
+	}
+	return res, nil
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/spoolq/spool/consumer"
+	spool "github.com/spoolq/spool/shared"
+)
+
+// results collects every run's figure per sync mode, row and variant.
+type results struct {
+	modes []string
+	rows  map[string][]string // mode → row names in first-seen order
+	vals  map[string][]float64
+}
+
+func newResults() *results {
+	return &results{rows: map[string][]string{}, vals: map[string][]float64{}}
+}
+
+func (r *results) add(mode, row, variant string, v float64) {
+	if !slices.Contains(r.rows[mode], row) {
+		r.rows[mode] = append(r.rows[mode], row)
+	}
+	k := mode + "\x00" + row + "\x00" + variant
+	r.vals[k] = append(r.vals[k], v)
+}
+
+// median returns the median of the runs of one figure and how many runs
+// there were.
+func (r *results) median(mode, row, variant string) (float64, int) {
+	v := slices.Clone(r.vals[mode+"\x00"+row+"\x00"+variant])
+	if len(v) == 0 {
+		return 0, 0
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2], len(v)
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2, len(v)
+}
+
+func weightShare(p spool.Priority) float64 {
+	w := consumer.DefaultWeights()
+	var sum float64
+	for _, x := range w {
+		sum += x
+	}
+	return 100 * w[p] / sum
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+func fmtVal(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case v >= 1000:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+// writeReport renders the tables and writes them to cfg.out (and stdout).
+func writeReport(cfg config, r *results, wall time.Duration) error {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# Benchmarks\n\n")
+	fmt.Fprintf(&b, "Written by `make bench` (`go run ./tests/cmd/spool-bench`) on %s; the run took %s.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), wall.Round(time.Second))
+	fmt.Fprintf(&b, "| machine | |\n|---|---|\n")
+	fmt.Fprintf(&b, "| CPU | %s, %d cores (`nproc`), %s/%s |\n", cpuModel(), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(&b, "| Go | %s |\n| nats-server | %s (a child process of the harness) |\n| nats.go | %s |\n", runtime.Version(), server.VERSION, nats.Version)
+	fmt.Fprintf(&b, "| storage | file, in a temporary directory; one server per sync mode, topology from `streams.Provision` with default settings (R1) |\n")
+	fmt.Fprintf(&b, "| runs | every figure is the median of %d runs; raw and Spool run back to back in each run |\n\n", cfg.runs)
+	b.WriteString(methodNotes(cfg))
+	for _, mode := range r.modes {
+		fmt.Fprintf(&b, "\n## %s\n\n", mode)
+		b.WriteString("| figure | raw JetStream | raw + contract headers | Spool | Spool / raw |\n|---|---:|---:|---:|---:|\n")
+		for _, row := range r.rows[mode] {
+			raw, _ := r.median(mode, row, "raw")
+			rawH, nh := r.median(mode, row, "raw+headers")
+			sp, ns := r.median(mode, row, "spool")
+			hcell := ""
+			if nh > 0 {
+				hcell = fmtVal(rawH)
+			}
+			ratio := ""
+			if ns > 0 && raw != 0 {
+				ratio = fmt.Sprintf("%.2f", sp/raw)
+				if nh > 0 && rawH != 0 {
+					ratio += fmt.Sprintf(" (%.2f of raw+headers)", sp/rawH)
+				}
+			}
+			if strings.HasPrefix(row, "shares:") {
+				ratio = "" // a share is compared with its weight, not with raw
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", row, fmtVal(raw), hcell, fmtVal(sp), ratio)
+		}
+	}
+	os.Stdout.Write(b.Bytes())
+	if cfg.out == "" {
+		return nil
+	}
+	return writeKeepingNotes(cfg.out, b.Bytes())
+}
+
+// notesMarker starts the hand-written part of BENCHMARKS.md, which a new
+// run keeps.
+const notesMarker = "<!-- notes: kept by spool-bench -->"
+
+func writeKeepingNotes(path string, table []byte) error {
+	out := table
+	if old, err := os.ReadFile(path); err == nil {
+		if i := bytes.Index(old, []byte(notesMarker)); i >= 0 {
+			out = append(append(out, '\n'), old[i:]...)
+		}
+	}
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+func methodNotes(c config) string {
+	return fmt.Sprintf(`How each figure is made:
+
+- **enqueue**: single task = %d sequential publishes waiting for the ack (raw `+"`js.Publish`"+`, Spool `+"`Client.Enqueue`"+`), 128-byte payload; batch = %d tasks in batches of %d with %d publishes in flight (raw `+"`PublishMsgAsync`"+` without headers, raw with the two headers of the contract `+"`Nats-Msg-Id`"+` + `+"`Spool-Task-Id`"+`, Spool `+"`EnqueueBatch`"+`), waiting for every ack. Each variant starts on a freshly created stream.
+- **processing**: the normal priority holds %d queued tasks; the consumer (a child process) processes %d of them (%d with SyncAlways) with a no-op handler. Raw = `+"`Fetch(min(concurrency, 32))`"+` + `+"`Ack`"+` (batches over 32 are slower on nats.go 1.55); Spool = a `+"`consumer.Worker`"+` with that many slots, writing the result states to `+"`spool_results`"+` (completed stored before the ack).
+- **pickup**: an idle consumer; %d tasks published one at a time at %d tasks/s; stream timestamp → handler start (raw: delivery of a waiting `+"`Fetch(1)`"+`).
+- **shares**: %d tasks queued in each of the five priorities, %d slots, boost off; the share of the first %d tasks started per priority, against the configured weights (raw round-robins the five consumers). The longest wait of idle is the longest time without an idle task starting.
+- **backlog**: %d tasks processed at concurrency %d with %d and then %d tasks queued; RSS is the consumer child's peak (VmHWM).
+- **CPU per task**: user+sys of the producer (this process, getrusage), the consumer child (getrusage) and the server child (/proc/<pid>/stat) over the measured window, divided by the tasks.
+`, c.latencyN, c.batchN, c.batchSize, 4096, c.queued, c.processN, c.processNAlw, c.pickupN, c.pickupRate,
+		c.sharesPer, c.sharesSlots, c.sharesWin, c.backlogN, c.backlogConc, c.backlogLo, c.backlogHi)
+}

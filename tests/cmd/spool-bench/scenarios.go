@@ -1,0 +1,452 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spoolq/spool/producer"
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
+)
+
+// bench is one sync mode's server and the harness's connection to it.
+type bench struct {
+	cfg   config
+	mode  string
+	srv   *serverProc
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	names spool.Names
+	topo  streams.Topology
+	res   *results
+	log   *slog.Logger
+	// profiles numbers the CPU profiles written.
+	profiles int
+}
+
+func runMode(ctx context.Context, cfg config, syncAlways bool, res *results, log *slog.Logger) error {
+	mode := "default sync"
+	if syncAlways {
+		mode = "SyncAlways"
+	}
+	dir, err := os.MkdirTemp("", "spool-bench-")
+	if err != nil {
+		return fmt.Errorf("creating the store directory: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	srv, err := startServer(ctx, dir, syncAlways)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := srv.stop(); err != nil {
+			log.Warn("stopping the server child", "error", err)
+		}
+	}()
+	nc, err := nats.Connect(srv.url, nats.Name("spool-bench"))
+	if err != nil {
+		return fmt.Errorf("connecting: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(producer.DefaultPublishWindow))
+	if err != nil {
+		return fmt.Errorf("opening JetStream: %w", err)
+	}
+	names := spool.DefaultNames()
+	topo, err := streams.New(names, streams.Settings{})
+	if err != nil {
+		return err
+	}
+	b := &bench{cfg: cfg, mode: mode, srv: srv, nc: nc, js: js, names: names, topo: topo, res: res, log: log.With("sync", mode)}
+	res.modes = append(res.modes, mode)
+	steps := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"enqueue", b.enqueue},
+		{"processing", b.processing},
+		{"pickup", b.pickup},
+		{"shares", b.shares},
+	}
+	for run := 1; run <= cfg.runs; run++ {
+		for _, s := range steps {
+			if !cfg.wants(s.name) {
+				continue
+			}
+			b.log.Info("scenario", "name", s.name, "run", run)
+			runtime.GC()
+			if err := s.fn(ctx); err != nil {
+				return fmt.Errorf("%s, %s, run %d: %w", mode, s.name, run, err)
+			}
+		}
+	}
+	var backlogs []int
+	if cfg.wants("backlog") {
+		backlogs = []int{cfg.backlogLo, cfg.backlogHi}
+	}
+	if cfg.quick && len(backlogs) > 0 {
+		backlogs = backlogs[1:] // one level exercises the code
+	}
+	if syncAlways {
+		// Every publish is fsynced: filling a million tasks would take
+		// most of the run's time budget.
+		backlogs = backlogs[:min(1, len(backlogs))]
+	}
+	for _, backlog := range backlogs {
+		if err := b.purge(ctx); err != nil {
+			return err
+		}
+		for run := 1; run <= cfg.runs; run++ {
+			b.log.Info("scenario", "name", "backlog", "queued", backlog, "run", run)
+			if err := b.backlog(ctx, backlog); err != nil {
+				return fmt.Errorf("%s, backlog %d, run %d: %w", mode, backlog, run, err)
+			}
+		}
+	}
+	return b.purge(ctx)
+}
+
+func (b *bench) add(row, variant string, v float64) { b.res.add(b.mode, row, variant, v) }
+
+// recreate deletes and provisions the task stream again: an empty stream
+// with an empty duplicate-tracking table (a purge keeps the table).
+func (b *bench) recreate(ctx context.Context) error {
+	if err := b.js.DeleteStream(ctx, b.names.TaskStream()); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("deleting the task stream: %w", err)
+	}
+	return streams.Provision(ctx, b.js, b.topo, slog.New(slog.DiscardHandler))
+}
+
+// purge empties the task stream and the results bucket.
+func (b *bench) purge(ctx context.Context) error {
+	for _, name := range []string{b.names.TaskStream(), "KV_" + b.names.ResultsBucket()} {
+		s, err := b.js.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("binding %s: %w", name, err)
+		}
+		if err := s.Purge(ctx); err != nil {
+			return fmt.Errorf("purging %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// fill publishes n normal tasks of type bench (no headers: the fastest
+// raw publish) and waits for every ack.
+func (b *bench) fill(ctx context.Context, p spool.Priority, n int) error {
+	subject, err := b.names.TaskSubject(p, "bench")
+	if err != nil {
+		return err
+	}
+	payload := []byte(`{"n":1}`)
+	for range n {
+		if _, err := b.js.PublishAsync(subject, payload, jetstream.WithStallWait(time.Minute)); err != nil {
+			return fmt.Errorf("filling: %w", err)
+		}
+	}
+	select {
+	case <-b.js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(10 * time.Minute):
+		return errors.New("filling: acks did not arrive")
+	}
+	return nil
+}
+
+// topUp fills the normal priority up to n tasks waiting for delivery. It
+// reads the consumer's NumPending, not the stream's message count: acks
+// are applied asynchronously (slowly under SyncAlways), so the stream may
+// still count tasks that were processed.
+func (b *bench) topUp(ctx context.Context, n int) error {
+	c, err := b.js.Consumer(ctx, b.names.TaskStream(), b.names.Consumer(spool.Normal))
+	if err != nil {
+		return fmt.Errorf("binding the normal consumer: %w", err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the normal consumer: %w", err)
+	}
+	if have := int(info.NumPending); have < n {
+		return b.fill(ctx, spool.Normal, n-have)
+	}
+	return nil
+}
+
+// enqueue: single-task latency (p50/p99) and batch throughput, raw and
+// spool, on a fresh stream each.
+func (b *bench) enqueue(ctx context.Context) error {
+	payload := make([]byte, 128)
+	subject, err := b.names.TaskSubject(spool.Normal, "bench")
+	if err != nil {
+		return err
+	}
+	client, err := producer.New(b.nc, producer.WithNames(b.names))
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+
+	latency := func(variant string, one func() error) error {
+		if err := b.recreate(ctx); err != nil {
+			return err
+		}
+		samples := make([]time.Duration, 0, b.cfg.latencyN)
+		for range b.cfg.latencyN {
+			t0 := time.Now()
+			if err := one(); err != nil {
+				return err
+			}
+			samples = append(samples, time.Since(t0))
+		}
+		slices.Sort(samples)
+		b.add("enqueue: single task p50 (µs)", variant, us(samples[len(samples)/2]))
+		b.add("enqueue: single task p99 (µs)", variant, us(samples[len(samples)*99/100]))
+		return nil
+	}
+	if err := latency("raw", func() error {
+		_, err := b.js.Publish(ctx, subject, payload)
+		return err
+	}); err != nil {
+		return fmt.Errorf("raw publish: %w", err)
+	}
+	task := producer.NewTask("bench", payload)
+	if err := latency("spool", func() error {
+		_, err := client.Enqueue(ctx, task)
+		return err
+	}); err != nil {
+		return fmt.Errorf("spool enqueue: %w", err)
+	}
+
+	batch := func(variant string, oneBatch func() error) error {
+		if err := b.recreate(ctx); err != nil {
+			return err
+		}
+		runtime.GC()
+		cpu0, srv0, t0 := selfCPU(), b.srv.cpu(), time.Now()
+		total := b.cfg.batchN
+		if b.mode == "SyncAlways" {
+			total = b.cfg.batchNAlw
+		}
+		for done := 0; done < total; done += b.cfg.batchSize {
+			if err := oneBatch(); err != nil {
+				return err
+			}
+		}
+		wall := time.Since(t0)
+		n := float64(total)
+		b.add("enqueue: batch throughput (tasks/s)", variant, n/wall.Seconds())
+		b.add("CPU per task: producer, batch enqueue (µs)", variant, us(selfCPU()-cpu0)/n)
+		b.add("CPU per task: server, batch enqueue (µs)", variant, us(b.srv.cpu()-srv0)/n)
+		return nil
+	}
+	futures := make([]jetstream.PubAckFuture, b.cfg.batchSize)
+	rawBatch := func(headers bool) func() error {
+		return func() error {
+			for i := range futures {
+				m := &nats.Msg{Subject: subject, Data: payload}
+				if headers {
+					id := spool.NewID()
+					m.Header = nats.Header{spool.HeaderMsgID: {id}, spool.HeaderTaskID: {id}}
+				}
+				f, err := b.js.PublishMsgAsync(m)
+				if err != nil {
+					return err
+				}
+				futures[i] = f
+			}
+			for _, f := range futures {
+				select {
+				case <-f.Ok():
+				case err := <-f.Err():
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	if err := batch("raw", rawBatch(false)); err != nil {
+		return fmt.Errorf("raw batch: %w", err)
+	}
+	if err := batch("raw+headers", rawBatch(true)); err != nil {
+		return fmt.Errorf("raw batch with headers: %w", err)
+	}
+	tasks := make([]producer.Task, b.cfg.batchSize)
+	for i := range tasks {
+		tasks[i] = producer.Task{Type: "bench", Priority: spool.Normal, Payload: payload}
+	}
+	if err := batch("spool", func() error {
+		_, err := client.EnqueueBatch(ctx, tasks)
+		return err
+	}); err != nil {
+		return fmt.Errorf("spool batch: %w", err)
+	}
+	return b.recreate(ctx)
+}
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+// drain runs one consume child in drain mode (mode raw or spool; extra
+// flags for the child) and records its throughput under prefix.
+func (b *bench) drain(ctx context.Context, prefix, variant, mode string, n, conc int, extra ...string) (consumeResult, error) {
+	args := append([]string{"-mode", mode, "-task", "drain", "-n", strconv.Itoa(n), "-conc", strconv.Itoa(conc)}, extra...)
+	if b.cfg.profileDir != "" {
+		b.profiles++
+		name := fmt.Sprintf("%s-%s-c%d-%d.pprof", strings.ReplaceAll(b.mode, " ", "-"), mode, conc, b.profiles)
+		args = append(args, "-cpuprofile", filepath.Join(b.cfg.profileDir, name),
+			"-memprofile", filepath.Join(b.cfg.profileDir, "mem-"+name))
+	}
+	r, err := runConsume(ctx, b.srv, nil, args...)
+	if err != nil {
+		return r, err
+	}
+	b.add(prefix+" (tasks/s)", variant, float64(r.Tasks)/r.Seconds)
+	return r, nil
+}
+
+// lazyProcessing is the ProcessingDelay of the "processing state after"
+// variant.
+const lazyProcessing = 100 * time.Millisecond
+
+// processing: 100,000 queued tasks, a no-op handler, concurrency 10 and
+// 100; raw is Fetch+Ack. Spool writes every result state (processing as
+// the attempt starts, completed before the ack), and, in a second
+// variant, the processing state only for attempts still running after
+// lazyProcessing (WithProcessingDelay), so a fast task gets one write.
+func (b *bench) processing(ctx context.Context) error {
+	n := b.cfg.processN
+	if b.mode == "SyncAlways" {
+		n = b.cfg.processNAlw
+	}
+	lazy := fmt.Sprintf(", processing state after %s", lazyProcessing)
+	for _, conc := range b.cfg.concs {
+		row := fmt.Sprintf("processing: %d queued, concurrency %d", b.cfg.queued, conc)
+		cpuRow := fmt.Sprintf("CPU per task: consumer, concurrency %d", conc)
+		srvRow := fmt.Sprintf("CPU per task: server, processing at concurrency %d", conc)
+		for _, v := range []struct {
+			name, mode, rowSuffix string
+			extra                 []string
+		}{
+			{"raw", "raw", "", nil},
+			{"spool", "spool", "", nil},
+			{"spool", "spool", lazy, []string{"-pdelay", lazyProcessing.String()}},
+		} {
+			if v.rowSuffix != "" && b.cfg.quick {
+				continue // the same code path as spool: spare the smoke run a child
+			}
+			if err := b.topUp(ctx, b.cfg.queued); err != nil {
+				return err
+			}
+			runtime.GC()
+			r, err := b.drain(ctx, row+v.rowSuffix, v.name, v.mode, n, conc, v.extra...)
+			if err != nil {
+				return err
+			}
+			cpu, srv := r.CPUus/float64(r.Tasks), r.ServerCPUus/float64(r.Tasks)
+			b.add(cpuRow+v.rowSuffix+" (µs)", v.name, cpu)
+			b.add(srvRow+v.rowSuffix+" (µs)", v.name, srv)
+			if v.name == "raw" { // the same baseline for the lazy rows
+				b.add(row+lazy+" (tasks/s)", "raw", float64(r.Tasks)/r.Seconds)
+				b.add(cpuRow+lazy+" (µs)", "raw", cpu)
+				b.add(srvRow+lazy+" (µs)", "raw", srv)
+			}
+		}
+	}
+	return b.purge(ctx)
+}
+
+// pickup: tasks published one by one at pickupRate to an idle consumer;
+// enqueue (stream timestamp) → handler start.
+func (b *bench) pickup(ctx context.Context) error {
+	subject, err := b.names.TaskSubject(spool.Normal, "bench")
+	if err != nil {
+		return err
+	}
+	publish := func() error {
+		// Let the consumer's first pulls reach the server.
+		time.Sleep(200 * time.Millisecond)
+		tick := time.NewTicker(time.Second / time.Duration(b.cfg.pickupRate))
+		defer tick.Stop()
+		for range b.cfg.pickupN {
+			<-tick.C
+			if _, err := b.js.PublishAsync(subject, nil); err != nil {
+				return fmt.Errorf("publishing: %w", err)
+			}
+		}
+		return nil
+	}
+	for _, variant := range []string{"raw", "spool"} {
+		if err := b.purge(ctx); err != nil {
+			return err
+		}
+		mode := map[bool]string{true: "raw", false: "spool"}[variant == "raw"]
+		r, err := runConsume(ctx, b.srv, publish, "-mode", mode, "-task", "pickup", "-n", strconv.Itoa(b.cfg.pickupN), "-conc", "256")
+		if err != nil {
+			return err
+		}
+		rate := strconv.Itoa(b.cfg.pickupRate)
+		b.add("pickup at "+rate+" tasks/s: p50 (µs)", variant, r.P50us)
+		b.add("pickup at "+rate+" tasks/s: p99 (µs)", variant, r.P99us)
+		b.add("pickup at "+rate+" tasks/s: max (µs)", variant, r.MaxUs)
+	}
+	return nil
+}
+
+// shares: all five priorities saturated; the share of the first tasks
+// started per priority against the configured weights, and the longest
+// time the idle priority went without a start.
+func (b *bench) shares(ctx context.Context) error {
+	for _, variant := range []string{"raw", "spool"} {
+		if err := b.purge(ctx); err != nil {
+			return err
+		}
+		for _, p := range spool.Priorities {
+			if err := b.fill(ctx, p, b.cfg.sharesPer); err != nil {
+				return err
+			}
+		}
+		mode := map[bool]string{true: "raw", false: "spool"}[variant == "raw"]
+		r, err := runConsume(ctx, b.srv, nil, "-mode", mode, "-task", "shares", "-n", strconv.Itoa(b.cfg.sharesWin), "-conc", strconv.Itoa(b.cfg.sharesSlots))
+		if err != nil {
+			return err
+		}
+		var maxErr float64
+		for _, p := range spool.Priorities {
+			want := weightShare(p)
+			b.add(fmt.Sprintf("shares: %s (weight %.1f%%, %%)", p, want), variant, r.Shares[p])
+			maxErr = max(maxErr, r.Shares[p]-want, want-r.Shares[p])
+		}
+		b.add("shares: largest deviation from the weights (pp)", variant, maxErr)
+		b.add("shares: longest wait of idle under saturation (ms)", variant, r.IdleMaxWait)
+	}
+	return b.purge(ctx)
+}
+
+// backlog: throughput over backlogN tasks and consumer RSS with a small and
+// a large backlog.
+func (b *bench) backlog(ctx context.Context, queued int) error {
+	for _, variant := range []string{"raw", "spool"} {
+		if err := b.topUp(ctx, queued); err != nil {
+			return err
+		}
+		runtime.GC()
+		r, err := b.drain(ctx, fmt.Sprintf("backlog: %d queued, concurrency %d", queued, b.cfg.backlogConc), variant, variant, b.cfg.backlogN, b.cfg.backlogConc)
+		if err != nil {
+			return err
+		}
+		b.add(fmt.Sprintf("backlog: %d queued, consumer RSS (MiB)", queued), variant, float64(r.HWMKiB)/1024)
+	}
+	return nil
+}
