@@ -101,7 +101,7 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 func (w *Worker) writeProcessing(a attemptInfo) (settle func()) {
 	doc := a.doc(spool.StateProcessing)
 	write := func() {
-		if err := w.results.PutAsync(doc); err != nil {
+		if err := w.results.putUnacked(doc); err != nil {
 			w.log.Warn("writing processing state", "task_id", a.id, "error", err)
 		}
 	}
@@ -170,25 +170,31 @@ const handlerGrace = 50 * time.Millisecond
 
 // run calls the handler in the attempt's goroutine under the attempt's
 // deadline, turning a panic into a *PanicError, and settles the attempt
-// with its result. A watcher goroutine heartbeats the message (InProgress
-// every AckWait/3) while the handler runs; when the deadline passes or
-// shutdown cancels the attempt and the handler has not returned within
-// handlerGrace, the watcher settles the attempt at once (timeout, or
-// hand-back) and the slot stays busy until the handler returns.
+// with its result. While the handler runs, a timer heartbeats the message
+// (InProgress every AckWait/3); when the deadline passes or shutdown
+// cancels the attempt and the handler has not returned within
+// handlerGrace, a watcher settles the attempt at once (timeout, or
+// hand-back) and the slot stays busy until the handler returns. Neither
+// costs a goroutine unless it fires.
 func (w *Worker) run(a attemptInfo, t *Task, timeout time.Duration, settleProcessing func(), o outcome) {
 	ctx, cancel := context.WithTimeout(w.hardCtx, timeout)
 	defer cancel()
+	hb := w.startHeartbeat(a)
 	var once sync.Once
 	finish := func(r handlerResult) {
 		once.Do(func() {
+			hb.stop()
 			settleProcessing()
 			o.run = time.Since(a.started)
 			w.settle(ctx, a, r, o)
 		})
 	}
 	handlerDone := make(chan struct{})
-	watcherDone := make(chan struct{})
-	go w.watch(ctx, a, handlerDone, watcherDone, finish)
+	watchDone := make(chan struct{})
+	stopWatch := context.AfterFunc(ctx, func() {
+		defer close(watchDone)
+		w.watchExpired(ctx, a, handlerDone, finish)
+	})
 
 	var r handlerResult
 	func() {
@@ -201,41 +207,62 @@ func (w *Worker) run(a attemptInfo, t *Task, timeout time.Duration, settleProces
 	}()
 	close(handlerDone)
 	finish(r) // a no-op when the watcher settled the attempt already
-	<-watcherDone
+	if !stopWatch() {
+		<-watchDone // the watcher started: let it end
+	}
 }
 
-// watch heartbeats the attempt while its handler runs and settles it
-// early when its context ends under a handler that does not return.
-func (w *Worker) watch(ctx context.Context, a attemptInfo, handlerDone <-chan struct{}, watcherDone chan<- struct{}, finish func(handlerResult)) {
-	defer close(watcherDone)
-	hb := w.ackWait[a.p] / 3
-	if hb <= 0 {
-		hb = 10 * time.Second
+// watchExpired runs when an attempt's context ends: it gives the handler
+// handlerGrace to return on its own, then settles the attempt without it.
+func (w *Worker) watchExpired(ctx context.Context, a attemptInfo, handlerDone <-chan struct{}, finish func(handlerResult)) {
+	grace := time.NewTimer(handlerGrace)
+	defer grace.Stop()
+	select {
+	case <-handlerDone:
+		return
+	case <-grace.C:
 	}
-	ticker := time.NewTicker(hb)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-handlerDone:
-			return
-		case <-ticker.C:
-			if err := a.msg.InProgress(); err != nil {
-				w.log.Warn("heartbeat failed", "task_id", a.id, "error", err)
-			}
-		case <-ctx.Done():
-			grace := time.NewTimer(handlerGrace)
-			select {
-			case <-handlerDone:
-				grace.Stop()
-				return
-			case <-grace.C:
-			}
-			w.log.Warn("handler still running after its context ended; settling the task now, the slot stays busy until the handler returns",
-				"task_id", a.id, "type", a.typ, "error", ctx.Err())
-			finish(handlerResult{err: ctx.Err()})
+	w.log.Warn("handler still running after its context ended; settling the task now, the slot stays busy until the handler returns",
+		"task_id", a.id, "type", a.typ, "error", ctx.Err())
+	finish(handlerResult{err: ctx.Err()})
+}
+
+// heartbeat sends InProgress for a running attempt every AckWait/3 from a
+// timer, until stopped.
+type heartbeat struct {
+	mu      sync.Mutex
+	stopped bool
+	timer   *time.Timer
+}
+
+func (w *Worker) startHeartbeat(a attemptInfo) *heartbeat {
+	every := w.ackWait[a.p] / 3
+	if every <= 0 {
+		every = 10 * time.Second
+	}
+	h := &heartbeat{}
+	h.mu.Lock() // the first beat waits until timer is set
+	defer h.mu.Unlock()
+	h.timer = time.AfterFunc(every, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.stopped {
 			return
 		}
-	}
+		if err := a.msg.InProgress(); err != nil {
+			w.log.Warn("heartbeat failed", "task_id", a.id, "error", err)
+		}
+		h.timer.Reset(every)
+	})
+	return h
+}
+
+// stop ends the heartbeats; none is sent after it returns.
+func (h *heartbeat) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = true
+	h.timer.Stop()
 }
 
 // settle acts on an attempt's result: ack, NAK with backoff, dead letter,
@@ -297,22 +324,49 @@ func (w *Worker) opCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(w.ioCtx, w.o.IOTimeout)
 }
 
+// completionQueue bounds the completion pipeline: completed attempts whose
+// result write is in flight. When it is full, a finishing attempt waits
+// for room and keeps its slot.
+const completionQueue = 1024
+
+// completion is a completed attempt whose result write is in flight.
+type completion struct {
+	a      attemptInfo
+	future jetstream.PubAckFuture
+	o      outcome
+}
+
 // complete stores the completed result, releases the unique key and acks.
-// The ack comes last: a crash before it redelivers the task, never loses
-// its result.
+// The ack always comes after the result is stored: a crash before it
+// redelivers the task, never loses its result.
+//
+// Without a unique key the write is pipelined: complete publishes the
+// result document asynchronously and hands the attempt to the completer,
+// which acks the task once the bucket has acknowledged the write (and
+// NAKs it for a retry when the write fails), so the slot is free for the
+// next task during the round trip. A task with a unique key takes the
+// synchronous path, since releasing its key needs the write first.
 func (w *Worker) complete(a attemptInfo, out []byte, o outcome) {
-	ctx, cancel := w.opCtx()
-	defer cancel()
 	doc := a.doc(spool.StateCompleted)
 	doc.Result = spool.ResultValue(out)
 	fin := time.Now()
 	doc.FinishedAt = &fin
+	if a.uniqueKey == "" {
+		f, err := w.results.putFuture(doc)
+		if err == nil {
+			// Counted as an attempt until the completer settles it, so
+			// shutdown waits for it; added while this attempt still
+			// counts, so the count cannot reach zero in between.
+			w.attempts.Add(1)
+			w.completions <- completion{a: a, future: f, o: o}
+			return
+		}
+		w.log.Warn("pipelined result write failed; writing it synchronously", "task_id", a.id, "error", err)
+	}
+	ctx, cancel := w.opCtx()
+	defer cancel()
 	if err := w.results.Put(ctx, doc); err != nil {
-		// Without a stored result the task must run again.
-		w.log.Error("storing result failed; the task will be retried", "task_id", a.id, "error", err)
-		o.completed, o.failed, o.retried = false, true, true
-		w.nak(a, w.o.retryDelay(a.attempt))
-		w.rec.record(a.p, a.typ, o)
+		w.resultLost(a, o, err)
 		return
 	}
 	if err := w.results.ReleaseUnique(ctx, a.uniqueKey, a.id); err != nil {
@@ -322,6 +376,39 @@ func (w *Worker) complete(a attemptInfo, out []byte, o outcome) {
 		w.log.Warn("acking completed task", "task_id", a.id, "error", err)
 	}
 	w.rec.record(a.p, a.typ, o)
+}
+
+// resultLost settles a completed attempt whose result could not be
+// stored: without a stored result the task must run again.
+func (w *Worker) resultLost(a attemptInfo, o outcome, err error) {
+	w.log.Error("storing result failed; the task will be retried", "task_id", a.id, "error", err)
+	o.completed, o.failed, o.retried = false, true, true
+	w.nak(a, w.o.retryDelay(a.attempt))
+	w.rec.record(a.p, a.typ, o)
+}
+
+// completer settles pipelined completions in order: the bucket
+// acknowledges writes of one connection in the order they were sent, so
+// waiting on the oldest first costs no latency.
+func (w *Worker) completer() {
+	defer close(w.completerDone)
+	for c := range w.completions {
+		w.finishCompletion(c)
+	}
+}
+
+func (w *Worker) finishCompletion(c completion) {
+	defer w.attempts.Done()
+	select {
+	case <-c.future.Ok():
+	case err := <-c.future.Err():
+		w.resultLost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w", c.a.id, err))
+		return
+	}
+	if err := c.a.msg.Ack(); err != nil {
+		w.log.Warn("acking completed task", "task_id", c.a.id, "error", err)
+	}
+	w.rec.record(c.a.p, c.a.typ, c.o)
 }
 
 // retry records the retrying state and NAKs with the backoff delay.

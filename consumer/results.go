@@ -91,9 +91,43 @@ func (r *Results) PutAsync(doc spool.Result) error {
 	return nil
 }
 
+// putUnacked publishes doc to the bucket without asking for an
+// acknowledgement: the server stores it and sends nothing back, so a lost
+// write goes unnoticed. The worker writes the advisory processing state
+// this way (writes from one connection are stored in order, so the final
+// state, written later and acknowledged, still wins).
+func (r *Results) putUnacked(doc spool.Result) error {
+	b, err := r.encode(&doc)
+	if err != nil {
+		return err
+	}
+	if err := r.js.Conn().Publish(r.putPrefix+doc.ID, b); err != nil {
+		return fmt.Errorf("writing %s result of task %s: %w", doc.State, doc.ID, err)
+	}
+	return nil
+}
+
+// putFuture stores doc without waiting: the returned future resolves
+// with the bucket's acknowledgement (or an error, at the latest after the
+// JetStream context's async publish timeout).
+func (r *Results) putFuture(doc spool.Result) (jetstream.PubAckFuture, error) {
+	b, err := r.encode(&doc)
+	if err != nil {
+		return nil, err
+	}
+	f, err := r.js.PublishAsync(r.putPrefix+doc.ID, b)
+	if err != nil {
+		return nil, fmt.Errorf("writing %s result of task %s: %w", doc.State, doc.ID, err)
+	}
+	return f, nil
+}
+
 func (r *Results) encode(doc *spool.Result) ([]byte, error) {
 	if doc.Worker == "" {
 		doc.Worker = r.worker
+	}
+	if b, ok := appendResult(make([]byte, 0, 384+len(doc.Result)+len(doc.Error)), doc); ok {
+		return b, nil
 	}
 	b, err := json.Marshal(doc)
 	if err != nil {
@@ -182,4 +216,129 @@ func isWrongLastSequence(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// appendResult appends doc encoded exactly as json.Marshal encodes it,
+// without reflection: the worker writes one or two documents per task,
+// and reflection plus the stack growth of json.Marshal's recursion in a
+// fresh attempt goroutine were the largest CPU cost of a fast task. ok is
+// false when doc holds something this encoder leaves to json.Marshal
+// (characters that need escaping, a result that is not compact JSON, a
+// time json.Marshal rejects, an invalid priority).
+func appendResult(b []byte, doc *spool.Result) (_ []byte, ok bool) {
+	if !doc.Priority.Valid() {
+		return nil, false
+	}
+	b = append(b, `{"id":`...)
+	if b, ok = appendPlainString(b, doc.ID); !ok {
+		return nil, false
+	}
+	b = append(b, `,"type":`...)
+	if b, ok = appendPlainString(b, doc.Type); !ok {
+		return nil, false
+	}
+	b = append(b, `,"priority":"`...)
+	b = append(b, doc.Priority.String()...)
+	b = append(b, `","state":`...)
+	if b, ok = appendPlainString(b, string(doc.State)); !ok {
+		return nil, false
+	}
+	b = append(b, `,"attempts":`...)
+	b = strconv.AppendInt(b, int64(doc.Attempts), 10)
+	if len(doc.Result) > 0 {
+		if !plainJSON(doc.Result) {
+			return nil, false
+		}
+		b = append(b, `,"result":`...)
+		b = append(b, doc.Result...)
+	}
+	if doc.Error != "" {
+		b = append(b, `,"error":`...)
+		if b, ok = appendPlainString(b, doc.Error); !ok {
+			return nil, false
+		}
+	}
+	if doc.Reason != "" {
+		b = append(b, `,"reason":`...)
+		if b, ok = appendPlainString(b, string(doc.Reason)); !ok {
+			return nil, false
+		}
+	}
+	if doc.NextAttempt != nil {
+		if b, ok = appendTime(append(b, `,"next_attempt_at":`...), *doc.NextAttempt); !ok {
+			return nil, false
+		}
+	}
+	if b, ok = appendTime(append(b, `,"enqueued_at":`...), doc.EnqueuedAt); !ok {
+		return nil, false
+	}
+	if doc.StartedAt != nil {
+		if b, ok = appendTime(append(b, `,"started_at":`...), *doc.StartedAt); !ok {
+			return nil, false
+		}
+	}
+	if doc.FinishedAt != nil {
+		if b, ok = appendTime(append(b, `,"finished_at":`...), *doc.FinishedAt); !ok {
+			return nil, false
+		}
+	}
+	if doc.Worker != "" {
+		b = append(b, `,"worker":`...)
+		if b, ok = appendPlainString(b, doc.Worker); !ok {
+			return nil, false
+		}
+	}
+	if doc.TraceParent != "" {
+		b = append(b, `,"traceparent":`...)
+		if b, ok = appendPlainString(b, doc.TraceParent); !ok {
+			return nil, false
+		}
+	}
+	if doc.Replays != 0 {
+		b = append(b, `,"replays":`...)
+		b = strconv.AppendInt(b, int64(doc.Replays), 10)
+	}
+	if doc.ReplayedAt != nil {
+		if b, ok = appendTime(append(b, `,"replayed_at":`...), *doc.ReplayedAt); !ok {
+			return nil, false
+		}
+	}
+	return append(b, '}'), true
+}
+
+// appendPlainString appends s quoted when no character of it needs
+// escaping in json.Marshal's output (printable ASCII except ", \, <, >
+// and &); ok is false otherwise.
+func appendPlainString(b []byte, s string) ([]byte, bool) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return nil, false
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"'), true
+}
+
+// plainJSON reports whether raw (valid JSON, as spool.ResultValue makes
+// it) is printed unchanged by json.Marshal: no whitespace to compact and
+// nothing to escape.
+func plainJSON(raw []byte) bool {
+	for _, c := range raw {
+		if c <= ' ' || c > 0x7e || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return json.Valid(raw)
+}
+
+// appendTime appends t as time.Time.MarshalJSON does (RFC 3339 with
+// nanoseconds, quoted); ok is false for years it rejects.
+func appendTime(b []byte, t time.Time) ([]byte, bool) {
+	if y := t.Year(); y < 0 || y > 9999 {
+		return nil, false
+	}
+	b = append(b, '"')
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"'), true
 }

@@ -63,8 +63,19 @@ type Worker struct {
 	// wake nudges the dispatcher (capacity 1, never closed).
 	wake chan struct{}
 	// loops counts the dispatcher and refresher goroutines; pulls counts
-	// fetch and poll goroutines; attempts counts running attempts.
+	// fetch and poll goroutines; attempts counts running attempts and
+	// completions in the pipeline.
 	loops, pulls, attempts sync.WaitGroup
+	// completions carries completed attempts whose result write is in
+	// flight to the completer goroutine, which acks each task once its
+	// result is stored (see complete). Closed by shutdown once attempts
+	// is zero; completerDone is closed when the completer has ended.
+	completions   chan completion
+	completerDone chan struct{}
+	// runq hands pulled tasks to idle runner goroutines (unbuffered: a
+	// send succeeds only when a runner waits); runners counts them.
+	runq    chan job
+	runners sync.WaitGroup
 
 	mu         sync.Mutex
 	state      WorkerState
@@ -130,6 +141,7 @@ func New(nc *nats.Conn, h Handler, opts ...Option) (*Worker, error) {
 		rec:      newRecorder(),
 		stopping: make(chan struct{}),
 		stopped:  make(chan struct{}),
+		runq:     make(chan job),
 		wake:     make(chan struct{}, 1),
 		state:    WorkerNew,
 		size:     o.MinConcurrency,
@@ -155,9 +167,16 @@ func (w *Worker) Start(ctx context.Context) error {
 }
 
 func (w *Worker) start(ctx context.Context) error {
-	js, err := jetstream.New(w.nc, jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
-		w.log.Warn("result write failed", "subject", m.Subject, "error", err)
-	}))
+	js, err := jetstream.New(w.nc,
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
+			w.log.Warn("result write failed", "subject", m.Subject, "error", err)
+		}),
+		// Every result write resolves: a write whose acknowledgement does
+		// not come (a closed connection never answers) fails after
+		// IOTimeout, so the completer never waits forever.
+		jetstream.WithPublishAsyncTimeout(w.o.IOTimeout),
+		jetstream.WithPublishAsyncMaxPending(completionQueue+2*w.o.MaxConcurrency),
+	)
 	if err != nil {
 		return fmt.Errorf("creating JetStream context: %w", err)
 	}
@@ -192,6 +211,9 @@ func (w *Worker) start(ctx context.Context) error {
 		return ErrStopped // Stop won the race with Start
 	}
 	w.hardCtx, w.hardCancel = context.WithCancel(w.ioCtx)
+	w.completions = make(chan completion, completionQueue)
+	w.completerDone = make(chan struct{})
+	go w.completer()
 	w.state = WorkerIdle
 	w.windowFrom = time.Now()
 	for p := range w.prio {
@@ -271,6 +293,10 @@ func (w *Worker) shutdown() {
 	w.pulls.Wait()
 	w.attempts.Wait()
 	<-drained
+	// No attempt runs and the pipeline is empty: nothing sends any more.
+	close(w.completions)
+	<-w.completerDone
+	w.runners.Wait()
 	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
 	if err := w.nc.FlushWithContext(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		w.log.Warn("flushing acks at shutdown", "error", err)

@@ -1,0 +1,110 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spoolq/spool/consumer"
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
+)
+
+// The completion pipeline acks a task only once its completed result is
+// stored. Whether the worker is stopped or its connection closes while
+// completions are in flight, every task gone from the (work-queue) stream
+// has its completed result document, and a graceful stop leaves no
+// completed task unacked.
+func TestPipelineAcksOnlyStoredResults(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"stop", "close"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, streams.Settings{})
+			const n = 600
+			subject, err := e.names.TaskSubject(spool.Normal, "job")
+			if err != nil {
+				t.Fatal(err)
+			}
+			futures := make(map[string]jetstream.PubAckFuture, n)
+			for i := range n {
+				id := fmt.Sprintf("pipe-%d", i)
+				f, err := e.js.PublishMsgAsync(&nats.Msg{Subject: subject, Header: nats.Header{spool.HeaderTaskID: {id}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				futures[id] = f
+			}
+			seqs := make(map[string]uint64, n)
+			for id, f := range futures {
+				select {
+				case ack := <-f.Ok():
+					seqs[id] = ack.Sequence
+				case err := <-f.Err():
+					t.Fatal(err)
+				}
+			}
+
+			nc := e.connect()
+			mux := consumer.NewMux()
+			mux.HandleFunc("job", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+				return []byte(`{"ok":true}`), nil
+			})
+			o := consumer.DefaultOptions()
+			o.Logger = testLogger(t)
+			o.MinConcurrency, o.MaxConcurrency = 32, 32
+			o.PollWait, o.RefreshInterval = 100*time.Millisecond, 50*time.Millisecond
+			o.IOTimeout = 2 * time.Second // bounds the wait for writes a closed connection never answers
+			w, err := consumer.New(nc, mux, consumer.WithOptions(o))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Start(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 30*time.Second, "some tasks completed", func() bool { return w.Stats().Total().Completed >= 50 })
+			if how == "close" {
+				nc.Close()
+			}
+			if err := w.Stop(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+			completed := w.Stats().Total().Completed
+
+			tasks, err := e.js.Stream(testCtx(t), e.names.TaskStream())
+			if err != nil {
+				t.Fatal(err)
+			}
+			acked := 0
+			for id, seq := range seqs {
+				_, err := tasks.GetMsg(testCtx(t), seq)
+				if err == nil {
+					continue // still queued (or its ack is still on its way)
+				}
+				if !errors.Is(err, jetstream.ErrMsgNotFound) {
+					t.Fatal(err)
+				}
+				acked++
+				if doc, ok := e.result(id); !ok || doc.State != spool.StateCompleted {
+					t.Errorf("task %s is acked but its result is %+v (found %v)", id, doc, ok)
+				}
+			}
+			t.Logf("%s: %d of %d tasks acked, %d completed", how, acked, n, completed)
+			if acked == 0 {
+				t.Error("no task was acked")
+			}
+			if how == "stop" {
+				// Every completion counted was acked before Stop returned:
+				// wait for the server to have applied the acks.
+				waitFor(t, 10*time.Second, "acks applied", func() bool {
+					return uint64(n)-e.taskMsgs() >= completed
+				})
+			}
+		})
+	}
+}
