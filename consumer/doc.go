@@ -64,4 +64,15 @@
 // completed, failed, retried, dead, returned), pickup-latency and run-time
 // histograms, busy and idle slots, the backlog and the oldest wait per
 // priority; Stats.Summary is a one-line rendering.
+//
+// # Observability
+//
+// The metrics package exports Worker.Stats to Prometheus when scraped.
+// AddService registers the worker as an instance of the NATS micro service
+// ServiceName (spool-consumer), whose stats data are NewServiceStats, so
+// `nats micro ls|info|stats spool-consumer` show the fleet. Tracing is
+// middleware that runs each attempt in an OpenTelemetry span, a child of the
+// task's traceparent; it takes a trace.TracerProvider and uses the
+// OpenTelemetry API only (the telemetry package sets up an SDK provider from
+// the OTEL_ variables for a binary).
 package consumer
