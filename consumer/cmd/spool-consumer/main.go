@@ -196,7 +196,8 @@ func observe(ctx context.Context, nc *nats.Conn, w *consumer.Worker, router *con
 		opts = append(opts, metrics.WithRouter(router))
 		svcOpts = append(svcOpts, consumer.WithServiceRouter(router))
 	}
-	if err := obs.reg.Register(metrics.New(ctx, w, opts...)); err != nil {
+	// Scrapes go on while the worker drains after SIGTERM.
+	if err := obs.reg.Register(metrics.New(context.WithoutCancel(ctx), w, opts...)); err != nil {
 		return nil, fmt.Errorf("registering the worker metrics: %w", err)
 	}
 	if obs.addr != "" {
