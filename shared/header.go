@@ -42,9 +42,12 @@ const (
 	HeaderOriginalSubject = "Spool-Original-Subject"
 	HeaderOriginalSeq     = "Spool-Original-Seq"
 
-	// HeaderReplays is set on a task replayed from the dead-letter stream:
-	// how many times it was replayed.
-	HeaderReplays = "Spool-Replays"
+	// HeaderReplays and HeaderReplayedAt are set on a task replayed from
+	// the dead-letter stream: how many times it was replayed, and when
+	// last (RFC 3339 with nanoseconds, UTC). Result documents carry them as
+	// replays and replayed_at.
+	HeaderReplays    = "Spool-Replays"
+	HeaderReplayedAt = "Spool-Replayed-At"
 )
 
 // Limits on header values.
@@ -197,4 +200,19 @@ func parseDurationHeader(h nats.Header, key string) (time.Duration, error) {
 // whole seconds).
 func FormatScheduleAt(t time.Time) string {
 	return "@at " + t.UTC().Format(time.RFC3339Nano)
+}
+
+// ReplayOf reads the replay headers of a task: the replay count (0 when
+// never replayed or unreadable) and the last replay's time (nil when absent
+// or unreadable), for the result document's replays and replayed_at.
+func ReplayOf(h nats.Header) (int, *time.Time) {
+	n, err := strconv.Atoi(h.Get(HeaderReplays))
+	if err != nil || n < 0 {
+		return 0, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, h.Get(HeaderReplayedAt))
+	if err != nil {
+		return n, nil
+	}
+	return n, &t
 }

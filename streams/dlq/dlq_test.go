@@ -256,6 +256,9 @@ func TestReplay(t *testing.T) {
 		doc.Error != "" || doc.Priority != spool.High || doc.Type != "email.send" {
 		t.Errorf("result after replay: %s", entry.Value())
 	}
+	if n, at := spool.ReplayOf(task.Header); n != 1 || at == nil || !at.Equal(*doc.ReplayedAt) {
+		t.Errorf("replay headers: %d at %v, want 1 at %v", n, at, doc.ReplayedAt)
+	}
 	if _, err := e.d.Get(ctx(t), seq); !errors.Is(err, dlq.ErrNotFound) {
 		t.Errorf("dead letter still there after replay: %v", err)
 	}

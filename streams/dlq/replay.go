@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -45,7 +46,7 @@ var deadHeaders = []string{
 // replayHeader is the dead letter's header without what the dead-letter
 // stream added and without JetStream's Nats-* headers, plus a fresh
 // Nats-Msg-Id, the task id and the replay count.
-func replayHeader(l Letter, replays int) nats.Header {
+func replayHeader(l Letter, replays int, at time.Time) nats.Header {
 	h := nats.Header{}
 	for k, v := range l.Header {
 		if len(k) >= 5 && strings.EqualFold(k[:5], "nats-") {
@@ -61,6 +62,7 @@ func replayHeader(l Letter, replays int) nats.Header {
 		h.Set(spool.HeaderTaskID, l.TaskID)
 	}
 	h.Set(spool.HeaderReplays, strconv.Itoa(replays))
+	h.Set(spool.HeaderReplayedAt, at.UTC().Format(time.RFC3339Nano))
 	return h
 }
 
@@ -104,14 +106,14 @@ func (d *DLQ) Replay(ctx context.Context, seq uint64) (Replayed, error) {
 		replays = n + 1
 	}
 
-	msg := &nats.Msg{Subject: l.OriginalSubject, Header: replayHeader(l, replays), Data: l.Data}
+	now := d.now().UTC()
+	msg := &nats.Msg{Subject: l.OriginalSubject, Header: replayHeader(l, replays, now), Data: l.Data}
 	ack, err := d.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(d.names.TaskStream()))
 	if err != nil {
 		return Replayed{}, fmt.Errorf("replaying dead letter %d to %s: %w", seq, l.OriginalSubject, err)
 	}
 	out := Replayed{Seq: seq, TaskID: l.TaskID, Subject: l.OriginalSubject, StreamSeq: ack.Sequence, Duplicate: ack.Duplicate, Replays: replays}
 
-	now := d.now().UTC()
 	p, typ, _ := d.names.ParseTaskSubject(l.OriginalSubject) // checked above
 	doc := spool.Result{
 		ID:          l.TaskID,
