@@ -324,41 +324,25 @@ func (w *Worker) opCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(w.ioCtx, w.o.IOTimeout)
 }
 
-// completionQueue bounds the completion pipeline: completed attempts whose
-// result write is in flight. When it is full, a finishing attempt waits
-// for room and keeps its slot.
-const completionQueue = 1024
-
-// completion is a completed attempt whose result write is in flight.
-type completion struct {
-	a      attemptInfo
-	future jetstream.PubAckFuture
-	o      outcome
-}
-
 // complete stores the completed result, releases the unique key and acks.
 // The ack always comes after the result is stored: a crash before it
 // redelivers the task, never loses its result.
 //
-// Without a unique key the write is pipelined: complete publishes the
-// result document asynchronously and hands the attempt to the completer,
-// which acks the task once the bucket has acknowledged the write (and
-// NAKs it for a retry when the write fails), so the slot is free for the
-// next task during the round trip. A task with a unique key takes the
-// synchronous path, since releasing its key needs the write first.
+// Without a unique key the write is pipelined (see pipeline): complete
+// publishes the result document and returns, freeing the slot for the
+// next task during the round trip; the task is acked when the bucket
+// acknowledges the write, and NAKed for a retry when the write fails or
+// its acknowledgement does not come within IOTimeout. A task with a unique
+// key takes the synchronous path, since releasing its key needs the write
+// first.
 func (w *Worker) complete(a attemptInfo, out []byte, o outcome) {
 	doc := a.doc(spool.StateCompleted)
 	doc.Result = spool.ResultValue(out)
 	fin := time.Now()
 	doc.FinishedAt = &fin
 	if a.uniqueKey == "" {
-		f, err := w.results.putFuture(doc)
+		err := w.pipe.put(a, o, doc)
 		if err == nil {
-			// Counted as an attempt until the completer settles it, so
-			// shutdown waits for it; added while this attempt still
-			// counts, so the count cannot reach zero in between.
-			w.attempts.Add(1)
-			w.completions <- completion{a: a, future: f, o: o}
 			return
 		}
 		w.log.Warn("pipelined result write failed; writing it synchronously", "task_id", a.id, "error", err)
@@ -385,30 +369,6 @@ func (w *Worker) resultLost(a attemptInfo, o outcome, err error) {
 	o.completed, o.failed, o.retried = false, true, true
 	w.nak(a, w.o.retryDelay(a.attempt))
 	w.rec.record(a.p, a.typ, o)
-}
-
-// completer settles pipelined completions in order: the bucket
-// acknowledges writes of one connection in the order they were sent, so
-// waiting on the oldest first costs no latency.
-func (w *Worker) completer() {
-	defer close(w.completerDone)
-	for c := range w.completions {
-		w.finishCompletion(c)
-	}
-}
-
-func (w *Worker) finishCompletion(c completion) {
-	defer w.attempts.Done()
-	select {
-	case <-c.future.Ok():
-	case err := <-c.future.Err():
-		w.resultLost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w", c.a.id, err))
-		return
-	}
-	if err := c.a.msg.Ack(); err != nil {
-		w.log.Warn("acking completed task", "task_id", c.a.id, "error", err)
-	}
-	w.rec.record(c.a.p, c.a.typ, c.o)
 }
 
 // retry records the retrying state and NAKs with the backoff delay.

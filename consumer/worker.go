@@ -66,12 +66,8 @@ type Worker struct {
 	// fetch and poll goroutines; attempts counts running attempts and
 	// completions in the pipeline.
 	loops, pulls, attempts sync.WaitGroup
-	// completions carries completed attempts whose result write is in
-	// flight to the completer goroutine, which acks each task once its
-	// result is stored (see complete). Closed by shutdown once attempts
-	// is zero; completerDone is closed when the completer has ended.
-	completions   chan completion
-	completerDone chan struct{}
+	// pipe acks completed tasks once their result is stored.
+	pipe *pipeline
 	// runq hands pulled tasks to idle runner goroutines (unbuffered: a
 	// send succeeds only when a runner waits); runners counts them.
 	runq    chan job
@@ -171,11 +167,10 @@ func (w *Worker) start(ctx context.Context) error {
 		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
 			w.log.Warn("result write failed", "subject", m.Subject, "error", err)
 		}),
-		// Every result write resolves: a write whose acknowledgement does
-		// not come (a closed connection never answers) fails after
-		// IOTimeout, so the completer never waits forever.
+		// Every asynchronous write resolves: one whose acknowledgement
+		// does not come (a closed connection never answers) fails after
+		// IOTimeout instead of holding its place forever.
 		jetstream.WithPublishAsyncTimeout(w.o.IOTimeout),
-		jetstream.WithPublishAsyncMaxPending(completionQueue+2*w.o.MaxConcurrency),
 	)
 	if err != nil {
 		return fmt.Errorf("creating JetStream context: %w", err)
@@ -204,16 +199,17 @@ func (w *Worker) start(ctx context.Context) error {
 		return err
 	}
 	w.ioCtx = context.WithoutCancel(ctx)
+	if w.pipe, err = newPipeline(w); err != nil {
+		return err
+	}
 
 	w.mu.Lock()
 	if w.state != WorkerNew {
 		w.mu.Unlock()
+		w.pipe.close()
 		return ErrStopped // Stop won the race with Start
 	}
 	w.hardCtx, w.hardCancel = context.WithCancel(w.ioCtx)
-	w.completions = make(chan completion, completionQueue)
-	w.completerDone = make(chan struct{})
-	go w.completer()
 	w.state = WorkerIdle
 	w.windowFrom = time.Now()
 	for p := range w.prio {
@@ -293,9 +289,8 @@ func (w *Worker) shutdown() {
 	w.pulls.Wait()
 	w.attempts.Wait()
 	<-drained
-	// No attempt runs and the pipeline is empty: nothing sends any more.
-	close(w.completions)
-	<-w.completerDone
+	// No attempt runs and the pipeline is empty.
+	w.pipe.close()
 	w.runners.Wait()
 	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
 	if err := w.nc.FlushWithContext(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {

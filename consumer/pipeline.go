@@ -1,0 +1,218 @@
+package consumer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	spool "github.com/spoolq/spool/shared"
+)
+
+// pipelineDepth bounds the completion pipeline: completed attempts whose
+// result write awaits its acknowledgement. When it is full, a finishing
+// attempt waits for room and keeps its slot.
+const pipelineDepth = 1024
+
+// pipeline acks completed tasks once their result document is stored.
+//
+// put publishes the document to the results bucket with a reply subject
+// of the pipeline's own (one wildcard subscription) and returns at once;
+// the bucket's acknowledgement arrives on that subscription, and only
+// then is the task acked. A write the bucket refuses, or whose
+// acknowledgement does not come within IOTimeout (a lost connection), NAKs
+// the task for a retry instead. So an ack never precedes its stored
+// result, whatever happens in between: a crash or a closed connection
+// leaves the task unacked, and JetStream delivers it again.
+//
+// Compared with nats.go's PublishAsync futures it saves, per task, a
+// future with its channels and timer, a map entry under the JetStream
+// context's lock and a reflective JSON decode of the acknowledgement.
+type pipeline struct {
+	w      *Worker
+	prefix string // reply subjects: prefix + token
+	sub    *nats.Subscription
+	room   chan struct{} // one token per completion in flight
+
+	mu      sync.Mutex
+	next    uint64
+	pending map[uint64]*completion
+
+	stopSweep chan struct{}
+	swept     chan struct{}
+}
+
+// completion is a completed attempt whose result write is in flight.
+type completion struct {
+	a        attemptInfo
+	o        outcome
+	deadline time.Time
+}
+
+func newPipeline(w *Worker) (*pipeline, error) {
+	p := &pipeline{
+		w:         w,
+		prefix:    w.nc.NewInbox() + ".",
+		room:      make(chan struct{}, pipelineDepth),
+		pending:   make(map[uint64]*completion),
+		stopSweep: make(chan struct{}),
+		swept:     make(chan struct{}),
+	}
+	sub, err := w.nc.Subscribe(p.prefix+"*", p.onAck)
+	if err != nil {
+		return nil, fmt.Errorf("subscribing to result acknowledgements: %w", err)
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("subscribing to result acknowledgements: %w", err)
+	}
+	p.sub = sub
+	go p.sweep()
+	return p, nil
+}
+
+// put publishes doc and hands the attempt to the pipeline. On error
+// nothing was handed over.
+func (p *pipeline) put(a attemptInfo, o outcome, doc spool.Result) error {
+	data, err := p.w.results.encode(&doc)
+	if err != nil {
+		return err
+	}
+	p.room <- struct{}{}
+	c := &completion{a: a, o: o, deadline: time.Now().Add(p.w.o.IOTimeout)}
+	p.mu.Lock()
+	p.next++
+	tok := p.next
+	p.pending[tok] = c
+	p.mu.Unlock()
+	// Counted as an attempt until settled, so shutdown waits for it; added
+	// while the calling attempt still counts, so the count cannot reach
+	// zero in between.
+	p.w.attempts.Add(1)
+	reply := p.prefix + strconv.FormatUint(tok, 36)
+	if err := p.w.nc.PublishRequest(p.w.results.putPrefix+doc.ID, reply, data); err != nil {
+		if p.take(tok) != nil {
+			p.done()
+			return fmt.Errorf("writing completed result of task %s: %w", doc.ID, err)
+		}
+		return nil // swept meanwhile: settled as lost
+	}
+	return nil
+}
+
+// take removes and returns the completion of tok, nil when it is gone.
+func (p *pipeline) take(tok uint64) *completion {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.pending[tok]
+	delete(p.pending, tok)
+	return c
+}
+
+func (p *pipeline) done() {
+	<-p.room
+	p.w.attempts.Done()
+}
+
+// onAck settles the completion a bucket acknowledgement answers.
+func (p *pipeline) onAck(m *nats.Msg) {
+	tok, err := strconv.ParseUint(m.Subject[len(p.prefix):], 36, 64)
+	if err != nil {
+		return
+	}
+	c := p.take(tok)
+	if c == nil {
+		return // timed out already
+	}
+	defer p.done()
+	if err := pubAckError(m); err != nil {
+		p.w.resultLost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w", c.a.id, err))
+		return
+	}
+	if err := c.a.msg.Ack(); err != nil {
+		p.w.log.Warn("acking completed task", "task_id", c.a.id, "error", err)
+	}
+	p.w.rec.record(c.a.p, c.a.typ, c.o)
+}
+
+// errAckTimeout is the fate of a result write whose acknowledgement did
+// not come in time.
+var errAckTimeout = errors.New("no acknowledgement of the result write")
+
+// sweep fails completions whose acknowledgement is overdue.
+func (p *pipeline) sweep() {
+	defer close(p.swept)
+	every := max(p.w.o.IOTimeout/4, 10*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stopSweep:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		var late []*completion
+		p.mu.Lock()
+		for tok, c := range p.pending {
+			if now.After(c.deadline) {
+				late = append(late, c)
+				delete(p.pending, tok)
+			}
+		}
+		p.mu.Unlock()
+		for _, c := range late {
+			p.w.resultLost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w within %s", c.a.id, errAckTimeout, p.w.o.IOTimeout))
+			p.done()
+		}
+	}
+}
+
+// close ends the pipeline once it is empty (shutdown waits for that).
+func (p *pipeline) close() {
+	close(p.stopSweep)
+	<-p.swept
+	if err := p.sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		p.w.log.Warn("unsubscribing from result acknowledgements", "error", err)
+	}
+}
+
+var (
+	ackErrorKey   = []byte(`"error"`)
+	ackStreamHead = []byte(`{"stream":`)
+)
+
+// pubAckError reads a JetStream publish acknowledgement: nil when the
+// message was stored. The common reply, {"stream":...,"seq":...}, is
+// recognised without decoding it.
+func pubAckError(m *nats.Msg) error {
+	if len(m.Data) == 0 {
+		if m.Header.Get("Status") == "503" {
+			return jetstream.ErrNoStreamResponse
+		}
+		return jetstream.ErrInvalidJSAck
+	}
+	if bytes.HasPrefix(m.Data, ackStreamHead) && !bytes.Contains(m.Data, ackErrorKey) {
+		return nil
+	}
+	var r struct {
+		Stream string              `json:"stream"`
+		Error  *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return jetstream.ErrInvalidJSAck
+	}
+	if r.Error != nil {
+		return r.Error
+	}
+	if r.Stream == "" {
+		return jetstream.ErrInvalidJSAck
+	}
+	return nil
+}
