@@ -129,6 +129,11 @@ type Percentiles struct {
 	P50   time.Duration `json:"p50_ns"`
 	P95   time.Duration `json:"p95_ns"`
 	P99   time.Duration `json:"p99_ns"`
+	// BoundsNS and Counts are the merged histogram (FleetTotals only):
+	// Counts[i] values up to BoundsNS[i], the last one above. The page
+	// diffs successive samples for the percentiles of the last minute.
+	BoundsNS []int64  `json:"bounds_ns,omitempty"`
+	Counts   []uint64 `json:"counts,omitempty"`
 }
 
 // FleetTotals sum the members' figures. Pickup and Run merge the members'
@@ -546,6 +551,17 @@ func (h *histogram) percentiles() *Percentiles {
 	return &Percentiles{Count: h.count, P50: h.quantile(0.50), P95: h.quantile(0.95), P99: h.quantile(0.99)}
 }
 
+// withBuckets is percentiles with the histogram itself.
+func (h *histogram) withBuckets() *Percentiles {
+	p := h.percentiles()
+	p.Counts = slices.Clone(h.counts)
+	p.BoundsNS = make([]int64, len(h.bounds))
+	for i, b := range h.bounds {
+		p.BoundsNS[i] = int64(b)
+	}
+	return p
+}
+
 // quantile interpolates linearly inside the bucket holding the rank, as
 // consumer.Distribution.Quantile does.
 func (h *histogram) quantile(q float64) time.Duration {
@@ -647,10 +663,10 @@ func totals(fleet []FleetMember, prios []OverviewPriority) FleetTotals {
 		}
 	}
 	if pickup != nil {
-		t.Pickup = pickup.percentiles()
+		t.Pickup = pickup.withBuckets()
 	}
 	if run != nil {
-		t.Run = run.percentiles()
+		t.Run = run.withBuckets()
 	}
 	return t
 }

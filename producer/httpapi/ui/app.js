@@ -8,6 +8,7 @@
   const REFRESH_MS = 1000;
   const WINDOW_MS = 5 * 60 * 1000; // charts keep the last 5 minutes
   const RATE_SPAN_MS = 5000; // processed/s is averaged over about 5 s
+  const LATENCY_WINDOW_MS = 60 * 1000; // percentiles of the last minute
   const DLQ_PAGE = 50;
   const DLQ_REFRESH_MS = 2000;
   const TOKEN_KEY = "spool.token";
@@ -105,7 +106,7 @@
   // spark draws points [{t, v}] of the last WINDOW_MS into svg as a line
   // over an area, scaled to the largest value. Until the page has watched
   // for WINDOW_MS, the x axis spans what it saw (at least MIN_SPAN_MS).
-  const MIN_SPAN_MS = 30 * 1000;
+  const MIN_SPAN_MS = 10 * 1000;
   function spark(svg, points, now) {
     const vb = svg.viewBox.baseVal;
     const w = vb.width || 120, h = vb.height || 28;
@@ -162,7 +163,52 @@
       s.prio[p.priority] = { pending: p.pending, inflight: p.in_flight, processed: p.processed ?? null };
     }
     s.processed = ov.totals && ov.totals.processed !== undefined ? ov.totals.processed : null;
+    s.hist = {};
+    for (const k of ["pickup", "run"]) {
+      const d = ov.totals && ov.totals[k];
+      if (d && d.counts && d.bounds_ns) s.hist[k] = { bounds: d.bounds_ns, counts: d.counts };
+    }
     return s;
+  }
+
+  // quantile estimates the q-quantile of a histogram as the consumer does:
+  // linear inside the bucket holding the rank.
+  function quantile(bounds, counts, q) {
+    const total = counts.reduce((a, b) => a + b, 0);
+    if (!total) return null;
+    const rank = q * total;
+    let seen = 0;
+    for (let i = 0; i < counts.length; i++) {
+      const c = counts[i];
+      if (!c) continue;
+      if (seen + c >= rank) {
+        if (i === bounds.length) return bounds[i - 1];
+        const lo = i > 0 ? bounds[i - 1] : 0;
+        return lo + ((rank - seen) / c) * (bounds[i] - lo);
+      }
+      seen += c;
+    }
+    return bounds[bounds.length - 1];
+  }
+
+  // recentHist is the fleet histogram k of the last LATENCY_WINDOW_MS (or
+  // of what the page saw, if less): the newest sample's counts minus an
+  // older one's. null when a worker restarted in between or none is known.
+  function recentHist(k) {
+    const b = samples[samples.length - 1];
+    if (!b || !b.hist[k]) return null;
+    let a = null; // the oldest sample inside the window that has the histogram
+    for (const x of samples) {
+      if (x === b || !x.hist[k]) continue;
+      a = x;
+      if (b.t - x.t <= LATENCY_WINDOW_MS) break;
+    }
+    if (!a) return null;
+    const ha = a.hist[k], hb = b.hist[k];
+    if (ha.counts.length !== hb.counts.length) return null;
+    const counts = hb.counts.map((c, i) => c - ha.counts[i]);
+    if (counts.some((c) => c < 0)) return null;
+    return { bounds: hb.bounds, counts, span: b.t - a.t };
   }
 
   // rate is the per-second increase of get(sample) between the newest sample
@@ -235,14 +281,22 @@
     maybeRefreshDLQ(ov.dead_letters);
   }
 
+  // renderLatency shows the fleet's percentiles of the last minute (from
+  // histogram deltas) and, greyed, since each worker started.
   function renderLatency(t) {
-    for (const [id, p] of [["#lat-pickup", t.pickup], ["#lat-run", t.run]]) {
+    let span = 0;
+    for (const [k, id, p] of [["pickup", "#lat-pickup", t.pickup], ["run", "#lat-run", t.run]]) {
       const row = $(id);
-      row.querySelector(".p50").textContent = p ? fmtDur(p.p50_ns) : "—";
-      row.querySelector(".p95").textContent = p ? fmtDur(p.p95_ns) : "—";
-      row.querySelector(".p99").textContent = p ? fmtDur(p.p99_ns) : "—";
-      row.querySelector(".count").textContent = p ? fmtInt(p.count) : "—";
+      const h = recentHist(k);
+      const n = h ? h.counts.reduce((a, b) => a + b, 0) : 0;
+      if (h) span = Math.max(span, h.span);
+      for (const [cls, q] of [["p50", 0.5], ["p95", 0.95], ["p99", 0.99]]) {
+        row.querySelector("." + cls).textContent = n ? fmtDur(quantile(h.bounds, h.counts, q)) : "—";
+      }
+      row.querySelector(".count").textContent = h ? fmtInt(n) : "—";
+      row.querySelector(".total").textContent = p ? fmtDur(p.p50_ns) + " · " + fmtDur(p.p95_ns) + " · " + fmtDur(p.p99_ns) + " (" + fmtInt(p.count) + ")" : "—";
     }
+    $("#lat-window").textContent = span >= 59000 ? "last minute" : span ? "last " + Math.round(span / 1000) + " s" : "last minute";
   }
 
   const openDetails = new Set(); // fleet members whose details are unfolded
