@@ -59,10 +59,10 @@ func TestWorkerCrash(t *testing.T) {
 			producing = false
 			continue
 		case <-ctx.Done():
-			t.Fatalf("tasks not done before the deadline: %v", drained(context.WithoutCancel(ctx), js))
+			t.Fatalf("tasks not done before the deadline: %v", idle(context.WithoutCancel(ctx), js))
 		case <-ticker.C:
 		}
-		if !producing && drained(ctx, js) == nil {
+		if !producing && idle(ctx, js) == nil {
 			break
 		}
 		running := fl.running()
@@ -71,6 +71,9 @@ func TestWorkerCrash(t *testing.T) {
 	}
 	if fl.kills < 5 {
 		t.Errorf("only %d kills during the run; the scenario proves little", fl.kills)
+	}
+	if left := settle(t, ctx, js, time.Minute); len(left) > 0 {
+		t.Errorf("%d acknowledged tasks left in the task stream: %v", len(left), left)
 	}
 	fl.stopAll(30 * time.Second)
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,42 +138,131 @@ func provision(t testing.TB, nc *nats.Conn, s streams.Settings) jetstream.JetStr
 // passes, then fails with cond's last error.
 func waitFor(t testing.TB, timeout, interval time.Duration, what string, cond func() error) {
 	t.Helper()
+	if err := poll(t.Context(), timeout, interval, cond); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// poll calls cond every interval until it returns nil, and returns cond's
+// last error when timeout passes or ctx ends first.
+func poll(ctx context.Context, timeout, interval time.Duration, cond func() error) error {
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		err := cond()
 		if err == nil {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
+			return fmt.Errorf("after %s: %w", timeout, err)
 		}
 		select {
 		case <-tick.C:
-		case <-t.Context().Done():
-			t.Fatalf("test ended waiting for %s: %v", what, err)
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", ctx.Err(), err)
 		}
 	}
 }
 
-// drained reports nil once the task stream is empty: every task was acked,
-// dead-lettered or routed, and its final result written before that.
-func drained(ctx context.Context, js jetstream.JetStream) error {
+// settle waits until no consumer has anything left to deliver or awaiting
+// an ack, and returns the ids of the tasks still in the task stream then
+// (none, unless the server kept acknowledged tasks; see leftovers). When
+// the consumers do not settle in time the test fails, but goes on, so the
+// checker still tells what became of the tasks.
+func settle(t testing.TB, ctx context.Context, js jetstream.JetStream, timeout time.Duration) []string {
+	t.Helper()
+	if err := poll(ctx, timeout, 250*time.Millisecond, func() error { return idle(ctx, js) }); err != nil {
+		t.Errorf("tasks did not settle: %v", err)
+		return nil
+	}
+	ids, err := leftovers(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// idle reports nil once no priority consumer has a task to deliver or
+// awaiting its ack (running, or in retry backoff).
+func idle(ctx context.Context, js jetstream.JetStream) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	s, err := js.Stream(ctx, names.TaskStream())
 	if err != nil {
 		return err
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return err
-	}
-	if n := info.State.Msgs; n > 0 {
-		return fmt.Errorf("%d tasks left in %s", n, names.TaskStream())
+	for _, p := range spool.Priorities {
+		c, err := s.Consumer(ctx, names.Consumer(p))
+		if err != nil {
+			return err
+		}
+		ci, err := c.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if ci.NumPending > 0 || ci.NumAckPending > 0 {
+			return fmt.Errorf("%s: %d tasks to deliver, %d awaiting an ack; %s", p, ci.NumPending, ci.NumAckPending,
+				describe(ctx, s, s.CachedInfo().State.FirstSeq))
+		}
 	}
 	return nil
+}
+
+// leftovers returns the task ids of the messages still in the task stream.
+// With every consumer idle there should be none: WorkQueue retention
+// removes a task when it is acked or terminated.
+func leftovers(ctx context.Context, js jetstream.JetStream) ([]string, error) {
+	s, err := js.Stream(ctx, names.TaskStream())
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for seq := info.State.FirstSeq; uint64(len(ids)) < info.State.Msgs; {
+		// The next message at or after seq on any subject.
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(">"))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, fmt.Sprintf("%s (seq %d)", m.Header.Get(spool.HeaderTaskID), m.Sequence))
+		seq = m.Sequence + 1
+	}
+	return ids, nil
+}
+
+// describe tells what the consumers know, and what the oldest task is, to
+// explain a task that does not settle.
+func describe(ctx context.Context, s jetstream.Stream, first uint64) string {
+	var b strings.Builder
+	for _, p := range spool.Priorities {
+		c, err := s.Consumer(ctx, names.Consumer(p))
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v; ", p, err)
+			continue
+		}
+		ci, err := c.Info(ctx)
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v; ", p, err)
+			continue
+		}
+		{
+			fmt.Fprintf(&b, "%s: pending %d, ack pending %d, redelivered %d, waiting pulls %d, delivered stream seq %d, ack floor stream seq %d; ",
+				p, ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, ci.Delivered.Stream, ci.AckFloor.Stream)
+		}
+	}
+	if m, err := s.GetMsg(ctx, first); err == nil {
+		fmt.Fprintf(&b, "oldest: seq %d subject %s time %s headers %v", m.Sequence, m.Subject, m.Time.Format(time.RFC3339Nano), m.Header)
+	} else {
+		fmt.Fprintf(&b, "oldest: %v", err)
+	}
+	return b.String()
 }
 
 // collect reads the results bucket and the dead-letter stream into chk.
