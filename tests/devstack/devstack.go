@@ -18,11 +18,16 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/metrics"
 	"github.com/spoolq/spool/producer"
 	"github.com/spoolq/spool/producer/httpapi"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/dlq"
 	"github.com/spoolq/spool/streams/embedded"
 )
 
@@ -46,6 +51,10 @@ type Options struct {
 	Worker bool
 	// WorkerOptions are extra options for that worker.
 	WorkerOptions []consumer.Option
+	// MetricsAddr, when set with Worker, serves the worker's Prometheus
+	// metrics on /metrics there ("127.0.0.1:0" picks a free port), as
+	// spool-consumer does on SPOOL_METRICS_ADDR.
+	MetricsAddr string
 	// BrokerAddr, when set, serves the HTTP broker there ("127.0.0.1:0"
 	// picks a free port).
 	BrokerAddr string
@@ -68,6 +77,9 @@ type Stack struct {
 	// BrokerURL is the broker's base URL ("http://127.0.0.1:8080"), empty
 	// without a broker.
 	BrokerURL string
+	// MetricsURL is the worker's metrics URL ("http://127.0.0.1:9090/metrics"),
+	// empty without Options.MetricsAddr.
+	MetricsURL string
 
 	logger   *slog.Logger
 	conn     *nats.Conn
@@ -75,6 +87,8 @@ type Stack struct {
 	client   *producer.Client
 	broker   *http.Server
 	served   chan struct{}
+	metrics  *http.Server
+	scraped  chan struct{}
 }
 
 // Start starts the server and provisions the topology.
@@ -162,10 +176,46 @@ func (s *Stack) startWorker(ctx context.Context, o Options) error {
 	if err := s.Router.Start(ctx); err != nil {
 		return fmt.Errorf("starting the dlq router: %w", err)
 	}
-	if s.Service, err = consumer.AddService(s.workerNC, s.Worker, consumer.WithServiceRouter(s.Router)); err != nil {
+	svcOpts := []consumer.ServiceOption{consumer.WithServiceRouter(s.Router)}
+	if o.MetricsAddr != "" {
+		addr, err := s.serveMetrics(ctx, o.MetricsAddr)
+		if err != nil {
+			return err
+		}
+		svcOpts = append(svcOpts, consumer.WithServiceMetadata(map[string]string{"metrics_addr": addr}))
+	}
+	if s.Service, err = consumer.AddService(s.workerNC, s.Worker, svcOpts...); err != nil {
 		return fmt.Errorf("registering the worker's service: %w", err)
 	}
 	return nil
+}
+
+// serveMetrics serves the worker's metrics on addr and returns the address
+// listened on.
+func (s *Stack) serveMetrics(ctx context.Context, addr string) (string, error) {
+	js, err := jetstream.New(s.workerNC)
+	if err != nil {
+		return "", fmt.Errorf("opening JetStream: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.New(context.WithoutCancel(ctx), s.Worker, metrics.WithRouter(s.Router),
+		metrics.WithDeadLetters(dlq.New(js, s.Names).Size)))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("listening for metrics on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	s.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	s.MetricsURL = "http://" + ln.Addr().String() + "/metrics"
+	s.scraped = make(chan struct{})
+	go func() {
+		defer close(s.scraped)
+		if err := s.metrics.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			s.logger.Error("metrics listener stopped", "error", err)
+		}
+	}()
+	return ln.Addr().String(), nil
 }
 
 // startBroker serves the HTTP broker on o.BrokerAddr.
@@ -210,6 +260,12 @@ func (s *Stack) Stop() {
 	}
 	if s.client != nil {
 		s.client.Close()
+	}
+	if s.metrics != nil {
+		if err := s.metrics.Shutdown(ctx); err != nil {
+			s.logger.Warn("stopping the metrics listener", "error", err)
+		}
+		<-s.scraped
 	}
 	if s.Service != nil {
 		if err := s.Service.Stop(); err != nil {

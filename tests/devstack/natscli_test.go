@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,6 +42,7 @@ func TestNATSCLIEquivalents(t *testing.T) {
 		Worker:        true,
 		WorkerOptions: []consumer.Option{consumer.WithRetry(20*time.Millisecond, 50*time.Millisecond, 3)},
 		BrokerAddr:    "127.0.0.1:0",
+		MetricsAddr:   "127.0.0.1:0",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -138,9 +141,14 @@ func TestNATSCLIEquivalents(t *testing.T) {
 		h.Get("Spool-Original-Subject") != "spool.tasks.low.demo.fail" || h.Get("Spool-Error") == "" {
 		t.Fatalf("dead letter %s %v", dead.Subject(), h)
 	}
-	if doc, err := kvGet("doomed-1"); err != nil || doc.State != spool.StateDead {
-		t.Fatalf("doomed-1 result %+v (%v)", doc, err)
-	}
+	// The dead result document follows the dead letter.
+	waitFor(t, 10*time.Second, func() error {
+		doc, err := kvGet("doomed-1")
+		if err == nil && doc.State != spool.StateDead {
+			err = fmt.Errorf("doomed-1 result %+v", doc)
+		}
+		return err
+	})
 
 	// nats micro ls / info / stats spool-consumer.
 	var ping micro.Ping
@@ -150,20 +158,49 @@ func TestNATSCLIEquivalents(t *testing.T) {
 	}
 	var info micro.Info
 	request(t, ctx, nc, "$SRV.INFO."+consumer.ServiceName, &info)
-	if info.Type != micro.InfoResponseType || info.ID != ping.ID || len(info.Endpoints) != 1 || info.Endpoints[0].Name != "stats" {
+	if info.Type != micro.InfoResponseType || info.ID != ping.ID || len(info.Endpoints) != 1 || info.Endpoints[0].Name != "stats" ||
+		"http://"+info.Metadata["metrics_addr"]+"/metrics" != st.MetricsURL {
 		t.Errorf("$SRV.INFO.spool-consumer: %+v", info)
 	}
-	var stats micro.Stats
-	raw := request(t, ctx, nc, "$SRV.STATS."+consumer.ServiceName, &stats)
+	// The worker's metrics, where the service says they are.
+	var body string
+	waitFor(t, 10*time.Second, func() error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, st.MetricsURL, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		body = string(b)
+		if err != nil {
+			return err
+		}
+		for _, want := range []string{`spool_tasks_completed_total{priority="high"} 1`, `spool_tasks_dead_total{priority="low"} 1`, "spool_dlq_messages 1"} {
+			if !strings.Contains(body, want) {
+				return fmt.Errorf("metrics lack %s", want)
+			}
+		}
+		return nil
+	})
+	var raw []byte
+	waitFor(t, 10*time.Second, func() error {
+		var stats micro.Stats
+		raw = request(t, ctx, nc, "$SRV.STATS."+consumer.ServiceName, &stats)
+		var figures consumer.ServiceStats
+		if len(stats.Endpoints) != 1 || json.Unmarshal(stats.Endpoints[0].Data, &figures) != nil {
+			return fmt.Errorf("$SRV.STATS.spool-consumer: %s", raw)
+		}
+		if figures.Worker != "spool-dev-worker" || figures.Total.Completed != 1 || figures.Total.Dead != 1 ||
+			figures.Types["demo.fail"].Dead != 1 || figures.Router == nil {
+			return fmt.Errorf("stats data %+v", figures)
+		}
+		return nil
+	})
 	t.Logf("$SRV.STATS.spool-consumer:\n%s", raw)
-	var figures consumer.ServiceStats
-	if len(stats.Endpoints) != 1 || json.Unmarshal(stats.Endpoints[0].Data, &figures) != nil {
-		t.Fatalf("$SRV.STATS.spool-consumer: %s", raw)
-	}
-	if figures.Worker != "spool-dev-worker" || figures.Total.Completed != 1 || figures.Total.Dead != 1 ||
-		figures.Types["demo.fail"].Dead != 1 || figures.Router == nil {
-		t.Errorf("stats data %+v", figures)
-	}
 
 	// Replay the dead letter over HTTP: it runs again from attempt 1, so
 	// demo.fail (fail_times 1) fails and dies again, now carrying the

@@ -52,6 +52,7 @@ func run() error {
 	syncAlways := fs.Bool("sync-always", false, "fsync every write before acknowledging (durable, slower)")
 	brokerAddr := fs.String("broker", "127.0.0.1:8080", "HTTP broker listen address (empty: no broker)")
 	worker := fs.Bool("worker", true, "run a worker with the demo handlers and the DLQ router")
+	metricsAddr := fs.String("metrics", "127.0.0.1:9090", "the worker's Prometheus /metrics listen address (empty: none)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
 	}
@@ -72,7 +73,7 @@ func run() error {
 	st, err := devstack.Start(ctx, devstack.Options{
 		Host: *host, Port: *port, StoreDir: *store, SyncAlways: *syncAlways,
 		Names: cfg.Names(), Settings: cfg.Settings, Logger: logger,
-		Worker: *worker, BrokerAddr: *brokerAddr, BrokerToken: cfg.HTTPToken,
+		Worker: *worker, BrokerAddr: *brokerAddr, BrokerToken: cfg.HTTPToken, MetricsAddr: *metricsAddr,
 	})
 	if err != nil {
 		return err
@@ -90,7 +91,10 @@ func printBanner(st *devstack.Stack, store string) {
 	fmt.Printf("  topology          %s, %s, %s, KV %s and %s\n", st.Names.TaskStream(), st.Names.DLQStream(),
 		st.Names.AdvisoryStream(), st.Names.ResultsBucket(), st.Names.UniqueBucket())
 	if st.Worker != nil {
-		fmt.Printf("  worker            demo.echo, demo.sleep, demo.fail; DLQ router\n")
+		fmt.Printf("  worker            demo.echo, demo.sleep, demo.fail; DLQ router; NATS service spool-consumer\n")
+	}
+	if st.MetricsURL != "" {
+		fmt.Printf("  worker metrics    %s\n", st.MetricsURL)
 	}
 	if st.BrokerURL != "" {
 		fmt.Printf("  HTTP broker       %s   (OpenAPI at %s/v1/openapi.json)\n", st.BrokerURL, st.BrokerURL)
@@ -102,7 +106,9 @@ func printBanner(st *devstack.Stack, store string) {
 	}
 	fmt.Printf(`  Raw:      nats -s %[1]s pub spool.tasks.normal.demo.echo 'hello' -H Spool-Task-Id:t1
   Inspect:  nats -s %[1]s stream ls  ·  nats -s %[1]s kv get spool_results t1
+  Fleet:    nats -s %[1]s micro stats spool-consumer
   Status:   go run ./streams/cmd/spool-admin status --url %[1]s
+  DLQ:      go run ./streams/cmd/spool-admin dlq list --url %[1]s
 
 Ctrl-C stops everything gracefully.
 `, st.URL)
