@@ -124,6 +124,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		fmt.Fprintf(stdout, "\nenvironment:\n%s", config.Usage(&Config{}))
+		fmt.Fprint(stdout, "\ntracing of serve (OpenTelemetry, off unless an exporter or endpoint is set):\n"+
+			"  OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL,\n"+
+			"  OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, OTEL_SDK_DISABLED\n")
 		return nil
 	}
 	f, ok := commands[cmd]
