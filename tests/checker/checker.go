@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	spool "github.com/spoolq/spool/shared"
 )
@@ -190,7 +191,9 @@ func (c *Checker) Check() Report {
 			if len(execs) == 0 {
 				r.Mismatched = append(r.Mismatched, fmt.Sprintf("%s: completed without any execution in the handler logs", id))
 			}
-			if got, ok := resultValue(doc.Result); ok && got != value {
+			// JSON cannot carry invalid UTF-8: a binary result is stored
+			// with U+FFFD in its place, so only text values compare.
+			if got, ok := resultValue(doc.Result); ok && utf8.ValidString(value) && got != value {
 				r.Mismatched = append(r.Mismatched, fmt.Sprintf("%s: completed with result %q, enqueued with %q", id, got, value))
 			}
 		case doc.State == spool.StateDead:
