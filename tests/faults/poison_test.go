@@ -155,7 +155,7 @@ func poisonRaw(t *testing.T, js jetstream.JetStream) []accepted {
 			header: map[string]string{"Spool-Task-Id": "raw-ttl", "Spool-Unique-TTL": "5s"}, want: deadAs(spool.ReasonBadInput)},
 		{name: "oversized Spool-Unique-Key", subject: "spool.tasks.normal.fault.echo", key: "raw-ukey",
 			header: map[string]string{"Spool-Task-Id": "raw-ukey", "Spool-Unique-Key": strings.Repeat("k", 300), "Spool-Unique-TTL": "10s"},
-			want: deadAs(spool.ReasonBadInput)},
+			want:   deadAs(spool.ReasonBadInput)},
 		{name: "header larger than the stream's max message", subject: "spool.tasks.normal.fault.echo",
 			header: map[string]string{"Spool-Task-Id": "raw-bighdr", "X-Big": strings.Repeat("h", 1<<20+1)}, wantErr: "maximum"},
 		{name: "invalid Spool-Task-Id", subject: "spool.tasks.normal.fault.echo",
@@ -332,4 +332,3 @@ func poisonLibrary(t *testing.T, client *producer.Client) []accepted {
 	}
 	return out
 }
-
