@@ -98,7 +98,7 @@ var (
 	queueDLQDesc      = prometheus.NewDesc("spool_dlq_messages", "Dead letters in the dead-letter stream.", nil, nil)
 	queueResultsDesc  = prometheus.NewDesc("spool_results", "Result documents kept.", nil, nil)
 	queueBytesDesc    = prometheus.NewDesc("spool_task_store_bytes", "Size of the task stream on the server.", nil, nil)
-	queueUpDesc       = prometheus.NewDesc("spool_queue_status_up", "1 when the last read of the queue's status succeeded.", nil, nil)
+	queueUpDesc       = prometheus.NewDesc("spool_queue_status_up", "Whether the last read of the queue's status succeeded (1) or not (0).", nil, nil)
 )
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {

@@ -47,7 +47,7 @@ func TestMetrics(t *testing.T) {
 			`spool_queue_scheduled 0`,
 			`spool_dlq_messages 1`,
 			`spool_task_store_bytes`,
-			`spool_queue_status_up 1`,
+			"\nspool_queue_status_up 1\n",
 		} {
 			if !strings.Contains(body, want) {
 				return fmt.Errorf("/metrics lacks %s:\n%s", want, body)

@@ -17,7 +17,7 @@ var deployDir = filepath.Join("..", "..", "deploy", "nats")
 // spool-secrets.conf.
 var secretVars = []string{
 	"SPOOL_SYS_PASSWORD", "SPOOL_ADMIN_PASSWORD", "SPOOL_PRODUCER_PASSWORD",
-	"SPOOL_CONSUMER_PASSWORD", "SPOOL_HANDLER_PASSWORD",
+	"SPOOL_BROKER_PASSWORD", "SPOOL_CONSUMER_PASSWORD", "SPOOL_HANDLER_PASSWORD",
 }
 
 // copyConfigs copies deploy/nats/*.conf, without any local
@@ -98,7 +98,7 @@ func TestAuthConfigs(t *testing.T) {
 	dir := copyConfigs(t, true)
 	wantUsers := map[string]string{
 		"sys": "SYS", "spool-admin": "SPOOL", "spool-producer": "SPOOL",
-		"spool-consumer": "SPOOL", "spool-handler": "SPOOL",
+		"spool-broker": "SPOOL", "spool-consumer": "SPOOL", "spool-handler": "SPOOL",
 	}
 	for _, f := range authConfigs {
 		t.Run(f, func(t *testing.T) {
@@ -177,6 +177,13 @@ func TestRolesDenyByConstruction(t *testing.T) {
 			"$JS.API.CONSUMER.CREATE.KV_spool_results.x",
 		}, changeTopology...),
 		"spool-handler": {"spool.tasks.high.x", "$JS.API.INFO", "spool.remote.x", "_INBOX.x"},
+		// The broker purges the DLQ; nothing else of the topology.
+		"spool-broker": append([]string{
+			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_TASKS.spool-high",
+			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_ADVISORIES.spool-dlq-router",
+			"$JS.ACK.SPOOL_TASKS.spool-high.1.1.1.1.0",
+			"spool.dlq.high.x", "spool.remote.x", "$SRV.STATS", "$SRV.PING",
+		}, slices.DeleteFunc(slices.Clone(changeTopology), func(s string) bool { return s == "$JS.API.STREAM.PURGE.SPOOL_DLQ" })...),
 	}
 	for user, subjects := range forbidden {
 		p := perms[user]

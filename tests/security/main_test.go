@@ -38,6 +38,7 @@ var roleVars = map[string]string{
 	"sys":            "SPOOL_SYS_PASSWORD",
 	"spool-admin":    "SPOOL_ADMIN_PASSWORD",
 	"spool-producer": "SPOOL_PRODUCER_PASSWORD",
+	"spool-broker":   "SPOOL_BROKER_PASSWORD",
 	"spool-consumer": "SPOOL_CONSUMER_PASSWORD",
 	"spool-handler":  "SPOOL_HANDLER_PASSWORD",
 }

@@ -1,0 +1,100 @@
+package security_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/producer"
+	"github.com/spoolq/spool/producer/httpapi"
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams/dlq"
+)
+
+// TestBrokerRole: the HTTP broker running as spool-broker enqueues, serves
+// the queue's metrics and the dashboard's overview (with the consumers'
+// service stats), and lists, shows, replays and purges dead letters, all
+// without a permissions violation.
+func TestBrokerRole(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := testContext(t)
+	for i := range 2 {
+		h := nats.Header{}
+		h.Set(spool.HeaderTaskID, "dead-"+strconv.Itoa(i))
+		h.Set(spool.HeaderReason, "error")
+		h.Set(spool.HeaderOriginalSubject, "spool.tasks.high.report")
+		h.Set(spool.HeaderOriginalSeq, strconv.Itoa(100+i))
+		if _, err := f.admin.js.PublishMsg(ctx, &nats.Msg{Subject: "spool.dlq.high.report", Header: h, Data: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A consumer process answering the service API, for the overview.
+	cons := f.srv.connect(t, "spool-consumer")
+	w, err := consumer.New(cons.nc, consumer.NewMux(), consumer.WithWorkerName("fleet-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := consumer.AddService(cons.nc, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+
+	b := f.srv.connect(t, "spool-broker")
+	client, err := producer.New(b.nc, producer.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	srv := httptest.NewServer(httpapi.NewHandler(client, httpapi.Options{Logger: testLogger(t), Registry: prometheus.NewRegistry()}))
+	t.Cleanup(srv.Close)
+	call := func(method, path, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, method, srv.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(out)
+	}
+	check := func(method, path, body string, want int, contains string) string {
+		t.Helper()
+		code, out := call(method, path, body)
+		if code != want || !strings.Contains(out, contains) {
+			t.Fatalf("%s %s: %d %s, want %d with %q", method, path, code, out, want, contains)
+		}
+		return out
+	}
+
+	check("POST", "/v1/tasks", `{"type":"report","priority":"high","id":"b-1"}`, 201, `"b-1"`)
+	check("GET", "/metrics", "", 200, "\nspool_queue_status_up 1\n")
+	check("GET", "/v1/overview", "", 200, `"fleet-1"`)
+	out := check("GET", "/v1/dlq?reason=error", "", 200, `"dead-1"`)
+	var page dlq.Page
+	if err := json.Unmarshal([]byte(out), &page); err != nil || len(page.Letters) != 2 {
+		t.Fatalf("dead letters %s (%v)", out, err)
+	}
+	seq := strconv.FormatUint(page.Letters[0].Seq, 10)
+	check("GET", "/v1/dlq/"+seq, "", 200, `"dead-0"`)
+	check("POST", "/v1/dlq/"+seq+"/replay", "", 200, `"result_written":true`)
+	check("DELETE", "/v1/dlq?all=true", "", 200, `"purged":1`)
+	b.noViolation(t)
+	cons.noViolation(t)
+}
