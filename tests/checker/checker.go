@@ -60,6 +60,7 @@ type Checker struct {
 	deadLetters map[string][]DeadLetter
 	faulted     map[string]string // worker → fault it suffered
 	retried     map[string]bool   // enqueues acknowledged only after a failed attempt
+	expected    map[string]int    // executions a task is meant to take (retries after failures)
 	unfaulted   string            // cause of duplicates that no worker fault explains
 }
 
@@ -73,6 +74,7 @@ func New() *Checker {
 		deadLetters: map[string][]DeadLetter{},
 		faulted:     map[string]string{},
 		retried:     map[string]bool{},
+		expected:    map[string]int{},
 		unfaulted:   CauseRedelivered,
 	}
 }
@@ -104,6 +106,15 @@ func (c *Checker) Attempted(id, value string) {
 		return
 	}
 	c.attempted[id] = value
+}
+
+// ExpectExecutions says task id is meant to run n times (a handler that
+// fails or panics n-1 times, then succeeds or is dead-lettered): only runs
+// beyond n are duplicates. The default is 1.
+func (c *Checker) ExpectExecutions(id string, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.expected[id] = n
 }
 
 // Executed records one handler run of task id.
@@ -173,10 +184,10 @@ func (c *Checker) Check() Report {
 				r.Mismatched = append(r.Mismatched, fmt.Sprintf("%s: executed with %q, enqueued with %q", id, e.Value, value))
 			}
 		}
-		if len(execs) > 1 {
+		if extra := len(execs) - max(1, c.expected[id]); extra > 0 {
 			r.Duplicated++
-			r.DuplicateExecutions += len(execs) - 1
-			r.DupCauses[c.cause(id, execs)] += len(execs) - 1
+			r.DuplicateExecutions += extra
+			r.DupCauses[c.cause(id, execs)] += extra
 		}
 		doc, ok := c.results[id]
 		switch {

@@ -28,6 +28,7 @@ type history struct {
 	dead      map[string]spool.Reason
 	faulted   map[string]string
 	unfault   string
+	expect    map[string]int
 }
 
 func (h history) checker() *checker.Checker {
@@ -54,6 +55,9 @@ func (h history) checker() *checker.Checker {
 	}
 	for id, reason := range h.dead {
 		c.DeadLetter(id, checker.DeadLetter{Reason: reason, Attempts: 1})
+	}
+	for id, n := range h.expect {
+		c.ExpectExecutions(id, n)
 	}
 	for w, f := range h.faulted {
 		c.Faulted(w, f)
@@ -141,6 +145,20 @@ func TestCheck(t *testing.T) {
 			check: func(t *testing.T, r checker.Report) {
 				if r.DupCauses[checker.CauseRepublished] != 1 || r.DupCauses["acks lost in a server restart"] != 1 {
 					t.Errorf("causes %v", r.DupCauses)
+				}
+			},
+		},
+		{
+			name: "expected retries are not duplicates",
+			h: history{
+				enqueued: map[string]string{"a": "va"},
+				execs:    map[string][]checker.Execution{"a": {exec("va", "w1"), exec("va", "w1"), exec("va", "w1")}},
+				results:  []spool.Result{completed("a", "va")},
+				expect:   map[string]int{"a": 2},
+			},
+			check: func(t *testing.T, r checker.Report) {
+				if r.DuplicateExecutions != 1 || r.Executions != 3 {
+					t.Errorf("duplicates %d executions %d, want 1 and 3", r.DuplicateExecutions, r.Executions)
 				}
 			},
 		},
