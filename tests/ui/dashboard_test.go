@@ -154,6 +154,9 @@ func TestDashboard(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#lookup-go")),
 	)
 	b.waitJS("the completed task", `document.querySelector("#lookup-state").textContent === "completed" && document.querySelector("#lookup-doc").textContent.includes('"hello": "dashboard"')`, 15*time.Second)
+	if h := eval[string](b, `location.hash`); h != "#task=ui-echo-1" {
+		t.Errorf("the lookup's link is %q", h)
+	}
 	timeline := eval[string](b, `document.querySelector("#lookup-timeline").textContent`)
 	for _, want := range []string{"enqueued (critical)", "attempt 1 started", "completed"} {
 		if !strings.Contains(timeline, want) {

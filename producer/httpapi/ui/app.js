@@ -226,8 +226,9 @@
     return ((vb - va) * 1000) / (b.t - a.t);
   }
 
-  // rateSource says what processed/s counts: the fleet's processed
-  // counters when consumers report them, else new result documents.
+  // totalProcessed is the fleet's processed counter (finished attempts),
+  // null when no consumer reports one; processed/s then counts new result
+  // documents instead.
   function totalProcessed(s) {
     return s.processed !== null ? s.processed : null;
   }
@@ -566,6 +567,7 @@
     clearTimeout(look.timer);
     look = { id, seen: note ? [note] : [], timer: 0 };
     $("#lookup-id").value = id;
+    history.replaceState(null, "", "#task=" + encodeURIComponent(id)); // a link to this lookup
     document.getElementById("lookup").scrollIntoView({ block: "nearest" });
     await pollLookup();
   }
