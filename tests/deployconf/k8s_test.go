@@ -110,7 +110,7 @@ func TestKubernetesManifests(t *testing.T) {
 		want       []string
 	}{
 		{"consumer.yaml", consumer, []string{"path: /healthz", "path: /readyz", "containerPort: 9090", "name: SPOOL_METRICS_ADDR", `value: ":9090"`, "name: spool-consumer-nats", "readOnlyRootFilesystem: true", "runAsNonRoot: true"}},
-		{"broker.yaml", broker, []string{"path: /healthz", "path: /readyz", "containerPort: 8080", `args: ["serve"]`, "name: spool-producer-nats", "readOnlyRootFilesystem: true", "runAsNonRoot: true"}},
+		{"broker.yaml", broker, []string{"path: /healthz", "path: /readyz", "containerPort: 8080", `args: ["serve"]`, "name: spool-broker-nats", "readOnlyRootFilesystem: true", "runAsNonRoot: true"}},
 		{"provision-job.yaml", job, []string{`args: ["provision"`, "name: SPOOL_REPLICAS", `value: "3"`, "name: spool-admin-nats"}},
 	} {
 		for _, w := range c.want {
