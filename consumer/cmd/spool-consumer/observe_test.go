@@ -197,3 +197,45 @@ func TestMetricsAddrIsValidated(t *testing.T) {
 		t.Fatalf("err %v, want one naming SPOOL_METRICS_ADDR", err)
 	}
 }
+
+// /readyz is 503 until the worker pulls and again once it stops; /healthz
+// is 200 until the worker has stopped.
+func TestHealthFollowsTheWorker(t *testing.T) {
+	t.Parallel()
+	env := streamstest.Start(t, streams.Settings{})
+	ctx := streamstest.Context(t)
+	nc := env.Connect(t)
+	w, err := consumer.New(nc, consumer.NewMux(), consumer.WithLogger(streamstest.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := startObserver("127.0.0.1:0", w, nc, streamstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := obs.stop(context.WithoutCancel(ctx)); err != nil {
+			t.Error(err)
+		}
+	})
+	expect := func(path string, want int) {
+		t.Helper()
+		code, body, err := httpGet("http://" + obs.addr + path)
+		if err != nil || code != want {
+			t.Errorf("GET %s: %d %s %v, want %d", path, code, body, err, want)
+		}
+	}
+	expect("/healthz", 200)
+	expect("/readyz", 503) // not started
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect("/healthz", 200)
+	expect("/readyz", 200)
+	if err := w.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect("/healthz", 503)
+	expect("/readyz", 503)
+	expect("/nope", 404)
+}
