@@ -99,31 +99,46 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 // a deferred write that has not happened by then never happens, so it can
 // never overwrite the final state.
 func (w *Worker) writeProcessing(a attemptInfo) (settle func()) {
-	doc := a.doc(spool.StateProcessing)
-	write := func() {
-		if err := w.results.putUnacked(doc); err != nil {
-			w.log.Warn("writing processing state", "task_id", a.id, "error", err)
-		}
-	}
 	if w.o.ProcessingDelay <= 0 {
-		write()
+		w.putProcessing(a)
 		return func() {}
 	}
-	var mu sync.Mutex
-	settled := false
-	timer := time.AfterFunc(w.o.ProcessingDelay, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !settled {
-			write()
-		}
-	})
-	return func() {
-		mu.Lock()
-		settled = true
-		mu.Unlock()
-		timer.Stop()
+	lp := &lateProcessing{w: w, a: a}
+	lp.mu.Lock() // the write waits until timer is set
+	defer lp.mu.Unlock()
+	lp.timer = time.AfterFunc(w.o.ProcessingDelay, lp.fire)
+	return lp.settle
+}
+
+func (w *Worker) putProcessing(a attemptInfo) {
+	if err := w.results.putUnacked(a.doc(spool.StateProcessing)); err != nil {
+		w.log.Warn("writing processing state", "task_id", a.id, "error", err)
 	}
+}
+
+// lateProcessing is a processing write deferred by ProcessingDelay; the
+// document is built only if the write happens.
+type lateProcessing struct {
+	w       *Worker
+	a       attemptInfo
+	mu      sync.Mutex
+	settled bool
+	timer   *time.Timer
+}
+
+func (lp *lateProcessing) fire() {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	if !lp.settled {
+		lp.w.putProcessing(lp.a)
+	}
+}
+
+func (lp *lateProcessing) settle() {
+	lp.mu.Lock()
+	lp.settled = true
+	lp.mu.Unlock()
+	lp.timer.Stop()
 }
 
 // attemptInfo is what settling an attempt needs.
