@@ -126,6 +126,7 @@ func TestDashboard(t *testing.T) {
 	if p := eval[string](b, `document.querySelector("#dlq-detail-payload").textContent`); !strings.Contains(p, "fail_times") {
 		t.Errorf("payload preview %q", p)
 	}
+	b.screenshot("ui-dashboard-dlq.png")
 	b.do("asking to replay", 10*time.Second, chromedp.Click(chromedp.CSS("#dlq-replay")))
 	b.waitJS("the confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("ui-dead-1")`, 5*time.Second)
 	b.do("confirming the replay", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
