@@ -92,15 +92,15 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("%d fleet rows, want the dev stack's one worker", n)
 	}
 
-	// 2. Figures move as tasks flow: 800 sleeps of 40ms on 4 slots keep the
-	// low queue busy for about 8 s.
+	// 2. Figures move as tasks flow: 600 sleeps of 30ms on 4 slots keep the
+	// low queue busy for about 5 s.
 	var batch strings.Builder
 	batch.WriteString(`{"tasks":[`)
-	for i := range 800 {
+	for i := range 600 {
 		if i > 0 {
 			batch.WriteString(",")
 		}
-		batch.WriteString(`{"type":"demo.sleep","priority":"low","payload":{"ms":40}}`)
+		batch.WriteString(`{"type":"demo.sleep","priority":"low","payload":{"ms":30}}`)
 	}
 	batch.WriteString(`]}`)
 	post(t, ctx, st.BrokerURL+"/v1/tasks/batch", batch.String())
@@ -112,7 +112,7 @@ func TestDashboard(t *testing.T) {
 	shot := b.screenshot("ui-dashboard.png")
 	t.Logf("screenshot under load: %s", shot)
 	b.waitJS("the low backlog drained", numberIn("#prio-low .pending")+" === 0 && "+numberIn("#prio-low .inflight")+" === 0", 30*time.Second)
-	b.waitJS("the fleet's processed count", `[...document.querySelectorAll("#fleet-table td.processed")].some(td => parseFloat(td.textContent.replace(/,/g, "")) >= 800)`, 10*time.Second)
+	b.waitJS("the fleet's processed count", `[...document.querySelectorAll("#fleet-table td.processed")].some(td => parseFloat(td.textContent.replace(/,/g, "")) >= 600)`, 10*time.Second)
 
 	// 3. A dead letter shows up in the list, opens, and is replayed from
 	// the page after the confirmation.
