@@ -6,7 +6,7 @@ GO ?= go
 PKGS = $(foreach m,$(MODULES),./$(m)/...)
 TEST_TIMEOUT ?= 15m
 
-.PHONY: help run test vet lint build bench bench-go fuzz clean
+.PHONY: help run test vet lint build tools bench bench-go fuzz clean
 
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -16,7 +16,7 @@ run: ## Run the dev stack in the foreground (Ctrl-C stops it)
 	$(GO) build -o bin/spool-dev ./tests/cmd/spool-dev
 	exec ./bin/spool-dev
 
-test: vet ## Vet, then run every module's tests with the race detector
+test: vet tools ## Vet, then run every module's tests with the race detector
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 vet: ## go vet every module
@@ -27,7 +27,16 @@ lint: vet ## go vet plus a gofmt check
 
 build: ## Build every binary into bin/
 	@mkdir -p bin
-	$(GO) build -o bin/ ./streams/cmd/... ./tests/cmd/...
+	$(GO) build -o bin/ ./streams/cmd/... ./producer/cmd/... ./consumer/cmd/... ./tests/cmd/...
+
+# The nats CLI, pinned in tools/go.mod (its own module, outside the workspace,
+# so its dependencies never mix with Spool's). The end-to-end test in
+# tests/natscli drives the dev stack with it.
+tools: bin/nats ## Build the nats CLI v0.4.0 into bin/
+bin/nats: tools/go.mod tools/go.sum
+	@mkdir -p bin
+	cd tools && GOWORK=off $(GO) build -o ../bin/nats github.com/nats-io/natscli/nats
+	@touch $@
 
 bench: ## Spool beside raw JetStream on one machine; writes BENCHMARKS.md (BENCH_QUICK=1: smoke run)
 	@mkdir -p bin
