@@ -19,6 +19,8 @@
 //	GET    /readyz               NATS and the task stream   200, 503
 //	GET    /v1/openapi.json      the OpenAPI 3.1 description
 //	GET    /metrics              Prometheus metrics (behind the token when one is set)
+//	GET    /v1/overview          what the dashboard shows  200, 503 unavailable
+//	GET    /ui/                  the web dashboard (static files; the page asks for the token)
 //
 // Errors are JSON: {"error":{"code":"invalid_priority","message":"...","field":"priority"}}
 // with a stable code (see the Code constants), and for a unique-key conflict
