@@ -16,6 +16,7 @@ import (
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/embedded"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 func TestMain(m *testing.M) {
@@ -32,55 +33,20 @@ type env struct {
 	tasks  jetstream.Stream
 }
 
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
+func testLogger(t testing.TB) *slog.Logger { return streamstest.Logger(t) }
 
-func ctxFor(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxFor(t testing.TB) context.Context { return streamstest.Context(t) }
 
 // newEnv starts an embedded server owned by t, provisions Spool's topology
 // with settings and returns a client on it.
 func newEnv(t testing.TB, opts embedded.Options, settings streams.Settings, clientOpts ...producer.Option) *env {
 	t.Helper()
-	if opts.StoreDir == "" {
-		opts.StoreDir = t.TempDir()
-	}
-	s, err := embedded.Start(opts)
+	e := streamstest.StartWith(t, opts, settings)
+	c, err := producer.New(e.NC, append([]producer.Option{producer.WithLogger(testLogger(t))}, clientOpts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := spool.DefaultNames()
-	topo, err := streams.New(names, settings)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := ctxFor(t)
-	if err := streams.Provision(ctx, js, topo, testLogger(t)); err != nil {
-		t.Fatalf("provision: %v", err)
-	}
-	tasks, err := js.Stream(ctx, names.TaskStream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := producer.New(nc, append([]producer.Option{producer.WithLogger(testLogger(t))}, clientOpts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{nc: nc, js: js, client: c, names: names, tasks: tasks}
+	return &env{nc: e.NC, js: e.JS, client: c, names: e.Names, tasks: e.Stream(t, e.Names.TaskStream())}
 }
 
 func startEnv(t testing.TB) *env {
@@ -91,19 +57,7 @@ func startEnv(t testing.TB) *env {
 // f's last error.
 func waitFor(t testing.TB, timeout time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met after %s: %v", timeout, err)
-		}
-		<-tick.C
-	}
+	streamstest.WaitFor(t, timeout, f)
 }
 
 // subjectCount returns how many messages of the task stream match filter.

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,6 +19,7 @@ import (
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/embedded"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 func TestMain(m *testing.M) {
@@ -33,47 +33,17 @@ type broker struct {
 	nc    *nats.Conn
 }
 
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
+func testLogger(t testing.TB) *slog.Logger { return streamstest.Logger(t) }
 
-func ctxFor(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxFor(t testing.TB) context.Context { return streamstest.Context(t) }
 
 // startBroker runs the broker through httptest against a provisioned
 // embedded server.
 func startBroker(t *testing.T, so embedded.Options, opts httpapi.Options) *broker {
 	t.Helper()
-	so.StoreDir = t.TempDir()
-	s, err := embedded.Start(so)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	topo, err := streams.New(spool.DefaultNames(), streams.Settings{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := ctxFor(t)
-	if err := streams.Provision(ctx, js, topo, testLogger(t)); err != nil {
-		t.Fatal(err)
-	}
-	tasks, err := js.Stream(ctx, "SPOOL_TASKS")
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := streamstest.StartWith(t, so, streams.Settings{})
+	nc, js := e.NC, e.JS
+	tasks := e.Stream(t, e.Names.TaskStream())
 	client, err := producer.New(nc, producer.WithLogger(testLogger(t)))
 	if err != nil {
 		t.Fatal(err)
