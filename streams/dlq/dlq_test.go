@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"testing"
 	"time"
@@ -17,7 +16,7 @@ import (
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/dlq"
-	"github.com/spoolq/spool/streams/embedded"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 func TestMain(m *testing.M) {
@@ -33,37 +32,11 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	srv, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := spool.DefaultNames()
-	topo, err := streams.New(names, streams.Settings{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if err := streams.Provision(ctx(t), js, topo, logger); err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, js: js, names: names, d: dlq.New(js, names)}
+	e := streamstest.Start(t, streams.Settings{})
+	return &env{t: t, js: e.JS, names: e.Names, d: dlq.New(e.JS, e.Names)}
 }
 
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	t.Cleanup(cancel)
-	return c
-}
+func ctx(t *testing.T) context.Context { return streamstest.Context(t) }
 
 // deadLetter is what the worker stores: the task's headers plus the
 // dead-letter headers, on spool.dlq.<priority>.<type>.
