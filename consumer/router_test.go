@@ -16,7 +16,7 @@ import (
 	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
-	"github.com/spoolq/spool/streams/embedded"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 // routerEnv is one embedded server with the Spool topology provisioned for
@@ -31,29 +31,8 @@ type routerEnv struct {
 
 func newRouterEnv(t *testing.T) *routerEnv {
 	t.Helper()
-	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := spool.DefaultNames()
-	topo, err := streams.New(names, streams.Settings{MaxDeliver: 2, AckWait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := streams.Provision(routerCtx(t), js, topo, remoteLogger(t)); err != nil {
-		t.Fatal(err)
-	}
-	return &routerEnv{url: s.ClientURL(), nc: nc, js: js, names: names, topo: topo}
+	e := streamstest.Start(t, streams.Settings{MaxDeliver: 2, AckWait: time.Second})
+	return &routerEnv{url: e.URL, nc: e.NC, js: e.JS, names: e.Names, topo: e.Topology}
 }
 
 // routerCtx bounds a test's I/O.
@@ -67,23 +46,12 @@ func routerCtx(t *testing.T) context.Context {
 // deadline with the last state cond reported.
 func routerWaitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, state := cond()
-		if ok {
-			return
+	streamstest.WaitFor(t, timeout, func() error {
+		if ok, state := cond(); !ok {
+			return fmt.Errorf("waiting for %s; last state: %s", what, state)
 		}
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out after %s waiting for %s; last state: %s", timeout, what, state)
-		case <-t.Context().Done():
-			t.Fatalf("test ended waiting for %s", what)
-		case <-tick.C:
-		}
-	}
+		return nil
+	})
 }
 
 // startRouter starts a router stopped (and checked) when t ends.
