@@ -6,7 +6,7 @@ GO ?= go
 PKGS = $(foreach m,$(MODULES),./$(m)/...)
 TEST_TIMEOUT ?= 15m
 
-.PHONY: help run test vet lint build tools bench bench-go fuzz clean
+.PHONY: help run test vet lint build tools bench bench-go fuzz soak clean
 
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -16,8 +16,19 @@ run: ## Run the dev stack in the foreground (Ctrl-C stops it)
 	$(GO) build -o bin/spool-dev ./tests/cmd/spool-dev
 	exec ./bin/spool-dev
 
-test: vet tools ## Vet, then run every module's tests with the race detector
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+# The fault suite (tests/faults) writes its summary table here; go test
+# shows a passing package's output only with -v.
+FAULTS_TABLE ?= $(or $(TMPDIR),/tmp)/spool-faults-table.txt
+FUZZ_SMOKE ?= 5s
+
+test: vet tools ## Vet, run every module's tests with the race detector, fuzz each target for FUZZ_SMOKE (5s)
+	@rm -f $(FAULTS_TABLE)
+	SPOOL_FAULTS_TABLE=$(FAULTS_TABLE) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS); \
+	  rc=$$?; if [ -f $(FAULTS_TABLE) ]; then cat $(FAULTS_TABLE); fi; exit $$rc
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SMOKE)
+
+soak: ## The fault suite at soak size (SPOOL_SOAK=1: 5x the tasks and faults, durable fsync throughout)
+	SPOOL_SOAK=1 $(GO) test -race -count=1 -timeout 90m -v -run . ./tests/faults
 
 vet: ## go vet every module
 	$(GO) vet $(PKGS)
@@ -47,9 +58,12 @@ bench-go: ## Run the go test benchmarks once each
 	$(GO) test -run '^$$' -bench . -benchtime 1x -benchmem $(PKGS)
 
 FUZZTIME ?= 30s
-fuzz: ## Fuzz every parser for FUZZTIME each (default 30s)
-	@for f in FuzzParseTaskSubject FuzzValidateID FuzzDecodeMeta; do \
-	  $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./shared || exit 1; done
+# package:target of every fuzz target.
+FUZZ_TARGETS := ./shared:FuzzParseTaskSubject ./shared:FuzzValidateID ./shared:FuzzDecodeMeta \
+	./producer/httpapi:FuzzDecodeTaskRequest ./producer/httpapi:FuzzDecodeBatchRequest
+fuzz: ## Fuzz every parser and request decoder for FUZZTIME each (default 30s)
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; f=$${t##*:}; echo "fuzzing $$f in $$pkg for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
 
 clean: ## Remove built binaries and the dev store
 	rm -rf bin .data

@@ -14,7 +14,11 @@ type Row struct {
 	Report   Report
 	// Faults describes the faults injected ("14 SIGKILL").
 	Faults string
-	Wall   time.Duration
+	// Lingering counts acknowledged tasks the server kept in the task
+	// stream although every consumer had moved past them (not lost: their
+	// results are terminal; the server removes them later, or never).
+	Lingering int
+	Wall      time.Duration
 }
 
 // Table collects the rows of a suite and prints them together. It is safe
@@ -44,11 +48,11 @@ func (t *Table) String() string {
 	defer t.mu.Unlock()
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\ttasks\tfaults injected\tcompleted\tdead\tlost\tstuck\tphantom\tduplicate executions (cause)\twall")
+	fmt.Fprintln(tw, "scenario\ttasks\tfaults injected\tcompleted\tdead\tlost\tstuck\tphantom\tduplicate executions (cause)\tacked, left in stream\twall")
 	for _, r := range t.rows {
 		rep := r.Report
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%d\t%d\t%d\t%s\t%s\n", r.Scenario, rep.Tasks, r.Faults, rep.Completed,
-			rep.DeadSummary(), len(rep.Lost), len(rep.Stuck), len(rep.Phantoms), rep.DupSummary(), r.Wall.Round(100*time.Millisecond))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%d\t%d\t%d\t%s\t%d\t%s\n", r.Scenario, rep.Tasks, r.Faults, rep.Completed,
+			rep.DeadSummary(), len(rep.Lost), len(rep.Stuck), len(rep.Phantoms), rep.DupSummary(), r.Lingering, r.Wall.Round(100*time.Millisecond))
 	}
 	_ = tw.Flush() // writes to a strings.Builder, which cannot fail
 	return b.String()

@@ -19,7 +19,7 @@ import (
 func TestWorkerCrash(t *testing.T) {
 	const (
 		workers   = 3
-		killEvery = 500 * time.Millisecond
+		killEvery = 300 * time.Millisecond
 	)
 	n := scale(20_000)
 	start := time.Now()
@@ -72,15 +72,16 @@ func TestWorkerCrash(t *testing.T) {
 	if fl.kills < 5 {
 		t.Errorf("only %d kills during the run; the scenario proves little", fl.kills)
 	}
-	if left := settle(t, ctx, js, time.Minute); len(left) > 0 {
-		t.Errorf("%d acknowledged tasks left in the task stream: %v", len(left), left)
-	}
+	left := settle(t, ctx, js, time.Minute)
 	fl.stopAll(30 * time.Second)
 
 	collect(t, js, chk)
 	lines, torn := fl.readLogs()
 	t.Logf("%d execution lines, %d torn by SIGKILL, %d workers started", lines, torn, workers+fl.kills)
-	r := report(t, "worker crash (SIGKILL)", fmt.Sprintf("%d SIGKILL", fl.kills), start, chk)
+	r := report(t, "worker crash (SIGKILL)", fmt.Sprintf("%d SIGKILL", fl.kills), start, chk, left)
+	if len(left) > 0 {
+		t.Errorf("no server fault here, yet %d acknowledged tasks were left in the task stream", len(left))
+	}
 	if r.Tasks != n {
 		t.Errorf("%d tasks recorded, want %d", r.Tasks, n)
 	}

@@ -1,0 +1,154 @@
+package faults_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spoolq/spool/producer"
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams/embedded"
+	"github.com/spoolq/spool/tests/checker"
+)
+
+// TestNodeLoss runs a 3-node in-process cluster (sync_interval: always)
+// with every stream, consumer and bucket at R3. Mid-run it stops the task
+// stream's leader, waits for a new one, restarts the node; then does the
+// same to a priority consumer's leader. Producers and fault workers keep
+// going through it; nothing acknowledged may be lost.
+func TestNodeLoss(t *testing.T) {
+	n := scale(4_000)
+	start := time.Now()
+	c, err := embedded.StartCluster(3, embedded.Options{Name: "faults", StoreDir: t.TempDir(), SyncAlways: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Shutdown)
+	url := c.ClientURLs()
+	nc := connect(t, url, "faults-cluster")
+	js := provision(t, nc, settings(3))
+	chk := checker.New()
+	chk.ExplainUnfaulted("result write or ack lost in a leader change")
+	fl := newFleet(t, url, chk, "SPOOL_CONCURRENCY=16")
+	for range 2 {
+		fl.start()
+	}
+	client, err := producer.New(nc, producer.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	gen := &loadGen{client: client, chk: chk}
+	tasks, values := tasksFor(t, "cluster", n)
+
+	ctx := ctxFor(t, 4*time.Minute)
+	produced := make(chan error, 1)
+	// About 500 tasks a second, so the producer runs across both faults.
+	go func() { produced <- gen.enqueue(ctx, tasks, values, 50, 100*time.Millisecond) }()
+
+	// index maps a server name to its node.
+	index := func(name string) int {
+		for i, s := range c.Servers() {
+			if s.Name() == name {
+				return i
+			}
+		}
+		t.Fatalf("no node named %q", name)
+		return -1
+	}
+	// loseLeader stops the node that leads what leader reads, waits for
+	// another node to lead, and restarts the stopped one.
+	loseLeader := func(what string, leader func(context.Context) (string, error)) {
+		t.Helper()
+		var old string
+		waitFor(t, 30*time.Second, 100*time.Millisecond, what+" leader", func() error {
+			var err error
+			old, err = leader(ctx)
+			return err
+		})
+		i := index(old)
+		c.Stop(i)
+		stopped := time.Now()
+		waitFor(t, time.Minute, 100*time.Millisecond, "a new "+what+" leader", func() error {
+			l, err := leader(ctx)
+			if err == nil && (l == "" || l == old) {
+				err = fmt.Errorf("leader %q", l)
+			}
+			return err
+		})
+		t.Logf("%s leader %s stopped; new leader after %s", what, old, time.Since(stopped).Round(time.Millisecond))
+		if err := c.Restart(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	streamLeader := func(ctx context.Context) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		s, err := js.Stream(ctx, names.TaskStream())
+		if err != nil {
+			return "", err
+		}
+		return clusterLeader(s.CachedInfo().Cluster)
+	}
+	consumerLeader := func(ctx context.Context) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		cons, err := js.Consumer(ctx, names.TaskStream(), names.Consumer(spool.Normal))
+		if err != nil {
+			return "", err
+		}
+		return clusterLeader(cons.CachedInfo().Cluster)
+	}
+
+	// The fault schedule: a second into the run, lose the stream leader,
+	// then a consumer leader (five rounds under soak).
+	first := time.NewTimer(time.Second)
+	select {
+	case <-first.C:
+	case <-ctx.Done():
+		t.Fatal("deadline before the first fault")
+	}
+	rounds := scale(1)
+	for range rounds {
+		loseLeader("stream "+names.TaskStream(), streamLeader)
+		loseLeader("consumer "+names.Consumer(spool.Normal), consumerLeader)
+	}
+
+	select {
+	case err := <-produced:
+		if err != nil {
+			t.Fatalf("enqueueing: %v", err)
+		}
+		t.Logf("producer done at %s", time.Since(start).Round(time.Millisecond))
+	case <-ctx.Done():
+		t.Fatal("producer not done before the deadline")
+	}
+	left := settle(t, ctx, js, 2*time.Minute)
+	fl.checkAlive()
+	fl.stopAll(30 * time.Second)
+	collect(t, js, chk)
+	fl.readLogs()
+	t.Logf("%d enqueues retried after an error", gen.Retries.Load())
+	r := report(t, "node loss (3 nodes, R3)", fmt.Sprintf("%d stream + %d consumer leaders stopped", rounds, rounds), start, chk, left)
+	if r.Tasks != n {
+		t.Errorf("%d tasks recorded, want %d", r.Tasks, n)
+	}
+	if r.Completed != r.Tasks {
+		t.Errorf("%d of %d tasks completed; dead: %s", r.Completed, r.Tasks, r.DeadSummary())
+	}
+}
+
+// clusterLeader returns the leader named in info.
+func clusterLeader(info *jetstream.ClusterInfo) (string, error) {
+	if info == nil {
+		return "", errors.New("no cluster info")
+	}
+	if info.Leader == "" {
+		return "", errors.New("no leader")
+	}
+	return info.Leader, nil
+}
