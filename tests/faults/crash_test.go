@@ -41,7 +41,9 @@ func TestWorkerCrash(t *testing.T) {
 	gen := &loadGen{client: client, chk: chk}
 	tasks, values := tasksFor(t, "crash", n)
 
-	ctx := ctxFor(t, 4*time.Minute)
+	// Under soak the tasks are durable (fsync per write) and five times as
+	// many, with the same kill rate: give the run time in proportion.
+	ctx := ctxFor(t, time.Duration(scale(4))*time.Minute)
 	produced := make(chan error, 1)
 	go func() { produced <- gen.enqueue(ctx, tasks, values, 500, 0) }()
 

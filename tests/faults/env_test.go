@@ -307,8 +307,3 @@ func report(t testing.TB, scenario, faults string, start time.Time, chk *checker
 	}
 	return r
 }
-
-// isTransient reports an error that a retry with the same id may cure.
-func isTransient(err error) bool {
-	return err != nil && !errors.Is(err, context.Canceled)
-}

@@ -154,8 +154,8 @@ func (f *fleet) stopAll(timeout time.Duration) {
 	}
 }
 
-// exited fails the test for every worker that ended without being killed
-// or stopped: no input may kill a worker.
+// checkAlive fails the test for every worker that ended without being
+// killed or stopped: no input may kill a worker.
 func (f *fleet) checkAlive() {
 	f.t.Helper()
 	f.mu.Lock()

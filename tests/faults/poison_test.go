@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -218,7 +219,7 @@ func poisonRaw(t *testing.T, js jetstream.JetStream) []accepted {
 
 // poisonHTTP posts to the real broker handler.
 func poisonHTTP(t *testing.T, client *producer.Client) []accepted {
-	srv := httptest.NewServer(httpapi.NewHandler(client, httpapi.Options{Logger: testLogger(t, 100)}))
+	srv := httptest.NewServer(httpapi.NewHandler(client, httpapi.Options{Logger: slog.New(slog.DiscardHandler)}))
 	t.Cleanup(srv.Close)
 	b64 := base64.StdEncoding.EncodeToString(binaryPayload())
 	big := `"` + strings.Repeat("p", 3<<19) + `"` // 1.5 MiB: under the body limit, over the task limit
