@@ -85,16 +85,16 @@ func (p *pipeline) put(a attemptInfo, o outcome, doc spool.Result) error {
 		return err
 	}
 	p.room <- struct{}{}
+	// Counted as an attempt until settled, so shutdown waits for it; added
+	// while the calling attempt still counts, so the count cannot reach
+	// zero in between, and before anything can settle it.
+	p.w.attempts.Add(1)
 	c := &completion{a: a, o: o, deadline: time.Now().Add(p.w.o.IOTimeout)}
 	p.mu.Lock()
 	p.next++
 	tok := p.next
 	p.pending[tok] = c
 	p.mu.Unlock()
-	// Counted as an attempt until settled, so shutdown waits for it; added
-	// while the calling attempt still counts, so the count cannot reach
-	// zero in between.
-	p.w.attempts.Add(1)
 	reply := p.prefix + strconv.FormatUint(tok, 36)
 	if err := p.w.nc.PublishRequest(p.w.results.putPrefix+doc.ID, reply, data); err != nil {
 		if p.take(tok) != nil {
