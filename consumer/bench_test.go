@@ -23,6 +23,10 @@ import (
 // stream and consumers) in the same run. Run them once:
 //
 //	go test -run '^$' -bench . -benchtime 1x ./consumer/
+//
+// make bench (tests/cmd/spool-bench) measures the same and more with the
+// server and the consumer in processes of their own, and writes
+// BENCHMARKS.md.
 var (
 	benchTasks       = flag.Int("spool.bench.tasks", 20_000, "tasks pre-filled for the throughput benchmark")
 	benchSlots       = flag.Int("spool.bench.slots", 256, "worker slots in the throughput and latency benchmarks")
@@ -83,7 +87,7 @@ func BenchmarkThroughput(b *testing.B) {
 			b.StartTimer()
 			start := time.Now()
 			for got := 0; got < n; {
-				batch, err := cons.Fetch(*benchRawBatch, jetstream.FetchMaxWait(time.Second))
+				batch, err := cons.Fetch(min(*benchRawBatch, n-got), jetstream.FetchMaxWait(time.Second))
 				if err != nil {
 					b.Fatal(err)
 				}
