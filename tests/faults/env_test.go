@@ -43,17 +43,6 @@ func ctxFor(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // startServer starts one embedded JetStream server on store and port (0:
 // any) and stops it when t ends. syncAlways is the durable setting
 // (sync_interval: always): fsync before every ack.
@@ -184,10 +173,18 @@ func settle(t testing.TB, ctx context.Context, js jetstream.JetStream, timeout t
 }
 
 // idle reports nil once no priority consumer has a task to deliver or
-// awaiting its ack (running, or in retry backoff).
+// awaiting its ack (running, or in retry backoff), and the DLQ router has
+// no MAX_DELIVERIES advisory left to act on.
 func idle(ctx context.Context, js jetstream.JetStream) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	adv, err := js.Stream(ctx, names.AdvisoryStream())
+	if err != nil {
+		return err
+	}
+	if n := adv.CachedInfo().State.Msgs; n > 0 {
+		return fmt.Errorf("%d MAX_DELIVERIES advisories for the DLQ router to handle", n)
+	}
 	s, err := js.Stream(ctx, names.TaskStream())
 	if err != nil {
 		return err
