@@ -53,6 +53,9 @@ type completion struct {
 	a        attemptInfo
 	o        outcome
 	deadline time.Time
+	// beat is when the task's AckWait clock last restarted as far as the
+	// pipeline knows: the hand-over, then each InProgress the sweep sends.
+	beat time.Time
 }
 
 func newPipeline(w *Worker) (*pipeline, error) {
@@ -89,7 +92,8 @@ func (p *pipeline) put(a attemptInfo, o outcome, doc spool.Result) error {
 	// while the calling attempt still counts, so the count cannot reach
 	// zero in between, and before anything can settle it.
 	p.w.attempts.Add(1)
-	c := &completion{a: a, o: o, deadline: time.Now().Add(p.w.o.IOTimeout)}
+	now := time.Now()
+	c := &completion{a: a, o: o, deadline: now.Add(p.w.o.IOTimeout), beat: now}
 	p.mu.Lock()
 	p.next++
 	tok := p.next
@@ -145,10 +149,19 @@ func (p *pipeline) onAck(m *nats.Msg) {
 // not come in time.
 var errAckTimeout = errors.New("no acknowledgement of the result write")
 
-// sweep fails completions whose acknowledgement is overdue.
+// sweep fails completions whose acknowledgement is overdue, and heartbeats
+// the ones still waiting, so a slow result write (a leader change, a
+// server under fsync load) never lets AckWait run out on a task that
+// succeeded: it would run again, and after MaxDeliver such waits be
+// dead-lettered although it completed.
+//
+// The attempt's own heartbeat stops at hand-over, having last beaten at
+// most AckWait/3 earlier; the sweep beats a completion once it has waited
+// beatAfter = AckWait/4 and checks every AckWait/6 at most, so the task
+// goes at most 3/4 of AckWait without a heartbeat.
 func (p *pipeline) sweep() {
 	defer close(p.swept)
-	every := max(p.w.o.IOTimeout/4, 10*time.Millisecond)
+	every := max(min(p.w.o.IOTimeout/4, p.minAckWait()/6), 10*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -158,20 +171,45 @@ func (p *pipeline) sweep() {
 		case <-t.C:
 		}
 		now := time.Now()
-		var late []*completion
+		var late, beat []*completion
 		p.mu.Lock()
 		for tok, c := range p.pending {
-			if now.After(c.deadline) {
+			switch {
+			case now.After(c.deadline):
 				late = append(late, c)
 				delete(p.pending, tok)
+			case now.Sub(c.beat) >= p.w.ackWait[c.a.p]/4:
+				c.beat = now
+				beat = append(beat, c)
 			}
 		}
 		p.mu.Unlock()
+		for _, c := range beat {
+			// A heartbeat racing the ack is harmless: the server ignores an
+			// InProgress for a message already acked.
+			if err := c.a.msg.InProgress(); err != nil {
+				p.w.log.Warn("heartbeat of a completed task awaiting its result write failed", "task_id", c.a.id, "error", err)
+			}
+		}
 		for _, c := range late {
 			p.w.resultLost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w within %s", c.a.id, errAckTimeout, p.w.o.IOTimeout))
 			p.done()
 		}
 	}
+}
+
+// minAckWait is the shortest AckWait of the priority consumers.
+func (p *pipeline) minAckWait() time.Duration {
+	m := p.w.ackWait[0]
+	for _, d := range p.w.ackWait[1:] {
+		if d > 0 && (m == 0 || d < m) {
+			m = d
+		}
+	}
+	if m == 0 {
+		return time.Second
+	}
+	return m
 }
 
 // close ends the pipeline once it is empty (shutdown waits for that).
