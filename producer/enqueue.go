@@ -2,10 +2,12 @@ package producer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -57,6 +59,11 @@ func (c *Client) Enqueue(ctx context.Context, task Task, opts ...EnqueueOption) 
 		return EnqueueResult{ID: p.id}, err
 	}
 	ack, err := c.js.PublishMsg(ctx, p.msg)
+	if err != nil && ackLost(err) {
+		// The task may be stored: keep its unique key, which a retry with
+		// the same id passes (the key names this id) and dedup absorbs.
+		return EnqueueResult{ID: p.id}, fmt.Errorf("waiting for the ack of task %q (it may be stored; enqueue it again with the same id): %w", p.id, err)
+	}
 	if err != nil {
 		err = fmt.Errorf("publishing task %q to %s: %w", p.id, p.msg.Subject, translate(err))
 		if claimed {
@@ -70,6 +77,12 @@ func (c *Client) Enqueue(ctx context.Context, task Task, opts ...EnqueueOption) 
 			"seq", res.Sequence, "duplicate", res.Duplicate, "scheduled", res.Scheduled)
 	}
 	return res, nil
+}
+
+// ackLost reports a publish whose outcome is unknown: it was sent, or may
+// have been, and no answer came in time.
+func ackLost(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, nats.ErrTimeout)
 }
 
 func (p prepared) result(ack *jetstream.PubAck) EnqueueResult {
