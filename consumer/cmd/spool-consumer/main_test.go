@@ -8,7 +8,6 @@ import (
 	"flag"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,29 +18,15 @@ import (
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/embedded"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer collects a binary's output while it runs.
+type syncBuffer = streamstest.SyncBuffer
 
 // The binary's run, with --demo, processes demo tasks from any publisher
 // and stops gracefully when its context (SIGINT/SIGTERM in main) ends.

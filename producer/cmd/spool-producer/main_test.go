@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/embedded"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 func TestMain(m *testing.M) {
@@ -285,23 +285,8 @@ func TestParseMix(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe to read while run writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer collects a binary's output while it runs.
+type syncBuffer = streamstest.SyncBuffer
 
 func TestServeCommand(t *testing.T) {
 	t.Parallel()
