@@ -105,7 +105,8 @@ func freePorts(n int) ([]int, error) {
 }
 
 // WaitReady waits until every running node has routes to the other running
-// nodes and the cluster has a current JetStream meta leader.
+// nodes and the cluster has a current JetStream meta leader that can place
+// replicas on every running node.
 func (c *Cluster) WaitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -139,6 +140,11 @@ func (c *Cluster) ready() error {
 		}
 		if s.JetStreamIsLeader() {
 			leaders++
+			// Placement needs every peer online with its stats received
+			// by the leader, or R3 creation fails with "no suitable peers".
+			if got := len(s.JetStreamClusterPeers()); got < running {
+				return fmt.Errorf("meta leader (node %d) knows %d usable peers, want %d", i, got, running)
+			}
 		}
 		if !s.JetStreamIsCurrent() {
 			return fmt.Errorf("node %d is not current with the meta leader", i)

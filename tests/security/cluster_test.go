@@ -87,6 +87,10 @@ func startAuthCluster(t *testing.T) (urls []string, passwords map[string]string)
 			}
 			if s.JetStreamIsLeader() {
 				leaders++
+				// R3 placement needs every peer's stats at the leader.
+				if got := len(s.JetStreamClusterPeers()); got < len(servers) {
+					return fmt.Errorf("meta leader knows %d usable peers, want %d", got, len(servers))
+				}
 			}
 		}
 		if leaders != 1 {
