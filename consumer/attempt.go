@@ -89,56 +89,16 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 	}
 	a.started = time.Now()
 	a.traceParent = meta.TraceParent
-	settleProcessing := w.writeProcessing(a)
-	w.run(a, task, timeout, settleProcessing, outcome{pickup: pickup})
-}
-
-// writeProcessing writes the processing state now, or after
-// ProcessingDelay if the attempt still runs then. The returned settle must
-// be called when the attempt ends, before any later write of the document:
-// a deferred write that has not happened by then never happens, so it can
-// never overwrite the final state.
-func (w *Worker) writeProcessing(a attemptInfo) (settle func()) {
 	if w.o.ProcessingDelay <= 0 {
 		w.putProcessing(a)
-		return func() {}
 	}
-	lp := &lateProcessing{w: w, a: a}
-	lp.mu.Lock() // the write waits until timer is set
-	defer lp.mu.Unlock()
-	lp.timer = time.AfterFunc(w.o.ProcessingDelay, lp.fire)
-	return lp.settle
+	w.run(a, task, timeout, outcome{pickup: pickup})
 }
 
 func (w *Worker) putProcessing(a attemptInfo) {
 	if err := w.results.putUnacked(a.doc(spool.StateProcessing)); err != nil {
 		w.log.Warn("writing processing state", "task_id", a.id, "error", err)
 	}
-}
-
-// lateProcessing is a processing write deferred by ProcessingDelay; the
-// document is built only if the write happens.
-type lateProcessing struct {
-	w       *Worker
-	a       attemptInfo
-	mu      sync.Mutex
-	settled bool
-	timer   *time.Timer
-}
-
-func (lp *lateProcessing) fire() {
-	lp.mu.Lock()
-	defer lp.mu.Unlock()
-	if !lp.settled {
-		lp.w.putProcessing(lp.a)
-	}
-}
-
-func (lp *lateProcessing) settle() {
-	lp.mu.Lock()
-	lp.settled = true
-	lp.mu.Unlock()
-	lp.timer.Stop()
 }
 
 // attemptInfo is what settling an attempt needs.
@@ -191,7 +151,7 @@ const handlerGrace = 50 * time.Millisecond
 // handlerGrace, a watcher settles the attempt at once (timeout, or
 // hand-back) and the slot stays busy until the handler returns. Neither
 // costs a goroutine unless it fires.
-func (w *Worker) run(a attemptInfo, t *Task, timeout time.Duration, settleProcessing func(), o outcome) {
+func (w *Worker) run(a attemptInfo, t *Task, timeout time.Duration, o outcome) {
 	ctx, cancel := context.WithTimeout(w.hardCtx, timeout)
 	defer cancel()
 	hb := w.startHeartbeat(a)
@@ -199,7 +159,6 @@ func (w *Worker) run(a attemptInfo, t *Task, timeout time.Duration, settleProces
 	finish := func(r handlerResult) {
 		once.Do(func() {
 			hb.stop()
-			settleProcessing()
 			o.run = time.Since(a.started)
 			w.settle(ctx, a, r, o)
 		})
@@ -242,12 +201,22 @@ func (w *Worker) watchExpired(ctx context.Context, a attemptInfo, handlerDone <-
 	finish(handlerResult{err: ctx.Err()})
 }
 
-// heartbeat sends InProgress for a running attempt every AckWait/3 from a
-// timer, until stopped.
+// heartbeat sends InProgress for a running attempt every AckWait/3, and
+// writes its processing state once it has run for ProcessingDelay (when
+// that is not 0, in which case the attempt wrote it as it started), from
+// one timer, until stopped. A processing write that has not happened
+// when the attempt stops never happens, so it cannot overwrite the final
+// state.
 type heartbeat struct {
-	mu      sync.Mutex
-	stopped bool
-	timer   *time.Timer
+	w     *Worker
+	a     attemptInfo
+	every time.Duration
+
+	mu           sync.Mutex
+	stopped      bool
+	nextBeat     time.Time
+	processingAt time.Time // zero once written or not wanted
+	timer        *time.Timer
 }
 
 func (w *Worker) startHeartbeat(a attemptInfo) *heartbeat {
@@ -255,24 +224,47 @@ func (w *Worker) startHeartbeat(a attemptInfo) *heartbeat {
 	if every <= 0 {
 		every = 10 * time.Second
 	}
-	h := &heartbeat{}
-	h.mu.Lock() // the first beat waits until timer is set
+	h := &heartbeat{w: w, a: a, every: every, nextBeat: a.started.Add(every)}
+	if d := w.o.ProcessingDelay; d > 0 {
+		h.processingAt = a.started.Add(d)
+	}
+	h.mu.Lock() // the first firing waits until timer is set
 	defer h.mu.Unlock()
-	h.timer = time.AfterFunc(every, func() {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if h.stopped {
-			return
-		}
-		if err := a.msg.InProgress(); err != nil {
-			w.log.Warn("heartbeat failed", "task_id", a.id, "error", err)
-		}
-		h.timer.Reset(every)
-	})
+	h.timer = time.AfterFunc(time.Until(h.nextFiring()), h.fire)
 	return h
 }
 
-// stop ends the heartbeats; none is sent after it returns.
+// nextFiring is the earlier of the next heartbeat and the processing
+// write. h.mu is held.
+func (h *heartbeat) nextFiring() time.Time {
+	if !h.processingAt.IsZero() && h.processingAt.Before(h.nextBeat) {
+		return h.processingAt
+	}
+	return h.nextBeat
+}
+
+func (h *heartbeat) fire() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return
+	}
+	now := time.Now()
+	if !h.processingAt.IsZero() && !now.Before(h.processingAt) {
+		h.processingAt = time.Time{}
+		h.w.putProcessing(h.a)
+	}
+	if !now.Before(h.nextBeat) {
+		if err := h.a.msg.InProgress(); err != nil {
+			h.w.log.Warn("heartbeat failed", "task_id", h.a.id, "error", err)
+		}
+		h.nextBeat = now.Add(h.every)
+	}
+	h.timer.Reset(time.Until(h.nextFiring()))
+}
+
+// stop ends the heartbeats and any processing write still to come; none
+// is sent after it returns.
 func (h *heartbeat) stop() {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -53,9 +53,9 @@
 // dead-letter stream (PublishDeadLetter), then the dead result is written,
 // the unique key released, and only then the original removed.
 //
-// Every state change is written to the results bucket: processing and
-// retrying without waiting, completed and dead before the task is acked
-// (ProcessingDelay can skip the processing write for short attempts).
+// Every state change is written to the results bucket: processing (once
+// an attempt has run for ProcessingDelay, 1s by default) and retrying
+// without waiting, completed and dead before the task is acked.
 // Stop hands unfinished tasks back as pending.
 //
 // # Stats

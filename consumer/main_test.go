@@ -277,3 +277,37 @@ func (l *log[T]) len() int {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// resultWrites subscribes to every write of task id's result document: a
+// plain subscription to the bucket's subject sees them all, where a KV
+// watch may miss overwritten ones.
+func (e *env) resultWrites(id string) *nats.Subscription {
+	e.t.Helper()
+	sub, err := e.nc.SubscribeSync("$KV." + e.names.ResultsBucket() + "." + id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := e.nc.Flush(); err != nil {
+		e.t.Fatal(err)
+	}
+	return sub
+}
+
+// nextWrites decodes the next n document writes of sub.
+func nextWrites(t *testing.T, sub *nats.Subscription, n int) []spool.Result {
+	t.Helper()
+	var docs []spool.Result
+	for len(docs) < n {
+		m, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("after %d document writes: %v", len(docs), err)
+		}
+		var d spool.Result
+		if err := json.Unmarshal(m.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, d)
+	}
+	return docs
+}

@@ -91,9 +91,10 @@ type Options struct {
 	IOTimeout time.Duration
 	// ProcessingDelay defers the "processing" result write until the
 	// attempt has run this long: a shorter attempt goes straight to its
-	// next state (completed, retrying, dead) and saves one JetStream write,
-	// which is most of the worker's cost with fast handlers. 0 (the
-	// default) writes "processing" as every attempt starts.
+	// next state (completed, retrying, dead; its document still records
+	// when it started) and saves one JetStream write, a third of the
+	// server's work per task with fast handlers. Default 1s; 0 writes
+	// "processing" as every attempt starts.
 	ProcessingDelay time.Duration
 
 	// now is the clock used for task ages (the boost); tests shift it.
@@ -125,6 +126,7 @@ func DefaultOptions() Options {
 		ScaleUpFill:     0.6,
 		ScaleDownIdle:   2 * time.Minute,
 		IOTimeout:       10 * time.Second,
+		ProcessingDelay: DefaultProcessingDelay,
 		now:             time.Now,
 	}
 }
@@ -365,8 +367,13 @@ func WithAutoscale(upFill float64, downIdle time.Duration) Option {
 	}
 }
 
+// DefaultProcessingDelay is how long an attempt runs before its
+// "processing" state is written, unless WithProcessingDelay says otherwise.
+const DefaultProcessingDelay = time.Second
+
 // WithProcessingDelay writes the "processing" state only for attempts
-// still running after d (0: always, the default).
+// still running after d (default DefaultProcessingDelay; 0: as every
+// attempt starts).
 func WithProcessingDelay(d time.Duration) Option {
 	return func(o *Options) error {
 		if d < 0 {

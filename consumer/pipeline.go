@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -22,10 +23,11 @@ const pipelineDepth = 1024
 
 // pipeline acks completed tasks once their result document is stored.
 //
-// put publishes the document to the results bucket with a reply subject
-// of the pipeline's own (one wildcard subscription) and returns at once;
-// the bucket's acknowledgement arrives on that subscription, and only
-// then is the task acked. A write the bucket refuses, or whose
+// put queues the document and returns at once; the pipeline's writer
+// publishes queued documents to the results bucket in bursts (see
+// writeLoop), each with a reply subject of the pipeline's own (one
+// wildcard subscription). The bucket's acknowledgement arrives on that
+// subscription, and only then is the task acked. A write the bucket refuses, or whose
 // acknowledgement does not come within IOTimeout (a lost connection), NAKs
 // the task for a retry instead. So an ack never precedes its stored
 // result, whatever happens in between: a crash or a closed connection
@@ -43,9 +45,24 @@ type pipeline struct {
 	mu      sync.Mutex
 	next    uint64
 	pending map[uint64]*completion
+	queue   []resultWrite // written by the writer goroutine, in order
+
+	// kick wakes the writer (capacity 1); spare is the writer's other
+	// queue buffer, swapped with queue on every round.
+	kick  chan struct{}
+	spare []resultWrite
 
 	stopSweep chan struct{}
 	swept     chan struct{}
+	stopWrite chan struct{}
+	written   chan struct{}
+}
+
+// resultWrite is a result document waiting for the writer.
+type resultWrite struct {
+	tok  uint64
+	id   string
+	data []byte
 }
 
 // completion is a completed attempt whose result write is in flight.
@@ -64,8 +81,11 @@ func newPipeline(w *Worker) (*pipeline, error) {
 		prefix:    w.nc.NewInbox() + ".",
 		room:      make(chan struct{}, pipelineDepth),
 		pending:   make(map[uint64]*completion),
+		kick:      make(chan struct{}, 1),
 		stopSweep: make(chan struct{}),
 		swept:     make(chan struct{}),
+		stopWrite: make(chan struct{}),
+		written:   make(chan struct{}),
 	}
 	sub, err := w.nc.Subscribe(p.prefix+"*", p.onAck)
 	if err != nil {
@@ -77,11 +97,12 @@ func newPipeline(w *Worker) (*pipeline, error) {
 	}
 	p.sub = sub
 	go p.sweep()
+	go p.writeLoop()
 	return p, nil
 }
 
-// put publishes doc and hands the attempt to the pipeline. On error
-// nothing was handed over.
+// put queues doc for the writer and hands the attempt to the pipeline.
+// On error nothing was handed over.
 func (p *pipeline) put(a attemptInfo, o outcome, doc spool.Result) error {
 	data, err := p.w.results.encode(&doc)
 	if err != nil {
@@ -98,16 +119,48 @@ func (p *pipeline) put(a attemptInfo, o outcome, doc spool.Result) error {
 	p.next++
 	tok := p.next
 	p.pending[tok] = c
+	p.queue = append(p.queue, resultWrite{tok: tok, id: doc.ID, data: data})
+	first := len(p.queue) == 1
 	p.mu.Unlock()
-	reply := p.prefix + strconv.FormatUint(tok, 36)
-	if err := p.w.nc.PublishRequest(p.w.results.putPrefix+doc.ID, reply, data); err != nil {
-		if p.take(tok) != nil {
-			p.done()
-			return fmt.Errorf("writing completed result of task %s: %w", doc.ID, err)
+	if first {
+		select {
+		case p.kick <- struct{}{}:
+		default:
 		}
-		return nil // swept meanwhile: settled as lost
 	}
 	return nil
+}
+
+// writeLoop publishes queued result documents in rounds. Before each
+// round it yields once, so attempts finishing at about the same time join
+// it: their writes leave in one burst, which the connection sends in one
+// or a few network writes instead of one each (a network write costs the
+// worker and the server several times what publishing a message does).
+func (p *pipeline) writeLoop() {
+	defer close(p.written)
+	for {
+		select {
+		case <-p.kick:
+		case <-p.stopWrite:
+			return
+		}
+		runtime.Gosched()
+		p.mu.Lock()
+		q := p.queue
+		p.queue = p.spare
+		p.mu.Unlock()
+		for i, wr := range q {
+			reply := p.prefix + strconv.FormatUint(wr.tok, 36)
+			if err := p.w.nc.PublishRequest(p.w.results.putPrefix+wr.id, reply, wr.data); err != nil {
+				if c := p.take(wr.tok); c != nil {
+					p.w.resultLost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w", wr.id, err))
+					p.done()
+				}
+			}
+			q[i] = resultWrite{}
+		}
+		p.spare = q[:0]
+	}
 }
 
 // take removes and returns the completion of tok, nil when it is gone.
@@ -214,6 +267,8 @@ func (p *pipeline) minAckWait() time.Duration {
 
 // close ends the pipeline once it is empty (shutdown waits for that).
 func (p *pipeline) close() {
+	close(p.stopWrite)
+	<-p.written
 	close(p.stopSweep)
 	<-p.swept
 	if err := p.sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {

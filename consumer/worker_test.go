@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -188,16 +189,7 @@ func TestRetryBackoff(t *testing.T) {
 	e := newEnv(t, streams.Settings{})
 	base, maxDelay := 50*time.Millisecond, 150*time.Millisecond
 	var starts log[time.Time]
-	// Every write of the document passes the bucket's subject: a plain
-	// subscription sees them all (a KV watch may miss overwritten ones).
-	writes, err := e.nc.SubscribeSync("$KV." + e.names.ResultsBucket() + ".retry-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer writes.Unsubscribe()
-	if err := e.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	writes := e.resultWrites("retry-1")
 	mux := consumer.NewMux()
 	mux.HandleFunc("flaky", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
 		starts.add(time.Now())
@@ -206,7 +198,8 @@ func TestRetryBackoff(t *testing.T) {
 		}
 		return []byte(`"ok"`), nil
 	})
-	e.worker(mux, consumer.WithRetry(base, maxDelay, 5))
+	// Processing written as every attempt starts (the default waits 1s).
+	e.worker(mux, consumer.WithRetry(base, maxDelay, 5), consumer.WithProcessingDelay(0))
 	e.publishID(spool.High, "flaky", "retry-1", nil, nil)
 	doc := e.waitResult("retry-1", spool.StateCompleted, 20*time.Second)
 	if doc.Attempts != 4 || string(doc.Result) != `"ok"` {
@@ -226,24 +219,15 @@ func TestRetryBackoff(t *testing.T) {
 	}
 	// The document went processing → retrying (×3, with the error and the
 	// next attempt time) → processing → completed.
+	docs := nextWrites(t, writes, 8)
 	var states []string
-	for len(states) < 8 {
-		m, err := writes.NextMsg(10 * time.Second)
-		if err != nil {
-			t.Fatalf("document writes %v: %v", states, err)
-		}
-		{
-			var d spool.Result
-			if err := json.Unmarshal(m.Data, &d); err != nil {
-				t.Fatal(err)
-			}
-			states = append(states, fmt.Sprintf("%s/%d", d.State, d.Attempts))
-			if d.State == spool.StateRetrying {
-				if d.NextAttempt == nil || !strings.Contains(d.Error, "failure") {
-					t.Errorf("retrying document %+v", d)
-				} else if ahead := d.NextAttempt.Sub(*d.StartedAt); ahead < consumer.Backoff(base, maxDelay, d.Attempts) {
-					t.Errorf("next attempt %s after the start of attempt %d, before its backoff", ahead, d.Attempts)
-				}
+	for _, d := range docs {
+		states = append(states, fmt.Sprintf("%s/%d", d.State, d.Attempts))
+		if d.State == spool.StateRetrying {
+			if d.NextAttempt == nil || !strings.Contains(d.Error, "failure") {
+				t.Errorf("retrying document %+v", d)
+			} else if ahead := d.NextAttempt.Sub(*d.StartedAt); ahead < consumer.Backoff(base, maxDelay, d.Attempts) {
+				t.Errorf("next attempt %s after the start of attempt %d, before its backoff", ahead, d.Attempts)
 			}
 		}
 	}
@@ -316,6 +300,10 @@ func TestTimeoutHeartbeatPanic(t *testing.T) {
 		}
 		return []byte(`"recovered"`), nil
 	})
+	// The long task's writes: with the default ProcessingDelay (1s, past
+	// the first heartbeats at AckWait/3) its processing state is written
+	// from the heartbeat's timer.
+	writes := e.resultWrites("long-1")
 	w := e.worker(mux, consumer.WithConcurrency(3, 3), consumer.WithRetry(20*time.Millisecond, 20*time.Millisecond, 3))
 	e.publishID(spool.Normal, "long", "long-1", nil, nil)
 	e.publishID(spool.Normal, "slow", "slow-1", nil, map[string]string{spool.HeaderTimeout: "100ms", spool.HeaderMaxRetries: "1"})
@@ -324,6 +312,13 @@ func TestTimeoutHeartbeatPanic(t *testing.T) {
 	doc := e.waitResult("long-1", spool.StateCompleted, 20*time.Second)
 	if doc.Attempts != 1 || longRuns.Load() != 1 {
 		t.Errorf("long task: %d runs, document %+v: heartbeats did not hold it", longRuns.Load(), doc)
+	}
+	var states []spool.State
+	for _, d := range nextWrites(t, writes, 2) {
+		states = append(states, d.State)
+	}
+	if !slices.Equal(states, []spool.State{spool.StateProcessing, spool.StateCompleted}) {
+		t.Errorf("long task writes %v, want processing then completed", states)
 	}
 	doc = e.waitResult("slow-1", spool.StateDead, 20*time.Second)
 	if doc.Reason != spool.ReasonTimeout || doc.Attempts != 2 || !strings.Contains(doc.Error, "timed out") {

@@ -64,8 +64,8 @@ type Config struct {
 	// ProcessingDelay writes the "processing" result state only for
 	// attempts still running after it (one result write less for short
 	// tasks); 0 writes it for every attempt. SPOOL_PROCESSING_DELAY,
-	// default 0.
-	ProcessingDelay time.Duration `envconfig:"PROCESSING_DELAY" default:"0" desc:"write the processing state only for attempts running longer (0: always)"`
+	// default 1s.
+	ProcessingDelay time.Duration `envconfig:"PROCESSING_DELAY" default:"1s" desc:"write the processing state only for attempts running longer (0: as every attempt starts)"`
 	// StatsInterval is how often the one-line summary is logged; 0 turns it
 	// off. SPOOL_STATS_INTERVAL, default 10s.
 	StatsInterval time.Duration `envconfig:"STATS_INTERVAL" default:"10s" desc:"how often the one-line summary is logged (0: never)"`

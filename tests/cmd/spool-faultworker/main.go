@@ -59,8 +59,8 @@ type Config struct {
 	// default 2s.
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"2s" desc:"time running handlers get on SIGTERM"`
 	// ProcessingDelay: see consumer.WithProcessingDelay.
-	// SPOOL_PROCESSING_DELAY, default 0.
-	ProcessingDelay time.Duration `envconfig:"PROCESSING_DELAY" default:"0" desc:"write processing only for attempts running longer"`
+	// SPOOL_PROCESSING_DELAY, default 1s as in spool-consumer.
+	ProcessingDelay time.Duration `envconfig:"PROCESSING_DELAY" default:"1s" desc:"write processing only for attempts running longer"`
 	// DLQRouter also runs the DLQ router. SPOOL_DLQ_ROUTER, default true.
 	DLQRouter bool `envconfig:"DLQ_ROUTER" default:"true" desc:"also run the DLQ router"`
 }
