@@ -151,11 +151,16 @@ func (w *Worker) runner(j job) {
 	}
 }
 
-// release frees the slot of a finished attempt.
+// release frees the slot of a finished attempt. While fetches are in
+// flight the dispatcher would plan nothing before they return (and each
+// nudges it then), so it is left asleep.
 func (w *Worker) release(p spool.Priority) {
 	w.mu.Lock()
 	w.busy--
 	w.prio[p].busy--
+	fetching := w.fetching > 0
 	w.mu.Unlock()
-	w.nudge()
+	if !fetching {
+		w.nudge()
+	}
 }

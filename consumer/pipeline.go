@@ -47,6 +47,11 @@ type pipeline struct {
 	pending map[uint64]*completion
 	queue   []resultWrite // written by the writer goroutine, in order
 
+	// stored holds completions whose result is stored, to be acked at the
+	// end of a burst of acknowledgements (see onAck); only the
+	// subscription's goroutine uses it.
+	stored []*completion
+
 	// kick wakes the writer (capacity 1); spare is the writer's other
 	// queue buffer, swapped with queue on every round.
 	kick  chan struct{}
@@ -177,8 +182,21 @@ func (p *pipeline) done() {
 	p.w.attempts.Done()
 }
 
-// onAck settles the completion a bucket acknowledgement answers.
+// onAck settles the completion a bucket acknowledgement answers. Tasks
+// whose result is stored are acked together once no further
+// acknowledgement is queued on the subscription: acknowledgements arrive
+// in bursts (the writer sends results in bursts), and acks sent in one
+// burst leave in one network write.
 func (p *pipeline) onAck(m *nats.Msg) {
+	p.settleAck(m)
+	// Pending counts the message being handled until the callback returns
+	// (nats.go takes it off the count when it fetches the next one).
+	if n, _, err := p.sub.Pending(); err != nil || n <= 1 {
+		p.ackStored()
+	}
+}
+
+func (p *pipeline) settleAck(m *nats.Msg) {
 	tok, err := strconv.ParseUint(m.Subject[len(p.prefix):], 36, 64)
 	if err != nil {
 		return
@@ -187,15 +205,26 @@ func (p *pipeline) onAck(m *nats.Msg) {
 	if c == nil {
 		return // timed out already
 	}
-	defer p.done()
 	if err := pubAckError(m); err != nil {
 		p.w.resultLost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w", c.a.id, err))
+		p.done()
 		return
 	}
-	if err := c.a.msg.Ack(); err != nil {
-		p.w.log.Warn("acking completed task", "task_id", c.a.id, "error", err)
+	p.stored = append(p.stored, c)
+}
+
+// ackStored acks the tasks whose result is stored. Only the subscription's
+// goroutine calls it.
+func (p *pipeline) ackStored() {
+	for i, c := range p.stored {
+		if err := c.a.msg.Ack(); err != nil {
+			p.w.log.Warn("acking completed task", "task_id", c.a.id, "error", err)
+		}
+		p.w.rec.record(c.a.p, c.a.typ, c.o)
+		p.done()
+		p.stored[i] = nil
 	}
-	p.w.rec.record(c.a.p, c.a.typ, c.o)
+	p.stored = p.stored[:0]
 }
 
 // errAckTimeout is the fate of a result write whose acknowledgement did

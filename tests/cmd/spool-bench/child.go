@@ -13,6 +13,8 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -85,6 +87,7 @@ type consumeReport struct {
 	Tasks   int     `json:"tasks"`
 	Seconds float64 `json:"seconds"`
 	CPUus   float64 `json:"cpu_us"` // user+sys over the measured window
+	Writes  int64   `json:"writes"` // write system calls over the measured window
 	RSSKiB  int64   `json:"rss_kib"`
 	HWMKiB  int64   `json:"hwm_kib"`
 	// pickup
@@ -112,7 +115,7 @@ func consumeChild(ctx context.Context, args []string) error {
 	fs.StringVar(&f.task, "task", "drain", "drain, pickup or shares")
 	fs.IntVar(&f.n, "n", 1000, "tasks to measure")
 	fs.IntVar(&f.conc, "conc", 10, "concurrency")
-	fs.DurationVar(&f.pdelay, "pdelay", 0, "spool: WithProcessingDelay")
+	fs.DurationVar(&f.pdelay, "pdelay", consumer.DefaultProcessingDelay, "spool: WithProcessingDelay")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile of the run to this file")
 	if err := fs.Parse(args); err != nil {
@@ -203,19 +206,39 @@ func consumeChild(ctx context.Context, args []string) error {
 
 // window measures CPU and wall time of the measured part.
 type window struct {
-	t0   time.Time
-	cpu0 time.Duration
+	t0      time.Time
+	cpu0    time.Duration
+	writes0 int64
 }
 
 func startWindow() window {
 	fmt.Println("start")
-	return window{t0: time.Now(), cpu0: selfCPU()}
+	return window{t0: time.Now(), cpu0: selfCPU(), writes0: selfWrites()}
 }
 
 func (w window) end(rep *consumeReport, tasks int) {
 	rep.Seconds = time.Since(w.t0).Seconds()
 	rep.CPUus = float64((selfCPU() - w.cpu0).Microseconds())
+	rep.Writes = selfWrites() - w.writes0
 	rep.Tasks = tasks
+}
+
+// selfWrites is the number of write system calls this process has made
+// (syscw in /proc/self/io): a consumer writes only to its connection, so
+// these are its network writes, each of which costs it and the server far
+// more than a message does.
+func selfWrites() int64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "syscw: "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 func selfCPU() time.Duration {
