@@ -18,7 +18,8 @@
 //
 // A worker never uses Consume (it pre-buffers messages whose AckWait is
 // already running). It keeps a count of free slots and pulls only that
-// many tasks:
+// many tasks, with pull requests (at most one outstanding per priority)
+// answered on one subscription that lives as long as the worker:
 //
 //   - priorities known to have waiting tasks get no-wait fetches sized to
 //     the free slots, split between them by the scheduler (smooth weighted
@@ -34,11 +35,13 @@
 //     long-poll: a single-task pull request that waits PollWait on the
 //     server and is then renewed. It reserves a slot out of MaxConcurrency,
 //     so a task it brings always has a slot (the pool grows if needed) and
-//     nothing pulled is ever handed back unrun. A published task reaches a
-//     waiting pull in about a millisecond; an idle worker costs one request
-//     per priority per PollWait; and the outstanding pulls let the server
-//     emit the MAX_DELIVERIES advisories the DLQ router acts on. Reserved
-//     poll slots return to the pool when their pulls expire.
+//     nothing pulled is handed back unrun (except what arrives for a
+//     request abandoned after 2s without an answer, or at Stop). A
+//     published task reaches a waiting pull in about a millisecond; an
+//     idle worker costs one request per priority per PollWait; and the
+//     outstanding pulls let the server emit the MAX_DELIVERIES advisories
+//     the DLQ router acts on. Reserved poll slots return to the pool when
+//     their pulls expire.
 //
 // # Attempts
 //

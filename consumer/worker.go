@@ -63,11 +63,13 @@ type Worker struct {
 	// wake nudges the dispatcher (capacity 1, never closed).
 	wake chan struct{}
 	// loops counts the dispatcher and refresher goroutines; pulls counts
-	// fetch and poll goroutines; attempts counts running attempts and
+	// outstanding pull requests; attempts counts running attempts and
 	// completions in the pipeline.
 	loops, pulls, attempts sync.WaitGroup
 	// pipe acks completed tasks once their result is stored.
 	pipe *pipeline
+	// pl sends pull requests and receives the tasks they bring.
+	pl *puller
 	// runq hands pulled tasks to idle runner goroutines (unbuffered: a
 	// send succeeds only when a runner waits); runners counts them.
 	runq    chan job
@@ -105,6 +107,8 @@ type prioState struct {
 	polling        bool
 	fetches        int
 	busy           int
+	// restUntil pauses pulls of the priority after a failed one.
+	restUntil time.Time
 }
 
 // New returns a Worker that runs tasks through h (usually a *Mux). nc must
@@ -202,10 +206,15 @@ func (w *Worker) start(ctx context.Context) error {
 	if w.pipe, err = newPipeline(w); err != nil {
 		return err
 	}
+	if w.pl, err = newPuller(w); err != nil {
+		w.pipe.close()
+		return err
+	}
 
 	w.mu.Lock()
 	if w.state != WorkerNew {
 		w.mu.Unlock()
+		w.pl.close()
 		w.pipe.close()
 		return ErrStopped // Stop won the race with Start
 	}
@@ -272,6 +281,9 @@ func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
 // shutdown runs once, after stopping was closed.
 func (w *Worker) shutdown() {
 	w.loops.Wait()
+	// No request is sent any more: give up the outstanding ones (a task
+	// one still brings is handed back at once).
+	w.pl.expire(true)
 	drained := make(chan struct{})
 	go func() {
 		w.attempts.Wait()
@@ -291,6 +303,7 @@ func (w *Worker) shutdown() {
 	<-drained
 	// No attempt runs and the pipeline is empty.
 	w.pipe.close()
+	w.pl.close()
 	w.runners.Wait()
 	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
 	if err := w.nc.FlushWithContext(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
@@ -381,7 +394,7 @@ func (w *Worker) isStopping() bool {
 func (w *Worker) dispatchLoop() {
 	defer w.loops.Done()
 	for {
-		w.dispatch()
+		w.pl.send(w.dispatch())
 		select {
 		case <-w.wake:
 		case <-w.stopping:
@@ -390,7 +403,7 @@ func (w *Worker) dispatchLoop() {
 	}
 }
 
-// dispatch plans pulls under the lock and starts them.
+// dispatch plans pulls under the lock; the caller sends them.
 //
 // Slots go first to priorities known to have work (no-wait fetches sized to
 // the free slots, split by the scheduler). When slots are left over (no
@@ -398,19 +411,23 @@ func (w *Worker) dispatchLoop() {
 // slots), every other priority gets a long-poll: a single-message pull
 // that reserves a slot out of MaxConcurrency, so a message it brings always
 // has a slot.
-func (w *Worker) dispatch() {
+func (w *Worker) dispatch() (plans []pullPlan) {
 	if w.isStopping() {
-		return
+		return nil
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var caps [numPriorities]int
 	var oldest [numPriorities]time.Time
+	var resting [numPriorities]bool
 	known := false
+	now := time.Now()
 	for p := range w.prio {
 		st := &w.prio[p]
 		oldest[p] = st.oldest
+		resting[p] = now.Before(st.restUntil)
 		switch {
+		case resting[p]:
 		case st.polling:
 		case st.pending > 0:
 			caps[p] = int(min(st.pending, uint64(w.o.MaxConcurrency)))
@@ -427,11 +444,11 @@ func (w *Worker) dispatch() {
 			// pulled together in the next round, in larger batches (the
 			// server answers fetch requests one by one, so batches carry
 			// the throughput).
-			return
+			return nil
 		}
 		free := min(w.size, w.o.MaxConcurrency-w.polling) - w.busy
 		if free <= 0 {
-			return
+			return nil
 		}
 		alloc := w.sched.allocate(free, caps, w.sched.effective(w.o.now(), oldest))
 		used := 0
@@ -440,12 +457,11 @@ func (w *Worker) dispatch() {
 				used += n
 				w.fetching += n
 				w.prio[p].fetches++
-				w.pulls.Add(1)
-				go w.fetch(p, n)
+				plans = append(plans, w.pl.planLocked(p, n, false))
 			}
 		}
 		if used == free {
-			return // every free slot is wanted: no spare capacity to long-poll
+			return plans // every free slot is wanted: no spare capacity to long-poll
 		}
 	}
 	// Spare capacity: long-poll every priority with no known work.
@@ -455,15 +471,15 @@ func (w *Worker) dispatch() {
 		if budget <= 0 {
 			break
 		}
-		if st.polling || st.fetches > 0 || caps[p] > 0 {
+		if st.polling || st.fetches > 0 || caps[p] > 0 || resting[p] {
 			continue
 		}
 		st.polling = true
 		w.polling++
 		budget--
-		w.pulls.Add(1)
-		go w.poll(p)
+		plans = append(plans, w.pl.planLocked(p, 1, true))
 	}
+	return plans
 }
 
 // refreshLoop reads the backlog of priorities that have no long-poll
@@ -478,6 +494,7 @@ func (w *Worker) refreshLoop() {
 			return
 		case <-t.C:
 		}
+		w.pl.expire(false)
 		w.refresh()
 		w.scaleDown()
 		w.nudge()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 // A task published by plain nats.go, without any Spool header, completes
@@ -847,4 +849,43 @@ func TestWorkerOnCluster(t *testing.T) {
 	e.worker(mux)
 	e.waitResult("c-late", spool.StateCompleted, 30*time.Second)
 	waitFor(t, 10*time.Second, "queue empty", func() bool { return e.taskMsgs() == 0 })
+}
+
+// A pull that fails (here: the priority's consumer is gone, so the
+// request finds no responder) rests the priority instead of retrying in a
+// loop, and pulling resumes once the consumer is back.
+func TestPullFailureRestsAndRecovers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, streams.Settings{})
+	var logs streamstest.SyncBuffer
+	mux := consumer.NewMux()
+	mux.HandleFunc("job", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		return []byte(`"done"`), nil
+	})
+	e.worker(mux, consumer.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	e.publishID(spool.Low, "job", "before", nil, nil)
+	e.waitResult("before", spool.StateCompleted, 10*time.Second)
+
+	if err := e.js.DeleteConsumer(testCtx(t), e.names.TaskStream(), e.names.Consumer(spool.Low)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a failed pull logged", func() bool {
+		return strings.Contains(logs.String(), "pull failed")
+	})
+	// Let a few rest periods pass: the failures come one per rest, not in a
+	// loop.
+	since := time.Now()
+	waitFor(t, 10*time.Second, "three failed pulls", func() bool {
+		return strings.Count(logs.String(), "pull failed") >= 3
+	})
+	failures := strings.Count(logs.String(), "pull failed")
+	if perSecond := float64(failures) / time.Since(since).Seconds(); failures > 3 && perSecond > 20 {
+		t.Errorf("%d failed pulls in %s: pulling is not resting", failures, time.Since(since))
+	}
+
+	if err := streams.Provision(testCtx(t), e.js, e.topo, testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	e.publishID(spool.Low, "job", "after", nil, nil)
+	e.waitResult("after", spool.StateCompleted, 10*time.Second)
 }
