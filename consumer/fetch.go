@@ -69,12 +69,8 @@ func newPuller(w *Worker) (*puller, error) {
 	for _, p := range spool.Priorities {
 		pl.next[p] = "$JS.API.CONSUMER.MSG.NEXT." + w.o.Names.TaskStream() + "." + w.o.Names.Consumer(p)
 	}
-	sub, err := w.nc.Subscribe(pl.prefix+"*.*", pl.onMsg)
+	sub, err := subscribeUnbounded(w.nc, pl.prefix+"*.*", pl.onMsg)
 	if err != nil {
-		return nil, fmt.Errorf("subscribing to pulled tasks: %w", err)
-	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("subscribing to pulled tasks: %w", err)
 	}
 	pl.sub = sub

@@ -92,12 +92,8 @@ func newPipeline(w *Worker) (*pipeline, error) {
 		stopWrite: make(chan struct{}),
 		written:   make(chan struct{}),
 	}
-	sub, err := w.nc.Subscribe(p.prefix+"*", p.onAck)
+	sub, err := subscribeUnbounded(w.nc, p.prefix+"*", p.onAck)
 	if err != nil {
-		return nil, fmt.Errorf("subscribing to result acknowledgements: %w", err)
-	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("subscribing to result acknowledgements: %w", err)
 	}
 	p.sub = sub
@@ -166,6 +162,22 @@ func (p *pipeline) writeLoop() {
 		}
 		p.spare = q[:0]
 	}
+}
+
+// subscribeUnbounded subscribes cb to subject with no limit on the
+// messages waiting for it: what arrives there answers the worker's own
+// requests, whose number the worker bounds, and a dropped one would
+// strand a task until AckWait.
+func subscribeUnbounded(nc *nats.Conn, subject string, cb nats.MsgHandler) (*nats.Subscription, error) {
+	sub, err := nc.Subscribe(subject, cb)
+	if err != nil {
+		return nil, err
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	return sub, nil
 }
 
 // take removes and returns the completion of tok, nil when it is gone.
