@@ -145,31 +145,16 @@ const handlerGrace = 50 * time.Millisecond
 
 // run calls the handler in the attempt's goroutine under the attempt's
 // deadline, turning a panic into a *PanicError, and settles the attempt
-// with its result. While the handler runs, a timer heartbeats the message
-// (InProgress every AckWait/3); when the deadline passes or shutdown
-// cancels the attempt and the handler has not returned within
-// handlerGrace, a watcher settles the attempt at once (timeout, or
-// hand-back) and the slot stays busy until the handler returns. Neither
-// costs a goroutine unless it fires.
+// with its result. A watch (one timer, no goroutine unless it fires)
+// heartbeats the message while the handler runs, writes the processing
+// state after ProcessingDelay, and settles the attempt without the handler
+// when it has not returned handlerGrace after its deadline or after
+// shutdown cancelled it (timeout, or hand-back); the slot then stays busy
+// until the handler returns.
 func (w *Worker) run(a attemptInfo, t *Task, timeout time.Duration, o outcome) {
 	ctx, cancel := context.WithTimeout(w.hardCtx, timeout)
 	defer cancel()
-	hb := w.startHeartbeat(a)
-	var once sync.Once
-	finish := func(r handlerResult) {
-		once.Do(func() {
-			hb.stop()
-			o.run = time.Since(a.started)
-			w.settle(ctx, a, r, o)
-		})
-	}
-	handlerDone := make(chan struct{})
-	watchDone := make(chan struct{})
-	stopWatch := context.AfterFunc(ctx, func() {
-		defer close(watchDone)
-		w.watchExpired(ctx, a, handlerDone, finish)
-	})
-
+	wa := w.startWatch(ctx, a, o)
 	var r handlerResult
 	func() {
 		defer func() {
@@ -179,77 +164,86 @@ func (w *Worker) run(a attemptInfo, t *Task, timeout time.Duration, o outcome) {
 		}()
 		r.out, r.err = w.h.ProcessTask(ctx, t)
 	}()
-	close(handlerDone)
-	finish(r) // a no-op when the watcher settled the attempt already
-	if !stopWatch() {
-		<-watchDone // the watcher started: let it end
-	}
+	// A no-op when the watch settled the attempt already; waits for it
+	// when it is settling it now.
+	wa.finish(r)
 }
 
-// watchExpired runs when an attempt's context ends: it gives the handler
-// handlerGrace to return on its own, then settles the attempt without it.
-func (w *Worker) watchExpired(ctx context.Context, a attemptInfo, handlerDone <-chan struct{}, finish func(handlerResult)) {
-	grace := time.NewTimer(handlerGrace)
-	defer grace.Stop()
-	select {
-	case <-handlerDone:
-		return
-	case <-grace.C:
-	}
-	w.log.Warn("handler still running after its context ended; settling the task now, the slot stays busy until the handler returns",
-		"task_id", a.id, "type", a.typ, "error", ctx.Err())
-	finish(handlerResult{err: ctx.Err()})
-}
-
-// heartbeat sends InProgress for a running attempt every AckWait/3, and
-// writes its processing state once it has run for ProcessingDelay (when
-// that is not 0, in which case the attempt wrote it as it started), from
-// one timer, until stopped. A processing write that has not happened
-// when the attempt stops never happens, so it cannot overwrite the final
-// state.
-type heartbeat struct {
+// watch is the timer of a running attempt: it sends InProgress every
+// AckWait/3, writes the processing state once the attempt has run for
+// ProcessingDelay (when that is not 0, in which case the attempt wrote it
+// as it started), and settles the attempt when its handler overstays (see
+// run). Nothing it would still do happens once the attempt is settled, so
+// a late processing write cannot overwrite the final state.
+type watch struct {
 	w     *Worker
+	ctx   context.Context
 	a     attemptInfo
+	o     outcome
 	every time.Duration
+	once  sync.Once
 
 	mu           sync.Mutex
 	stopped      bool
 	nextBeat     time.Time
 	processingAt time.Time // zero once written or not wanted
+	expireAt     time.Time // the deadline plus handlerGrace
 	timer        *time.Timer
 }
 
-func (w *Worker) startHeartbeat(a attemptInfo) *heartbeat {
+func (w *Worker) startWatch(ctx context.Context, a attemptInfo, o outcome) *watch {
 	every := w.ackWait[a.p] / 3
 	if every <= 0 {
 		every = 10 * time.Second
 	}
-	h := &heartbeat{w: w, a: a, every: every, nextBeat: a.started.Add(every)}
+	h := &watch{w: w, ctx: ctx, a: a, o: o, every: every, nextBeat: a.started.Add(every)}
 	if d := w.o.ProcessingDelay; d > 0 {
 		h.processingAt = a.started.Add(d)
 	}
+	if dl, ok := ctx.Deadline(); ok {
+		h.expireAt = dl.Add(handlerGrace)
+	}
 	h.mu.Lock() // the first firing waits until timer is set
-	defer h.mu.Unlock()
-	h.timer = time.AfterFunc(time.Until(h.nextFiring()), h.fire)
+	h.timer = time.AfterFunc(time.Until(h.nextFiringLocked()), h.fire)
+	h.mu.Unlock()
+	// Registered before looking at hardCtx: cancelHandlers cancels it
+	// before it visits the registry, so an attempt either is visited or
+	// sees the cancellation here.
+	w.watchMu.Lock()
+	w.watches[h] = struct{}{}
+	w.watchMu.Unlock()
+	if w.hardCtx.Err() != nil {
+		h.expireSoon()
+	}
 	return h
 }
 
-// nextFiring is the earlier of the next heartbeat and the processing
-// write. h.mu is held.
-func (h *heartbeat) nextFiring() time.Time {
-	if !h.processingAt.IsZero() && h.processingAt.Before(h.nextBeat) {
-		return h.processingAt
+// nextFiringLocked is the earliest of the next heartbeat, the processing
+// write and the expiry. h.mu is held.
+func (h *watch) nextFiringLocked() time.Time {
+	next := h.nextBeat
+	for _, t := range []time.Time{h.processingAt, h.expireAt} {
+		if !t.IsZero() && t.Before(next) {
+			next = t
+		}
 	}
-	return h.nextBeat
+	return next
 }
 
-func (h *heartbeat) fire() {
+func (h *watch) fire() {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if h.stopped {
+		h.mu.Unlock()
 		return
 	}
 	now := time.Now()
+	if !h.expireAt.IsZero() && !now.Before(h.expireAt) {
+		h.mu.Unlock()
+		h.w.log.Warn("handler still running after its context ended; settling the task now, the slot stays busy until the handler returns",
+			"task_id", h.a.id, "type", h.a.typ, "error", h.ctx.Err())
+		h.finish(handlerResult{err: h.ctx.Err()})
+		return
+	}
 	if !h.processingAt.IsZero() && !now.Before(h.processingAt) {
 		h.processingAt = time.Time{}
 		h.w.putProcessing(h.a)
@@ -260,16 +254,53 @@ func (h *heartbeat) fire() {
 		}
 		h.nextBeat = now.Add(h.every)
 	}
-	h.timer.Reset(time.Until(h.nextFiring()))
+	h.timer.Reset(time.Until(h.nextFiringLocked()))
+	h.mu.Unlock()
 }
 
-// stop ends the heartbeats and any processing write still to come; none
-// is sent after it returns.
-func (h *heartbeat) stop() {
+// expireSoon gives the handler handlerGrace from now to return (its
+// context was cancelled by shutdown).
+func (h *watch) expireSoon() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.stopped {
+		return
+	}
+	h.expireAt = time.Now().Add(handlerGrace)
+	h.timer.Reset(handlerGrace)
+}
+
+// finish settles the attempt with r, once: the first caller (the handler
+// returning, or the watch expiring) wins and the other waits for it.
+func (h *watch) finish(r handlerResult) {
+	h.once.Do(func() {
+		h.stop()
+		o := h.o
+		o.run = time.Since(h.a.started)
+		h.w.settle(h.ctx, h.a, r, o)
+	})
+}
+
+// stop ends the timer; nothing is sent after it returns.
+func (h *watch) stop() {
+	h.mu.Lock()
 	h.stopped = true
 	h.timer.Stop()
+	h.mu.Unlock()
+	h.w.watchMu.Lock()
+	delete(h.w.watches, h)
+	h.w.watchMu.Unlock()
+}
+
+// cancelHandlers cancels every handler's context and gives the handlers
+// handlerGrace to return before their attempts are settled without them.
+func (w *Worker) cancelHandlers() {
+	w.hardCancel()
+	w.watchMu.Lock()
+	defer w.watchMu.Unlock()
+	for h := range w.watches {
+		h.expireSoon()
+	}
 }
 
 // settle acts on an attempt's result: ack, NAK with backoff, dead letter,

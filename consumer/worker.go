@@ -58,6 +58,9 @@ type Worker struct {
 	// running handlers when the shutdown timeout runs out.
 	hardCtx    context.Context
 	hardCancel context.CancelFunc
+	// watches are the running attempts' timers, for cancelHandlers.
+	watchMu sync.Mutex
+	watches map[*watch]struct{}
 	// stopped is closed when every goroutine has ended.
 	stopped chan struct{}
 	// wake nudges the dispatcher (capacity 1, never closed).
@@ -143,6 +146,7 @@ func New(nc *nats.Conn, h Handler, opts ...Option) (*Worker, error) {
 		stopped:  make(chan struct{}),
 		runq:     make(chan job),
 		wake:     make(chan struct{}, 1),
+		watches:  make(map[*watch]struct{}),
 		state:    WorkerNew,
 		size:     o.MinConcurrency,
 	}
@@ -266,10 +270,10 @@ func (w *Worker) Stop(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		w.mu.Lock()
-		cancel := w.hardCancel
+		started := w.hardCancel != nil
 		w.mu.Unlock()
-		if cancel != nil {
-			cancel()
+		if started {
+			w.cancelHandlers()
 		}
 		return ctx.Err()
 	}
@@ -297,7 +301,7 @@ func (w *Worker) shutdown() {
 	case <-w.hardCtx.Done():
 	}
 	timer.Stop()
-	w.hardCancel()
+	w.cancelHandlers()
 	w.pulls.Wait()
 	w.attempts.Wait()
 	<-drained
