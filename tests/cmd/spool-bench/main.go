@@ -82,7 +82,8 @@ type config struct {
 	sharesSlots int
 	backlogLo   int // small backlog
 	backlogHi   int // large backlog (default sync only: filling it with SyncAlways takes too long)
-	backlogN    int // tasks processed per backlog run
+	backlogN    int // tasks processed per drain of a backlog run
+	backlogReps int // drains per backlog run
 	backlogConc int
 	concs       []int
 }
@@ -95,7 +96,7 @@ func defaultConfig(quick bool) config {
 		queued:    100_000, processN: 50_000, processNAlw: 20_000,
 		pickupN: 600, pickupRate: 200,
 		sharesPer: 2000, sharesWin: 4000, sharesSlots: 8,
-		backlogLo: 10_000, backlogHi: 1_000_000, backlogN: 8000, backlogConc: 100,
+		backlogLo: 10_000, backlogHi: 1_000_000, backlogN: 8000, backlogReps: 6, backlogConc: 100,
 		concs: []int{10, 100},
 	}
 	if quick {
@@ -105,7 +106,7 @@ func defaultConfig(quick bool) config {
 			queued: 500, processN: 200, processNAlw: 200,
 			pickupN: 20, pickupRate: 200,
 			sharesPer: 100, sharesWin: 200, sharesSlots: 8,
-			backlogLo: 300, backlogHi: 1000, backlogN: 100, backlogConc: 10,
+			backlogLo: 300, backlogHi: 1000, backlogN: 100, backlogReps: 1, backlogConc: 10,
 			concs: []int{10},
 		}
 	}

@@ -47,6 +47,8 @@ func TestQuickRun(t *testing.T) {
 		"pickup at 200 tasks/s: p99 (µs)",
 		"shares: largest deviation from the weights (pp)",
 		"backlog: 1000 queued, consumer RSS (MiB)",
+		"backlog: throughput at 1000 queued / at 300",
+		"network writes per task: consumer, concurrency 10",
 		"CPU per task: consumer, concurrency 10 (µs)",
 		"kept notes",
 	} {

@@ -151,8 +151,8 @@ func methodNotes(c config) string {
 - **processing**: the normal priority holds %d queued tasks; the consumer (a child process) processes %d of them (%d with SyncAlways) with a no-op handler. Raw = `+"`Fetch(min(concurrency, 32))`"+` + `+"`Ack`"+` (batches over 32 are slower on nats.go 1.55); Spool = a `+"`consumer.Worker`"+` with that many slots, writing the result states to `+"`spool_results`"+` (completed stored before the ack).
 - **pickup**: an idle consumer; %d tasks published one at a time at %d tasks/s; stream timestamp → handler start (raw: delivery of a waiting `+"`Fetch(1)`"+`).
 - **shares**: %d tasks queued in each of the five priorities, %d slots, boost off; the share of the first %d tasks started per priority, against the configured weights (raw round-robins the five consumers). The longest wait of idle is the longest time without an idle task starting.
-- **backlog**: %d tasks processed at concurrency %d with %d and then %d tasks queued; RSS is the consumer child's peak (VmHWM).
+- **backlog**: %d drains of %d tasks at concurrency %d, each after a top-up to %d and then to %d queued tasks; throughput over all drains; RSS is the consumer children's peak (VmHWM).
 - **CPU per task**: user+sys of the producer (this process, getrusage), the consumer child (getrusage) and the server child (/proc/<pid>/stat) over the measured window, divided by the tasks.
 `, c.latencyN, c.batchN, c.batchSize, 4096, c.queued, c.processN, c.processNAlw, c.pickupN, c.pickupRate,
-		c.sharesPer, c.sharesSlots, c.sharesWin, c.backlogN, c.backlogConc, c.backlogLo, c.backlogHi)
+		c.sharesPer, c.sharesSlots, c.sharesWin, c.backlogReps, c.backlogN, c.backlogConc, c.backlogLo, c.backlogHi)
 }

@@ -34,6 +34,9 @@ type bench struct {
 	log   *slog.Logger
 	// profiles numbers the CPU profiles written.
 	profiles int
+	// backlogLoRate is the backlog throughput at backlogLo queued, by
+	// variant and run, for the ratio at backlogHi.
+	backlogLoRate map[string]float64
 }
 
 func runMode(ctx context.Context, cfg config, syncAlways bool, res *results, log *slog.Logger) error {
@@ -69,7 +72,7 @@ func runMode(ctx context.Context, cfg config, syncAlways bool, res *results, log
 	if err != nil {
 		return err
 	}
-	b := &bench{cfg: cfg, mode: mode, srv: srv, nc: nc, js: js, names: names, topo: topo, res: res, log: log.With("sync", mode)}
+	b := &bench{cfg: cfg, mode: mode, srv: srv, nc: nc, js: js, names: names, topo: topo, res: res, log: log.With("sync", mode), backlogLoRate: map[string]float64{}}
 	res.modes = append(res.modes, mode)
 	steps := []struct {
 		name string
@@ -110,7 +113,7 @@ func runMode(ctx context.Context, cfg config, syncAlways bool, res *results, log
 		}
 		for run := 1; run <= cfg.runs; run++ {
 			b.log.Info("scenario", "name", "backlog", "queued", backlog, "run", run)
-			if err := b.backlog(ctx, backlog); err != nil {
+			if err := b.backlog(ctx, backlog, run); err != nil {
 				return fmt.Errorf("%s, backlog %d, run %d: %w", mode, backlog, run, err)
 			}
 		}
@@ -434,19 +437,41 @@ func (b *bench) shares(ctx context.Context) error {
 	return b.purge(ctx)
 }
 
-// backlog: throughput over backlogN tasks and consumer RSS with a small and
-// a large backlog.
-func (b *bench) backlog(ctx context.Context, queued int) error {
+// backlog: throughput and consumer RSS with a small and a large backlog;
+// the large one also reports its throughput over the small one's, per
+// variant and run (raw shows what the server itself loses).
+func (b *bench) backlog(ctx context.Context, queued, run int) error {
+	row := fmt.Sprintf("backlog: %d queued, concurrency %d (tasks/s)", queued, b.cfg.backlogConc)
 	for _, variant := range []string{"raw", "spool"} {
-		if err := b.topUp(ctx, queued); err != nil {
-			return err
+		var tasks int
+		var seconds float64
+		var hwm int64
+		// backlogReps drains of backlogN tasks, each after a top-up to
+		// queued: enough tasks for a steady figure, with the backlog
+		// never more than backlogN below queued.
+		for range b.cfg.backlogReps {
+			if err := b.topUp(ctx, queued); err != nil {
+				return err
+			}
+			runtime.GC()
+			r, err := runConsume(ctx, b.srv, nil, "-mode", variant, "-task", "drain",
+				"-n", strconv.Itoa(b.cfg.backlogN), "-conc", strconv.Itoa(b.cfg.backlogConc))
+			if err != nil {
+				return err
+			}
+			tasks += r.Tasks
+			seconds += r.Seconds
+			hwm = max(hwm, r.HWMKiB)
 		}
-		runtime.GC()
-		r, err := b.drain(ctx, fmt.Sprintf("backlog: %d queued, concurrency %d", queued, b.cfg.backlogConc), variant, variant, b.cfg.backlogN, b.cfg.backlogConc)
-		if err != nil {
-			return err
+		rate := float64(tasks) / seconds
+		b.add(row, variant, rate)
+		b.add(fmt.Sprintf("backlog: %d queued, consumer RSS (MiB)", queued), variant, float64(hwm)/1024)
+		key := fmt.Sprintf("%s/%d", variant, run)
+		if queued == b.cfg.backlogLo {
+			b.backlogLoRate[key] = rate
+		} else if lo := b.backlogLoRate[key]; lo > 0 {
+			b.add(fmt.Sprintf("backlog: throughput at %d queued / at %d", queued, b.cfg.backlogLo), variant, rate/lo)
 		}
-		b.add(fmt.Sprintf("backlog: %d queued, consumer RSS (MiB)", queued), variant, float64(r.HWMKiB)/1024)
 	}
 	return nil
 }
