@@ -99,9 +99,6 @@ func runMode(ctx context.Context, cfg config, syncAlways bool, res *results, log
 	if cfg.wants("backlog") {
 		backlogs = []int{cfg.backlogLo, cfg.backlogHi}
 	}
-	if cfg.quick && len(backlogs) > 0 {
-		backlogs = backlogs[1:] // one level exercises the code
-	}
 	if syncAlways {
 		// Every publish is fsynced: filling a million tasks would take
 		// most of the run's time budget.
