@@ -132,11 +132,17 @@ func (p *pipeline) put(a attemptInfo, o outcome, doc spool.Result) error {
 	return nil
 }
 
-// writeLoop publishes queued result documents in rounds. Before each
-// round it yields once, so attempts finishing at about the same time join
-// it: their writes leave in one burst, which the connection sends in one
-// or a few network writes instead of one each (a network write costs the
-// worker and the server several times what publishing a message does).
+// writeBurst is the queue length from which the writer does not yield
+// before a round: the burst is there already.
+const writeBurst = 8
+
+// writeLoop publishes queued result documents in rounds. Before a round
+// that would be short it yields once, so attempts finishing at about the
+// same time join it: their writes leave in one burst, which the
+// connection sends in one or a few network writes instead of one each (a
+// network write costs the worker and the server several times what
+// publishing a message does). A yield costs a trip through the scheduler,
+// so a round that is long already goes at once.
 func (p *pipeline) writeLoop() {
 	defer close(p.written)
 	for {
@@ -145,7 +151,12 @@ func (p *pipeline) writeLoop() {
 		case <-p.stopWrite:
 			return
 		}
-		runtime.Gosched()
+		p.mu.Lock()
+		short := len(p.queue) < writeBurst
+		p.mu.Unlock()
+		if short {
+			runtime.Gosched()
+		}
 		p.mu.Lock()
 		q := p.queue
 		p.queue = p.spare
