@@ -2,17 +2,17 @@ package producer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // BatchResult is the outcome of one task of a batch: its EnqueueResult when
 // Err is nil. A task with an error was not enqueued, except that a task whose
-// ack did not arrive before ctx ended (Err wraps the context's error) may
-// have been stored: enqueue it again with the same id to be sure.
+// ack did not arrive (Err says "it may be stored" and wraps the context's
+// error, jetstream.ErrAsyncPublishTimeout after the client's timeout, or
+// jetstream.ErrJetStreamPublisherClosed after Close) may have been stored:
+// enqueue it again with the same id to be sure. Such a task keeps its
+// unique key.
 type BatchResult struct {
 	EnqueueResult
 	Err error `json:"-"`
@@ -52,22 +52,23 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []Task) ([]BatchResult,
 		return results, c.batchError(results)
 	}
 
-	type inFlight struct {
-		i       int
-		p       prepared
-		claimed bool
-		future  jetstream.PubAckFuture
+	b, err := c.acks.open(len(tasks))
+	if err != nil {
+		for i := range results {
+			results[i].ID = tasks[i].ID
+			results[i].Err = err
+		}
+		return results, c.batchError(results)
 	}
-	flights := make([]inFlight, 0, len(tasks))
 	now := time.Now()
-	stall := jetstream.WithStallWait(c.timeout)
+	var last lastSubject
 	for i, t := range tasks {
 		if err := ctx.Err(); err != nil {
 			results[i].ID = t.ID
 			results[i].Err = fmt.Errorf("task %d not published: %w", i, context.Cause(ctx))
 			continue
 		}
-		p, err := c.prepare(t, now, limit)
+		p, err := c.prepare(t, now, limit, &last)
 		results[i].ID = p.id
 		if err != nil {
 			results[i].Err = err
@@ -83,27 +84,29 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []Task) ([]BatchResult,
 				continue
 			}
 		}
-		f, err := c.js.PublishMsgAsync(p.msg, stall)
-		if err != nil {
-			results[i].Err = fmt.Errorf("publishing task %q to %s: %w", p.id, p.msg.Subject, translate(err))
+		if err := c.acks.publish(ctx, b, i, p, claimed); err != nil {
+			if ctx.Err() != nil {
+				results[i].Err = fmt.Errorf("task %d not published: %w", i, err)
+			} else {
+				results[i].Err = fmt.Errorf("publishing task %q to %s: %w", p.id, p.msg.Subject, translate(err))
+			}
 			if claimed {
 				c.releaseUnique(ctx, p.uniqueKey, p.id)
 			}
-			continue
 		}
-		flights = append(flights, inFlight{i: i, p: p, claimed: claimed, future: f})
 	}
 
-	for _, f := range flights {
-		ack, err := awaitAck(ctx, f.future)
-		switch {
-		case err == nil:
-			results[f.i].EnqueueResult = f.p.result(ack)
-		case ctx.Err() != nil && errors.Is(err, context.Cause(ctx)):
-			results[f.i].Err = fmt.Errorf("waiting for the ack of task %q (it may be stored; enqueue it again with the same id): %w",
-				f.p.id, err)
-		default:
-			results[f.i].Err = fmt.Errorf("publishing task %q to %s: %w", f.p.id, f.p.msg.Subject, translate(err))
+	c.acks.wait(ctx, b)
+	for i := range b.flights {
+		f := &b.flights[i]
+		switch f.state {
+		case acked:
+			results[i].EnqueueResult = f.p.result(f.seq, f.dup)
+		case lost:
+			results[i].Err = fmt.Errorf("waiting for the ack of task %q (it may be stored; enqueue it again with the same id): %w",
+				f.p.id, f.err)
+		case failed:
+			results[i].Err = fmt.Errorf("publishing task %q to %s: %w", f.p.id, f.p.msg.Subject, translate(f.err))
 			if f.claimed {
 				c.releaseUnique(ctx, f.p.uniqueKey, f.p.id)
 			}
@@ -129,24 +132,4 @@ func (c *Client) batchError(results []BatchResult) error {
 		return nil
 	}
 	return be
-}
-
-// awaitAck returns the future's outcome, preferring one already there over
-// the end of ctx.
-func awaitAck(ctx context.Context, f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
-	select {
-	case ack := <-f.Ok():
-		return ack, nil
-	case err := <-f.Err():
-		return nil, err
-	default:
-	}
-	select {
-	case ack := <-f.Ok():
-		return ack, nil
-	case err := <-f.Err():
-		return nil, err
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
-	}
 }

@@ -1,10 +1,14 @@
 package producer_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
@@ -138,5 +142,109 @@ func TestCloseReleasesTheReplySubscription(t *testing.T) {
 	}
 	if _, err := c.EnqueueBatch(ctxFor(t), []producer.Task{producer.NewTask("a", nil)}); err != nil {
 		t.Fatalf("batch after Close: %v", err)
+	}
+}
+
+func TestBatchTaskRefusedMidBatch(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	ctx := ctxFor(t)
+	e.shrinkMaxMsgSize(t, 1024)
+	results, err := e.client.EnqueueBatch(ctx, []producer.Task{
+		{Type: "small", ID: "a"},
+		{Type: "big", ID: "b", Payload: make([]byte, 4096), UniqueKey: "k", UniqueTTL: time.Hour},
+		{Type: "small", ID: "c"},
+	})
+	var be *producer.BatchError
+	if !errors.As(err, &be) || be.Failed != 1 || !errors.Is(err, producer.ErrPayloadTooLarge) {
+		t.Fatalf("batch error %v", err)
+	}
+	if results[0].Err != nil || results[2].Err != nil || results[0].Sequence == 0 || results[2].Sequence != results[0].Sequence+1 {
+		t.Fatalf("stored tasks: %+v %+v", results[0], results[2])
+	}
+	if holder, ok := e.uniqueHolder(t, "k"); ok {
+		t.Fatalf("unique key still held by %q after the server refused the task", holder)
+	}
+	if n := e.streamMsgs(t); n != 3 {
+		t.Fatalf("stream holds %d messages, want 3", n)
+	}
+}
+
+// lostAckEnv returns a client (with opts) whose task stream is gone after
+// the client looked it up, and a subscriber that receives its task
+// publishes without answering: their acks never come.
+func lostAckEnv(t *testing.T, opts ...producer.Option) (*env, *producer.Client) {
+	t.Helper()
+	e := startEnv(t)
+	c, err := producer.New(e.nc, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	e.deleteTaskStream(t, c)
+	sub, err := e.nc.SubscribeSync(e.names.PriorityFilter(spool.Critical)) // the tasks below
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return e, c
+}
+
+func checkLostAck(t *testing.T, e *env, r producer.BatchResult, cause error) {
+	t.Helper()
+	if !errors.Is(r.Err, cause) || !strings.Contains(r.Err.Error(), "may be stored") {
+		t.Fatalf("want a lost ack (%v), got %+v", cause, r)
+	}
+	if holder, _ := e.uniqueHolder(t, "lost"); holder != r.ID {
+		t.Fatalf("unique key of a task that may be stored held by %q, want %q", holder, r.ID)
+	}
+}
+
+func TestBatchAckThatNeverComesTimesOut(t *testing.T) {
+	t.Parallel()
+	// A window of one: the second task waits for room until the first's
+	// ack is given up.
+	e, c := lostAckEnv(t, producer.WithTimeout(300*time.Millisecond), producer.WithPublishWindow(1))
+	results, err := c.EnqueueBatch(ctxFor(t), []producer.Task{
+		{Type: "a", ID: "t1", UniqueKey: "lost", UniqueTTL: time.Hour},
+		{Type: "a", ID: "t2"},
+	})
+	var be *producer.BatchError
+	if !errors.As(err, &be) || be.Failed != 2 {
+		t.Fatalf("batch error %v", err)
+	}
+	checkLostAck(t, e, results[0], jetstream.ErrAsyncPublishTimeout)
+	if !errors.Is(results[1].Err, jetstream.ErrAsyncPublishTimeout) {
+		t.Fatalf("second task: %+v", results[1])
+	}
+}
+
+func TestBatchAckThatNeverComesEndsWithTheContext(t *testing.T) {
+	t.Parallel()
+	e, c := lostAckEnv(t, producer.WithTimeout(time.Minute))
+	ctx, cancel := context.WithTimeout(ctxFor(t), 300*time.Millisecond)
+	defer cancel()
+	results, _ := c.EnqueueBatch(ctx, []producer.Task{{Type: "a", ID: "t1", UniqueKey: "lost", UniqueTTL: time.Hour}})
+	checkLostAck(t, e, results[0], context.DeadlineExceeded)
+}
+
+func TestBatchWithoutTheTaskStream(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	e.deleteTaskStream(t, e.client)
+	results, err := e.client.EnqueueBatch(ctxFor(t), []producer.Task{
+		{Type: "a", ID: "t1", UniqueKey: "k", UniqueTTL: time.Hour},
+		{Type: "a", ID: "t2"},
+	})
+	if !errors.Is(err, producer.ErrNotProvisioned) {
+		t.Fatalf("want ErrNotProvisioned, got %v", err)
+	}
+	for i, r := range results {
+		if !errors.Is(r.Err, producer.ErrNotProvisioned) {
+			t.Fatalf("task %d: %+v", i, r)
+		}
+	}
+	if holder, ok := e.uniqueHolder(t, "k"); ok {
+		t.Fatalf("unique key still held by %q after the publish failed", holder)
 	}
 }

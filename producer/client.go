@@ -22,7 +22,7 @@ type Client struct {
 	names   spool.Names
 	logger  *slog.Logger
 	timeout time.Duration
-	window  int
+	acks    *acks // EnqueueBatch's publishes
 
 	mu      sync.Mutex
 	tasks   jetstream.Stream // task stream, looked up once
@@ -57,14 +57,16 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 		names:   o.names,
 		logger:  o.logger,
 		timeout: o.timeout,
-		window:  o.window,
+		acks:    newAcks(nc, o.timeout, o.window),
 	}, nil
 }
 
 // Close releases what the client holds on the connection (the reply
-// subscription of asynchronous publishes); it does not close the
-// connection. Acks still pending fail. The client stays usable.
+// subscription of EnqueueBatch's publishes); it does not close the
+// connection. Acks still pending are lost: those tasks may be stored, and
+// their batch reports them so. The client stays usable.
 func (c *Client) Close() {
+	c.acks.close()
 	c.js.CleanupPublisher()
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // EnqueueResult is the outcome of enqueueing one task.
@@ -50,7 +49,7 @@ func (c *Client) Enqueue(ctx context.Context, task Task, opts ...EnqueueOption) 
 	if err != nil {
 		return EnqueueResult{}, err
 	}
-	p, err := c.prepare(task, time.Now(), limit)
+	p, err := c.prepare(task, time.Now(), limit, nil)
 	if err != nil {
 		return EnqueueResult{}, err
 	}
@@ -71,7 +70,7 @@ func (c *Client) Enqueue(ctx context.Context, task Task, opts ...EnqueueOption) 
 		}
 		return EnqueueResult{ID: p.id}, err
 	}
-	res := p.result(ack)
+	res := p.result(ack.Sequence, ack.Duplicate)
 	if c.logger.Enabled(ctx, slog.LevelDebug) {
 		c.logger.DebugContext(ctx, "task enqueued", "task_id", res.ID, "subject", res.Subject,
 			"seq", res.Sequence, "duplicate", res.Duplicate, "scheduled", res.Scheduled)
@@ -85,12 +84,12 @@ func ackLost(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, nats.ErrTimeout)
 }
 
-func (p prepared) result(ack *jetstream.PubAck) EnqueueResult {
+func (p prepared) result(seq uint64, duplicate bool) EnqueueResult {
 	return EnqueueResult{
 		ID:        p.id,
 		Subject:   p.msg.Subject,
-		Sequence:  ack.Sequence,
-		Duplicate: ack.Duplicate,
+		Sequence:  seq,
+		Duplicate: duplicate,
 		Scheduled: p.scheduled,
 		ProcessAt: p.processAt,
 	}

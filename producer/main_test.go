@@ -123,6 +123,37 @@ func (e *env) uniqueHolder(t testing.TB, key string) (string, bool) {
 	return string(entry.Value()), true
 }
 
+// lookedUp has c look up the task stream, which it does once, by
+// enqueueing a task.
+func (e *env) lookedUp(t testing.TB, c *producer.Client) {
+	t.Helper()
+	if _, err := c.Enqueue(ctxFor(t), producer.NewTask("warmup", nil)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// shrinkMaxMsgSize lowers the task stream's max message size to n after
+// the env's client looked the stream up: the server, not the client,
+// refuses a bigger task.
+func (e *env) shrinkMaxMsgSize(t testing.TB, n int32) {
+	t.Helper()
+	e.lookedUp(t, e.client)
+	cfg := e.tasks.CachedInfo().Config
+	cfg.MaxMsgSize = n
+	if _, err := e.js.UpdateStream(ctxFor(t), cfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deleteTaskStream deletes the task stream after c looked it up.
+func (e *env) deleteTaskStream(t testing.TB, c *producer.Client) {
+	t.Helper()
+	e.lookedUp(t, c)
+	if err := e.js.DeleteStream(ctxFor(t), e.names.TaskStream()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func errorf(format string, a ...any) error { return fmt.Errorf(format, a...) }
 
 func embeddedDefaults() embedded.Options { return embedded.Options{} }

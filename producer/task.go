@@ -68,14 +68,36 @@ type prepared struct {
 	processAt time.Time
 }
 
+// lastSubject remembers the task subject of a batch's previous task, whose
+// priority and type the next task most often shares.
+type lastSubject struct {
+	priority spool.Priority
+	typ      string
+	subject  string
+}
+
+// taskSubject returns spool.tasks.<priority>.<type>, validating the type;
+// last, if not nil, remembers the previous answer.
+func (c *Client) taskSubject(p spool.Priority, typ string, last *lastSubject) (string, error) {
+	if last != nil && last.subject != "" && last.priority == p && last.typ == typ {
+		return last.subject, nil
+	}
+	subject, err := c.names.TaskSubject(p, typ)
+	if err == nil && last != nil {
+		*last = lastSubject{priority: p, typ: typ, subject: subject}
+	}
+	return subject, err
+}
+
 // prepare validates t and builds its message. now is the enqueue time,
-// limit the largest message (payload plus headers) the stream accepts.
-func (c *Client) prepare(t Task, now time.Time, limit int) (prepared, error) {
+// limit the largest message (payload plus headers) the stream accepts;
+// last (may be nil) remembers the previous task's subject.
+func (c *Client) prepare(t Task, now time.Time, limit int, last *lastSubject) (prepared, error) {
 	var p prepared
 	if !t.Priority.Valid() {
 		return p, invalid("priority", fmt.Errorf("%w: %d (want spool.Critical to spool.Idle)", ErrInvalidPriority, int(t.Priority)))
 	}
-	subject, err := c.names.TaskSubject(t.Priority, t.Type) // validates the type
+	subject, err := c.taskSubject(t.Priority, t.Type, last) // validates the type
 	if err != nil {
 		return p, invalid("type", err)
 	}

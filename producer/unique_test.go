@@ -60,16 +60,7 @@ func TestUniqueKeyReleasedWhenPublishFails(t *testing.T) {
 	t.Parallel()
 	e := startEnv(t)
 	ctx := ctxFor(t)
-	// The client reads the stream's max message size once; shrink it
-	// afterwards so the server, not the client, refuses the next task.
-	if _, err := e.client.Enqueue(ctx, producer.NewTask("warmup", nil)); err != nil {
-		t.Fatal(err)
-	}
-	cfg := e.tasks.CachedInfo().Config
-	cfg.MaxMsgSize = 1024
-	if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	e.shrinkMaxMsgSize(t, 1024)
 	_, err := e.client.Enqueue(ctx, producer.NewTask("big", make([]byte, 4096)), producer.Unique("k", time.Hour))
 	if !errors.Is(err, producer.ErrPayloadTooLarge) {
 		t.Fatalf("want ErrPayloadTooLarge from the server, got %v", err)
