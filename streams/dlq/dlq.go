@@ -282,20 +282,34 @@ func (d *DLQ) scan(ctx context.Context, f Filter, fn func(Letter) bool) error {
 			return fmt.Errorf("listing %s: %w", stream, err)
 		}
 		got := 0
+		// done ends the listing, but only after the batch is drained: the
+		// fetch's goroutine ends once its messages are in (they are all
+		// pending), not left waiting for a reply that a closed connection
+		// never brings.
+		var done bool
+		var doneErr error
 		for m := range msgs.Messages() {
 			got++
+			if done {
+				continue
+			}
 			md, err := m.Metadata()
 			if err != nil {
-				return fmt.Errorf("listing %s: %w", stream, err)
+				done, doneErr = true, fmt.Errorf("listing %s: %w", stream, err)
+				continue
 			}
 			left = md.NumPending
 			if !f.Until.IsZero() && md.Timestamp.After(f.Until) {
-				return nil // stored in order: nothing later matches
+				done = true // stored in order: nothing later matches
+				continue
 			}
 			l := d.letter(md.Sequence.Stream, m.Subject(), md.Timestamp, m.Headers(), m.Data())
 			if f.match(&l) && !fn(l) {
-				return nil
+				done = true
 			}
+		}
+		if done {
+			return doneErr
 		}
 		if err := msgs.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return fmt.Errorf("listing %s: %w", stream, err)
