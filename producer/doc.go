@@ -3,9 +3,11 @@
 // A Client is built on a caller's *nats.Conn (which it never closes) and
 // speaks the wire contract of package spool: a task is a JetStream message
 // on spool.tasks.<priority>.<type> whose body is the payload and whose
-// metadata travels in headers. Every publish carries Nats-Msg-Id and
-// Spool-Task-Id set to the task id, so a retried publish of the same task is
-// stored once and reported as a duplicate.
+// metadata travels in headers. Every publish carries Nats-Msg-Id set to the
+// task id, so a retried publish of the same task is stored once and
+// reported as a duplicate; a delayed task also carries Spool-Task-Id (the
+// server strips Nats-Msg-Id from the message its schedule fires), an
+// immediate one does not need it (readers fall back to Nats-Msg-Id).
 //
 //	c, err := producer.New(nc, producer.WithLogger(logger))
 //	res, err := c.Enqueue(ctx, producer.NewTask("email.send", body),

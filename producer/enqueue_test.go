@@ -46,7 +46,7 @@ func TestEnqueueStoresWireContract(t *testing.T) {
 		t.Fatalf("stored %q %q", msg.Subject, msg.Data)
 	}
 	want := map[string]string{
-		spool.HeaderTaskID:      "order-42",
+		spool.HeaderTaskID:      "", // an immediate task's id is in Nats-Msg-Id alone
 		spool.HeaderMsgID:       "order-42",
 		spool.HeaderMaxRetries:  "0",
 		spool.HeaderTimeout:     "1m30s",

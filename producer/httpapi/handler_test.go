@@ -38,7 +38,7 @@ func TestEnqueueOverHTTPStoresContract(t *testing.T) {
 		t.Fatalf("stored %s %q", msg.Subject, msg.Data)
 	}
 	for k, v := range map[string]string{
-		"Spool-Task-Id": "mail-1", "Nats-Msg-Id": "mail-1", "Spool-Max-Retries": "2", "Spool-Timeout": "30s",
+		"Spool-Task-Id": "", "Nats-Msg-Id": "mail-1", // an immediate task's id is in Nats-Msg-Id alone "Spool-Max-Retries": "2", "Spool-Timeout": "30s",
 		"Spool-Unique-Key": "user-1", "Spool-Unique-TTL": "1h0m0s", "X-Tenant": "acme",
 		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 	} {

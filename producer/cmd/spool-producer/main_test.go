@@ -108,7 +108,7 @@ func TestEnqueueCommand(t *testing.T) {
 		t.Fatalf("%q, %v", out, err)
 	}
 	m := s.lastTask(t, "spool.tasks.high.email.send")
-	for k, v := range map[string]string{"Spool-Task-Id": "cli-1", "Nats-Msg-Id": "cli-1", "Spool-Max-Retries": "0",
+	for k, v := range map[string]string{"Spool-Task-Id": "", "Nats-Msg-Id": "cli-1", "Spool-Max-Retries": "0",
 		"Spool-Timeout": "45s", "Spool-Unique-Key": "u1", "X-Tenant": "acme", "X-Env": "dev"} {
 		if got := m.Header.Get(k); got != v {
 			t.Errorf("header %s = %q, want %q", k, got, v)
@@ -317,7 +317,7 @@ func TestServeCommand(t *testing.T) {
 	if resp.StatusCode != 201 {
 		t.Fatalf("POST: %d %s", resp.StatusCode, body)
 	}
-	if m := s.lastTask(t, "spool.tasks.normal.via.http"); m.Header.Get("Spool-Task-Id") != "h1" {
+	if m := s.lastTask(t, "spool.tasks.normal.via.http"); m.Header.Get("Nats-Msg-Id") != "h1" {
 		t.Fatalf("stored %v", m.Header)
 	}
 	cancel()

@@ -98,7 +98,7 @@ func writeReport(cfg config, r *results, wall time.Duration) error {
 	b.WriteString(methodNotes(cfg))
 	for _, mode := range r.modes {
 		fmt.Fprintf(&b, "\n## %s\n\n", mode)
-		b.WriteString("| figure | raw JetStream | raw + contract headers | Spool | Spool / raw |\n|---|---:|---:|---:|---:|\n")
+		b.WriteString("| figure | raw JetStream | raw + Nats-Msg-Id | Spool | Spool / raw |\n|---|---:|---:|---:|---:|\n")
 		for _, row := range r.rows[mode] {
 			raw, _ := r.median(mode, row, "raw")
 			rawH, nh := r.median(mode, row, "raw+headers")
@@ -111,7 +111,7 @@ func writeReport(cfg config, r *results, wall time.Duration) error {
 			if ns > 0 && raw != 0 {
 				ratio = fmt.Sprintf("%.2f", sp/raw)
 				if nh > 0 && rawH != 0 {
-					ratio += fmt.Sprintf(" (%.2f of raw+headers)", sp/rawH)
+					ratio += fmt.Sprintf(" (%.2f of raw+Nats-Msg-Id)", sp/rawH)
 				}
 			}
 			if strings.HasPrefix(row, "shares:") {
@@ -147,7 +147,7 @@ func writeKeepingNotes(path string, table []byte) error {
 func methodNotes(c config) string {
 	return fmt.Sprintf(`How each figure is made:
 
-- **enqueue**: single task = %d sequential publishes waiting for the ack (raw `+"`js.Publish`"+`, Spool `+"`Client.Enqueue`"+`), 128-byte payload; batch = %d tasks in batches of %d with %d publishes in flight (raw `+"`PublishMsgAsync`"+` without headers, raw with the two headers of the contract `+"`Nats-Msg-Id`"+` + `+"`Spool-Task-Id`"+`, Spool `+"`EnqueueBatch`"+`), waiting for every ack. Each variant starts on a freshly created stream.
+- **enqueue**: single task = %d sequential publishes waiting for the ack (raw `+"`js.Publish`"+`, Spool `+"`Client.Enqueue`"+`), 128-byte payload; batch = %d tasks in batches of %d with %d publishes in flight (raw `+"`PublishMsgAsync`"+` without headers, raw with the header the contract needs on an immediate task, `+"`Nats-Msg-Id`"+` (dedup; Spool's client sends the same), Spool `+"`EnqueueBatch`"+`), waiting for every ack. Each variant starts on a freshly created stream.
 - **processing**: the normal priority holds %d queued tasks; the consumer (a child process) processes %d of them (%d with SyncAlways) with a no-op handler. Raw = `+"`Fetch(min(concurrency, 32))`"+` + `+"`Ack`"+` (batches over 32 are slower on nats.go 1.55); Spool = a `+"`consumer.Worker`"+` with that many slots, writing the result states to `+"`spool_results`"+` (completed stored before the ack).
 - **pickup**: an idle consumer; %d tasks published one at a time at %d tasks/s; stream timestamp → handler start (raw: delivery of a waiting `+"`Fetch(1)`"+`).
 - **shares**: %d tasks queued in each of the five priorities, %d slots, boost off; the share of the first %d tasks started per priority, against the configured weights (raw round-robins the five consumers). The longest wait of idle is the longest time without an idle task starting.

@@ -258,8 +258,7 @@ func (b *bench) enqueue(ctx context.Context) error {
 			for i := range futures {
 				m := &nats.Msg{Subject: subject, Data: payload}
 				if headers {
-					id := spool.NewID()
-					m.Header = nats.Header{spool.HeaderMsgID: {id}, spool.HeaderTaskID: {id}}
+					m.Header = nats.Header{spool.HeaderMsgID: {spool.NewID()}}
 				}
 				f, err := b.js.PublishMsgAsync(m)
 				if err != nil {
