@@ -52,6 +52,11 @@ type pipeline struct {
 	// subscription's goroutine uses it.
 	stored []*completion
 
+	// bufs holds encoding buffers (*[]byte): nats.go copies a message as
+	// it publishes it, so the writer gives a document's buffer back right
+	// after.
+	bufs sync.Pool
+
 	// kick wakes the writer (capacity 1); spare is the writer's other
 	// queue buffer, swapped with queue on every round.
 	kick  chan struct{}
@@ -68,7 +73,12 @@ type resultWrite struct {
 	tok  uint64
 	id   string
 	data []byte
+	buf  *[]byte // from bufs
 }
+
+// maxPooledBuf is the largest encoding buffer kept for reuse: a large
+// result would otherwise stay in the pool.
+const maxPooledBuf = 4 << 10
 
 // completion is a completed attempt whose result write is in flight.
 type completion struct {
@@ -92,6 +102,10 @@ func newPipeline(w *Worker) (*pipeline, error) {
 		stopWrite: make(chan struct{}),
 		written:   make(chan struct{}),
 	}
+	p.bufs.New = func() any {
+		b := make([]byte, 0, 512)
+		return &b
+	}
 	sub, err := subscribeUnbounded(w.nc, p.prefix+"*", p.onAck)
 	if err != nil {
 		return nil, fmt.Errorf("subscribing to result acknowledgements: %w", err)
@@ -105,8 +119,10 @@ func newPipeline(w *Worker) (*pipeline, error) {
 // put queues doc for the writer and hands the attempt to the pipeline.
 // On error nothing was handed over.
 func (p *pipeline) put(a attemptInfo, o outcome, doc spool.Result) error {
-	data, err := p.w.results.encode(&doc)
+	buf := p.bufs.Get().(*[]byte)
+	data, err := p.w.results.encodeInto((*buf)[:0], &doc)
 	if err != nil {
+		p.bufs.Put(buf)
 		return err
 	}
 	p.room <- struct{}{}
@@ -120,7 +136,7 @@ func (p *pipeline) put(a attemptInfo, o outcome, doc spool.Result) error {
 	p.next++
 	tok := p.next
 	p.pending[tok] = c
-	p.queue = append(p.queue, resultWrite{tok: tok, id: doc.ID, data: data})
+	p.queue = append(p.queue, resultWrite{tok: tok, id: doc.ID, data: data, buf: buf})
 	first := len(p.queue) == 1
 	p.mu.Unlock()
 	if first {
@@ -168,6 +184,10 @@ func (p *pipeline) writeLoop() {
 					p.w.resultLost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w", wr.id, err))
 					p.done()
 				}
+			}
+			if cap(wr.data) <= maxPooledBuf {
+				*wr.buf = wr.data[:0] // the buffer the document grew into
+				p.bufs.Put(wr.buf)
 			}
 			q[i] = resultWrite{}
 		}

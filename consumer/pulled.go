@@ -2,6 +2,9 @@ package consumer
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,20 +25,70 @@ func (p *pulledMsg) Metadata() (*jetstream.MsgMetadata, error) {
 	if p.md != nil {
 		return p.md, nil
 	}
-	md, err := p.m.Metadata()
+	md, err := parseAckSubject(p.m.Reply)
 	if err != nil {
 		return nil, err
 	}
-	p.md = &jetstream.MsgMetadata{
-		Sequence:     jetstream.SequencePair{Consumer: md.Sequence.Consumer, Stream: md.Sequence.Stream},
-		NumDelivered: md.NumDelivered,
-		NumPending:   md.NumPending,
-		Timestamp:    md.Timestamp,
-		Stream:       md.Stream,
-		Consumer:     md.Consumer,
-		Domain:       md.Domain,
+	p.md = md
+	return md, nil
+}
+
+// parseAckSubject reads a delivery's metadata from its ack subject, as
+// nats.go does:
+//
+//	$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>
+//	$JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>[.<token>...]
+//
+// (the second form is the newer one; a domain "_" means none).
+func parseAckSubject(subject string) (*jetstream.MsgMetadata, error) {
+	rest, ok := strings.CutPrefix(subject, "$JS.ACK.")
+	if !ok {
+		return nil, fmt.Errorf("%w: reply %q is not a JetStream ack subject", jetstream.ErrNotJSMessage, subject)
 	}
-	return p.md, nil
+	var tok [10]string
+	n := 0
+	for n < len(tok) {
+		var t string
+		t, rest, ok = strings.Cut(rest, ".")
+		tok[n] = t
+		n++
+		if !ok {
+			break
+		}
+	}
+	var domain string
+	var f []string // stream, consumer, delivered, sseq, cseq, tm, pending
+	switch {
+	case n == 7 && !ok:
+		f = tok[:7]
+	case n >= 9:
+		if domain = tok[0]; domain == "_" {
+			domain = ""
+		}
+		f = tok[2:9]
+	default:
+		return nil, fmt.Errorf("%w: reply %q is not a JetStream ack subject", jetstream.ErrNotJSMessage, subject)
+	}
+	md := &jetstream.MsgMetadata{
+		Stream:       f[0],
+		Consumer:     f[1],
+		NumDelivered: parseCount(f[2]),
+		Timestamp:    time.Unix(0, int64(parseCount(f[5]))),
+		NumPending:   parseCount(f[6]),
+		Domain:       domain,
+	}
+	md.Sequence.Stream = parseCount(f[3])
+	md.Sequence.Consumer = parseCount(f[4])
+	return md, nil
+}
+
+// parseCount reads a decimal token of an ack subject; 0 when it is not one.
+func parseCount(s string) uint64 {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 func (p *pulledMsg) Data() []byte                           { return p.m.Data }

@@ -123,10 +123,15 @@ func (r *Results) putFuture(doc spool.Result) (jetstream.PubAckFuture, error) {
 }
 
 func (r *Results) encode(doc *spool.Result) ([]byte, error) {
+	return r.encodeInto(make([]byte, 0, 384+len(doc.Result)+len(doc.Error)), doc)
+}
+
+// encodeInto encodes doc, appending to buf when it can.
+func (r *Results) encodeInto(buf []byte, doc *spool.Result) ([]byte, error) {
 	if doc.Worker == "" {
 		doc.Worker = r.worker
 	}
-	if b, ok := appendResult(make([]byte, 0, 384+len(doc.Result)+len(doc.Error)), doc); ok {
+	if b, ok := appendResult(buf, doc); ok {
 		return b, nil
 	}
 	b, err := json.Marshal(doc)
