@@ -331,6 +331,7 @@ func (b *bench) processing(ctx context.Context) error {
 		cpuRow := fmt.Sprintf("CPU per task: consumer, concurrency %d", conc)
 		srvRow := fmt.Sprintf("CPU per task: server, processing at concurrency %d", conc)
 		writesRow := fmt.Sprintf("network writes per task: consumer, concurrency %d", conc)
+		totalRow := fmt.Sprintf("CPU per task: consumer + server, concurrency %d", conc)
 		for _, v := range []struct {
 			name, mode, rowSuffix string
 			extra                 []string
@@ -354,11 +355,13 @@ func (b *bench) processing(ctx context.Context) error {
 			cpu, srv, writes := r.CPUus/tasks, r.ServerCPUus/tasks, float64(r.Writes)/tasks
 			b.add(cpuRow+v.rowSuffix+" (µs)", v.name, cpu)
 			b.add(srvRow+v.rowSuffix+" (µs)", v.name, srv)
+			b.add(totalRow+v.rowSuffix+" (µs)", v.name, cpu+srv)
 			b.add(writesRow+v.rowSuffix, v.name, writes)
 			if v.name == "raw" && !b.cfg.quick { // the same baseline for the eager rows
 				b.add(row+eager+" (tasks/s)", "raw", tasks/r.Seconds)
 				b.add(cpuRow+eager+" (µs)", "raw", cpu)
 				b.add(srvRow+eager+" (µs)", "raw", srv)
+				b.add(totalRow+eager+" (µs)", "raw", cpu+srv)
 				b.add(writesRow+eager, "raw", writes)
 			}
 		}
