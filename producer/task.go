@@ -133,13 +133,6 @@ func (c *Client) prepare(t Task, now time.Time, limit int, last *lastSubject) (p
 	}
 	p.scheduled = p.processAt.After(now)
 
-	h := make(nats.Header, len(t.Headers)+2)
-	for k, v := range t.Headers {
-		if err := validateExtraHeader(k, v); err != nil {
-			return p, invalid("headers", err)
-		}
-		h.Set(k, v)
-	}
 	meta := spool.Meta{
 		ID:          p.id,
 		MaxRetries:  t.MaxRetries,
@@ -149,8 +142,21 @@ func (c *Client) prepare(t Task, now time.Time, limit int, last *lastSubject) (p
 		TraceParent: t.TraceParent,
 		TraceState:  t.TraceState,
 	}
-	if err := meta.Encode(h); err != nil {
-		return p, invalid("headers", err)
+	var h nats.Header
+	if !p.scheduled && len(t.Headers) == 0 && meta == (spool.Meta{ID: p.id}) {
+		// The common task: its id (validated above) is all there is.
+		h = nats.Header{spool.HeaderMsgID: {p.id}}
+	} else {
+		h = make(nats.Header, len(t.Headers)+2)
+		for k, v := range t.Headers {
+			if err := validateExtraHeader(k, v); err != nil {
+				return p, invalid("headers", err)
+			}
+			h.Set(k, v)
+		}
+		if err := meta.Encode(h); err != nil {
+			return p, invalid("headers", err)
+		}
 	}
 	msg := &nats.Msg{Subject: subject, Header: h, Data: t.Payload}
 	if p.scheduled {
