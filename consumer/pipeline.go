@@ -18,8 +18,11 @@ import (
 
 // pipelineDepth bounds the completion pipeline: completed attempts whose
 // result write awaits its acknowledgement. When it is full, a finishing
-// attempt waits for room and keeps its slot.
-const pipelineDepth = 1024
+// attempt waits for room and keeps its slot. It is a few times the slots:
+// enough to keep the slots busy during the bucket's round trip, and not so
+// many that a crash (whose completions in flight all run again) or a
+// server slow to store them (SyncAlways under load) piles up work.
+func pipelineDepth(maxSlots int) int { return max(64, 4*maxSlots) }
 
 // pipeline acks completed tasks once their result document is stored.
 //
@@ -94,7 +97,7 @@ func newPipeline(w *Worker) (*pipeline, error) {
 	p := &pipeline{
 		w:         w,
 		prefix:    w.nc.NewInbox() + ".",
-		room:      make(chan struct{}, pipelineDepth),
+		room:      make(chan struct{}, pipelineDepth(w.o.MaxConcurrency)),
 		pending:   make(map[uint64]*completion),
 		kick:      make(chan struct{}, 1),
 		stopSweep: make(chan struct{}),
