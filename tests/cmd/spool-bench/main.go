@@ -93,7 +93,7 @@ func defaultConfig(quick bool) config {
 		runs: 3, out: "BENCHMARKS.md",
 		latencyN: 1000, batchN: 50_000, batchSize: 1000,
 		batchNAlw: 20_000,
-		queued:    100_000, processN: 50_000, processNAlw: 20_000,
+		queued:    150_000, processN: 100_000, processNAlw: 20_000,
 		pickupN: 600, pickupRate: 200,
 		sharesPer: 2000, sharesWin: 4000, sharesSlots: 8,
 		backlogLo: 10_000, backlogHi: 1_000_000, backlogN: 8000, backlogReps: 6, backlogConc: 100,
