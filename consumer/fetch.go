@@ -54,6 +54,7 @@ type pullRequest struct {
 	want     int
 	got      int
 	poll     bool
+	sent     time.Time
 	deadline time.Time
 }
 
@@ -89,7 +90,8 @@ func (pl *puller) planLocked(p spool.Priority, n int, poll bool) pullPlan {
 	} else {
 		body = fmt.Appendf(nil, `{"batch":%d,"no_wait":true}`, n)
 	}
-	pl.req[p] = pullRequest{id: pl.seq, want: n, poll: poll, deadline: time.Now().Add(wait)}
+	now := time.Now()
+	pl.req[p] = pullRequest{id: pl.seq, want: n, poll: poll, sent: now, deadline: now.Add(wait)}
 	pl.w.pulls.Add(1)
 	return pullPlan{p: p, id: pl.seq, body: body}
 }
@@ -232,7 +234,7 @@ func (pl *puller) expire(all bool) bool {
 		r := pl.req[p]
 		if r.id != 0 && (all || now.After(r.deadline)) {
 			if !all {
-				w.log.Warn("pull request unanswered; giving its slots back", "priority", p.String(), "waited", pullAnswerWait)
+				w.log.Warn("pull request unanswered; giving its slots back", "priority", p.String(), "waited", now.Sub(r.sent).Round(time.Millisecond))
 			}
 			ended = pl.endLocked(p, r.id, true) || ended
 		}
