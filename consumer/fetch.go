@@ -42,6 +42,7 @@ type puller struct {
 	prefix string // reply subjects: prefix + priority + "." + request
 	sub    *nats.Subscription
 	next   [numPriorities]string // $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>
+	cons   [numPriorities]string // consumer names, to know a pulled task's priority
 
 	// Guarded by w.mu.
 	seq uint64
@@ -68,7 +69,8 @@ type pullPlan struct {
 func newPuller(w *Worker) (*puller, error) {
 	pl := &puller{w: w, prefix: w.nc.NewInbox() + "."}
 	for _, p := range spool.Priorities {
-		pl.next[p] = "$JS.API.CONSUMER.MSG.NEXT." + w.o.Names.TaskStream() + "." + w.o.Names.Consumer(p)
+		pl.cons[p] = w.o.Names.Consumer(p)
+		pl.next[p] = "$JS.API.CONSUMER.MSG.NEXT." + w.o.Names.TaskStream() + "." + pl.cons[p]
 	}
 	sub, err := subscribeUnbounded(w.nc, pl.prefix+"*.*", pl.onMsg)
 	if err != nil {
@@ -189,7 +191,7 @@ func (pl *puller) onStatus(m *nats.Msg) {
 // priority is the priority whose consumer is named consumer.
 func (pl *puller) priority(consumer string) (spool.Priority, bool) {
 	for _, p := range spool.Priorities {
-		if pl.w.o.Names.Consumer(p) == consumer {
+		if pl.cons[p] == consumer {
 			return p, true
 		}
 	}
