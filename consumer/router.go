@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/fleet"
 )
 
 // Router defaults. Each is documented at its option.
@@ -39,7 +40,7 @@ var (
 	// Router runs once; make a new one to run again.
 	ErrRouterStopped = errors.New("dlq router already stopped")
 	// ErrBadAdvisory marks an advisory the router cannot act on. It is
-	// acknowledged (dropped) and counted in RouterStats.Bad.
+	// acknowledged (dropped) and counted in fleet.RouterStats.Bad.
 	ErrBadAdvisory = errors.New("bad MAX_DELIVERIES advisory")
 )
 
@@ -101,20 +102,6 @@ const (
 	routerRunning
 	routerDone
 )
-
-// RouterStats counts what a Router did since it started.
-type RouterStats struct {
-	// Routed counts tasks this router moved to the dead-letter stream.
-	Routed uint64
-	// Gone counts advisories whose task was already gone (handled by the
-	// worker or another router).
-	Gone uint64
-	// Bad counts advisories dropped because they could not be parsed.
-	Bad uint64
-	// Failed counts attempts that hit a transient error; the advisory was
-	// retried.
-	Failed uint64
-}
 
 // RouterOption configures a Router.
 type RouterOption func(*Router) error
@@ -387,8 +374,8 @@ func (r *Router) Err() error {
 }
 
 // Stats returns the router's counters.
-func (r *Router) Stats() RouterStats {
-	return RouterStats{
+func (r *Router) Stats() fleet.RouterStats {
+	return fleet.RouterStats{
 		Routed: r.routed.Load(),
 		Gone:   r.gone.Load(),
 		Bad:    r.bad.Load(),

@@ -1,22 +1,22 @@
 package consumer
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"regexp"
 	"runtime/debug"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+
+	"github.com/spoolq/spool/shared/fleet"
 )
 
 // ServiceName is the NATS service (micro) name every worker registers
 // under: `nats micro ls`, `nats micro info spool-consumer` and `nats micro
 // stats spool-consumer` list the fleet.
-const ServiceName = "spool-consumer"
+const ServiceName = fleet.ServiceName
 
 // ServiceOption configures AddService.
 type ServiceOption func(*serviceConfig) error
@@ -98,7 +98,7 @@ func AddService(nc *nats.Conn, w *Worker, opts ...ServiceOption) (micro.Service,
 	}
 	cfg.metadata["worker"] = w.o.WorkerName
 	cfg.metadata["prefix"] = w.o.Names.Prefix()
-	stats := func() ServiceStats { return NewServiceStats(w.Stats(), cfg.router) }
+	stats := func() fleet.WorkerStats { return NewServiceStats(w.Stats(), cfg.router) }
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:         ServiceName,
 		Version:      cfg.version,
@@ -127,98 +127,32 @@ func errorsJoinStop(err error, svc micro.Service) error {
 	return err
 }
 
-// ServiceStats are a worker's live figures as the service reports them: the
-// data of its $SRV.STATS endpoint and the answer of its stats endpoint.
-// Durations are in nanoseconds.
-type ServiceStats struct {
-	Worker     string                 `json:"worker"`
-	State      WorkerState            `json:"state"`
-	Slots      int                    `json:"slots"`
-	Busy       int                    `json:"busy"`
-	Idle       int                    `json:"idle"`
-	MinSlots   int                    `json:"min_slots"`
-	MaxSlots   int                    `json:"max_slots"`
-	ScaleUps   uint64                 `json:"scale_ups"`
-	ScaleDowns uint64                 `json:"scale_downs"`
-	Total      CounterStats           `json:"total"`
-	Priorities []PriorityServiceStats `json:"priorities"`
-	// Types has the counters of each task type (without distributions).
-	Types  map[string]CounterStats `json:"types,omitempty"`
-	Router *RouterStats            `json:"dlq_router,omitempty"`
-}
-
-// CounterStats are Counters in JSON form.
-type CounterStats struct {
-	Processed uint64     `json:"processed"`
-	Completed uint64     `json:"completed"`
-	Failed    uint64     `json:"failed"`
-	Retried   uint64     `json:"retried"`
-	Dead      uint64     `json:"dead"`
-	Returned  uint64     `json:"returned"`
-	Pickup    *DistStats `json:"pickup,omitempty"`
-	Run       *DistStats `json:"run,omitempty"`
-}
-
-// PriorityServiceStats are one priority's figures.
-type PriorityServiceStats struct {
-	Priority string `json:"priority"`
-	CounterStats
-	Busy       int           `json:"busy"`
-	Backlog    uint64        `json:"backlog"`
-	OldestWait time.Duration `json:"oldest_wait_ns"`
-	Weight     float64       `json:"weight"`
-}
-
-// DistStats summarise a Distribution: count, sum, mean and quantiles, and
-// the per-bucket counts (bounds: DistributionBounds, then +Inf) so that
-// several workers' distributions can be merged.
-type DistStats struct {
-	Count  uint64        `json:"count"`
-	Sum    time.Duration `json:"sum_ns"`
-	Mean   time.Duration `json:"mean_ns"`
-	P50    time.Duration `json:"p50_ns"`
-	P95    time.Duration `json:"p95_ns"`
-	P99    time.Duration `json:"p99_ns"`
-	Counts []uint64      `json:"counts,omitempty"`
-}
-
-func distStats(d Distribution, buckets bool) *DistStats {
-	if d.Count == 0 {
-		return nil
-	}
-	s := &DistStats{Count: d.Count, Sum: d.Sum, Mean: d.Mean(), P50: d.Quantile(0.5), P95: d.Quantile(0.95), P99: d.Quantile(0.99)}
-	if buckets {
-		s.Counts = d.Counts
-	}
-	return s
-}
-
-func counterStats(c Counters, dists, buckets bool) CounterStats {
-	s := CounterStats{Processed: c.Processed, Completed: c.Completed, Failed: c.Failed, Retried: c.Retried, Dead: c.Dead, Returned: c.Returned}
+func counterStats(c Counters, dists, buckets bool) fleet.CounterStats {
+	s := fleet.CounterStats{Processed: c.Processed, Completed: c.Completed, Failed: c.Failed, Retried: c.Retried, Dead: c.Dead, Returned: c.Returned}
 	if dists {
-		s.Pickup, s.Run = distStats(c.Pickup, buckets), distStats(c.Run, buckets)
+		s.Pickup, s.Run = fleet.Summarize(c.Pickup, buckets), fleet.Summarize(c.Run, buckets)
 	}
 	return s
 }
 
-// NewServiceStats builds ServiceStats from a Stats snapshot and, when r is
-// not nil, the router's counters.
-func NewServiceStats(s Stats, r *Router) ServiceStats {
-	out := ServiceStats{
-		Worker: s.Worker, State: s.State, Slots: s.Slots, Busy: s.Busy, Idle: s.Idle,
+// NewServiceStats builds the published figures from a Stats snapshot and,
+// when r is not nil, the router's counters.
+func NewServiceStats(s Stats, r *Router) fleet.WorkerStats {
+	out := fleet.WorkerStats{
+		Worker: s.Worker, State: string(s.State), Slots: s.Slots, Busy: s.Busy, Idle: s.Idle,
 		MinSlots: s.MinSlots, MaxSlots: s.MaxSlots, ScaleUps: s.ScaleUps, ScaleDowns: s.ScaleDowns,
 		Total:      counterStats(s.Total(), true, false),
-		Priorities: make([]PriorityServiceStats, 0, len(s.Priorities)),
+		Priorities: make([]fleet.PriorityStats, 0, len(s.Priorities)),
 	}
 	for _, p := range s.Priorities {
-		out.Priorities = append(out.Priorities, PriorityServiceStats{
+		out.Priorities = append(out.Priorities, fleet.PriorityStats{
 			Priority:     p.Priority.String(),
 			CounterStats: counterStats(p.Counters, true, true),
 			Busy:         p.Busy, Backlog: p.Backlog, OldestWait: p.OldestWait, Weight: p.Weight,
 		})
 	}
 	if len(s.Types) > 0 {
-		out.Types = make(map[string]CounterStats, len(s.Types))
+		out.Types = make(map[string]fleet.CounterStats, len(s.Types))
 		for t, c := range s.Types {
 			out.Types[t] = counterStats(c, false, false)
 		}
@@ -228,14 +162,4 @@ func NewServiceStats(s Stats, r *Router) ServiceStats {
 		out.Router = &rs
 	}
 	return out
-}
-
-// MarshalJSON keeps RouterStats in snake_case.
-func (r RouterStats) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Routed uint64 `json:"routed"`
-		Gone   uint64 `json:"gone"`
-		Bad    uint64 `json:"bad"`
-		Failed uint64 `json:"failed"`
-	}{r.Routed, r.Gone, r.Bad, r.Failed})
 }

@@ -8,88 +8,8 @@ import (
 	"time"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/fleet"
 )
-
-// numBounds is the number of finite bucket bounds of a Distribution.
-const numBounds = 23
-
-// bucketBound is the upper bound of bucket i: 50µs·2^i.
-func bucketBound(i int) time.Duration { return 50 * time.Microsecond << i }
-
-// DistributionBounds returns the upper bounds of the buckets of every
-// Distribution: 50µs doubling up to about 3.5 minutes; a last bucket
-// (+Inf) follows.
-func DistributionBounds() []time.Duration {
-	b := make([]time.Duration, numBounds)
-	for i := range b {
-		b[i] = bucketBound(i)
-	}
-	return b
-}
-
-// Distribution is a histogram of durations with the buckets of
-// DistributionBounds() (Counts has one more element, for +Inf). It maps onto a
-// Prometheus histogram: Counts are per bucket, not cumulative.
-type Distribution struct {
-	Count  uint64
-	Sum    time.Duration
-	Counts []uint64
-}
-
-func (d *Distribution) observe(v time.Duration) {
-	if d.Counts == nil {
-		d.Counts = make([]uint64, numBounds+1)
-	}
-	i := 0
-	for i < numBounds && v > bucketBound(i) {
-		i++
-	}
-	d.Counts[i]++
-	d.Count++
-	d.Sum += v
-}
-
-func (d Distribution) clone() Distribution {
-	d.Counts = append([]uint64(nil), d.Counts...)
-	return d
-}
-
-// Mean is Sum/Count, or 0.
-func (d Distribution) Mean() time.Duration {
-	if d.Count == 0 {
-		return 0
-	}
-	return d.Sum / time.Duration(d.Count)
-}
-
-// Quantile estimates the q-quantile (0 < q <= 1) by linear interpolation
-// inside the bucket that holds it; values above the last bound report the
-// last bound.
-func (d Distribution) Quantile(q float64) time.Duration {
-	if d.Count == 0 {
-		return 0
-	}
-	rank := q * float64(d.Count)
-	var seen float64
-	for i, c := range d.Counts {
-		if c == 0 {
-			continue
-		}
-		if seen+float64(c) >= rank {
-			if i == numBounds {
-				return bucketBound(i - 1)
-			}
-			lo := time.Duration(0)
-			if i > 0 {
-				lo = bucketBound(i - 1)
-			}
-			frac := (rank - seen) / float64(c)
-			return lo + time.Duration(frac*float64(bucketBound(i)-lo))
-		}
-		seen += float64(c)
-	}
-	return bucketBound(numBounds - 1)
-}
 
 // Counters count attempts and outcomes.
 type Counters struct {
@@ -107,9 +27,9 @@ type Counters struct {
 	// Returned counts tasks handed back unfinished at shutdown.
 	Returned uint64
 	// Pickup is the time from enqueue to the start of the first attempt.
-	Pickup Distribution
+	Pickup fleet.Histogram
 	// Run is the handler's run time.
-	Run Distribution
+	Run fleet.Histogram
 }
 
 func (c *Counters) add(o *Counters) {
@@ -119,29 +39,15 @@ func (c *Counters) add(o *Counters) {
 	c.Retried += o.Retried
 	c.Dead += o.Dead
 	c.Returned += o.Returned
-	c.Pickup = mergeDist(c.Pickup, o.Pickup)
-	c.Run = mergeDist(c.Run, o.Run)
-}
-
-func mergeDist(a, b Distribution) Distribution {
-	if b.Count == 0 {
-		return a.clone()
-	}
-	out := a.clone()
-	if out.Counts == nil {
-		out.Counts = make([]uint64, numBounds+1)
-	}
-	for i, c := range b.Counts {
-		out.Counts[i] += c
-	}
-	out.Count += b.Count
-	out.Sum += b.Sum
-	return out
+	c.Pickup = c.Pickup.Clone()
+	c.Pickup.Merge(o.Pickup)
+	c.Run = c.Run.Clone()
+	c.Run.Merge(o.Run)
 }
 
 func (c Counters) clone() Counters {
-	c.Pickup = c.Pickup.clone()
-	c.Run = c.Run.clone()
+	c.Pickup = c.Pickup.Clone()
+	c.Run = c.Run.Clone()
 	return c
 }
 
@@ -260,10 +166,10 @@ func (r *recorder) record(p spool.Priority, typ string, o outcome) {
 			c.Returned++
 		}
 		if o.pickup >= 0 {
-			c.Pickup.observe(o.pickup)
+			c.Pickup.Observe(o.pickup)
 		}
 		if o.run > 0 {
-			c.Run.observe(o.run)
+			c.Run.Observe(o.run)
 		}
 	}
 }

@@ -4,7 +4,7 @@
 //
 // Every metric is listed in Names; the README documents them. Counters and
 // histograms are cumulative since the worker started; the histograms use the
-// worker's own buckets (consumer.DistributionBounds, 50µs doubling up to
+// worker's own buckets (fleet.Bounds, 50µs doubling up to
 // about 3.5 minutes), exposed as constant histograms.
 package metrics
 
@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/shared/fleet"
 )
 
 // Defaults of the dead-letter count read.
@@ -241,8 +242,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 
 // histogram turns a worker Distribution (per-bucket counts) into a
 // constant Prometheus histogram (cumulative counts, seconds).
-func histogram(d *prometheus.Desc, dist consumer.Distribution, label string) prometheus.Metric {
-	bounds := consumer.DistributionBounds()
+func histogram(d *prometheus.Desc, dist fleet.Histogram, label string) prometheus.Metric {
+	bounds := fleet.Bounds()
 	buckets := make(map[float64]uint64, len(bounds))
 	var cum uint64
 	for i, b := range bounds {

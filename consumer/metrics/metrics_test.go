@@ -14,6 +14,7 @@ import (
 
 	"github.com/spoolq/spool/consumer"
 	"github.com/spoolq/spool/consumer/metrics"
+	"github.com/spoolq/spool/shared/fleet"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/dlq"
 	"github.com/spoolq/spool/streams/streamstest"
@@ -144,7 +145,7 @@ func TestCollectorReadsTheWorker(t *testing.T) {
 		}
 	}
 	h := g[`spool_run_seconds{priority="high"}`].GetHistogram()
-	if b := h.GetBucket(); len(b) != len(consumer.DistributionBounds()) || b[len(b)-1].GetCumulativeCount() != 2 {
+	if b := h.GetBucket(); len(b) != len(fleet.Bounds()) || b[len(b)-1].GetCumulativeCount() != 2 {
 		t.Errorf("run histogram buckets: %v", b)
 	}
 	// Scrapes within a second share one dead-letter count.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/fleet"
 	"github.com/spoolq/spool/streams/dlq"
 	"github.com/spoolq/spool/tests/devstack"
 )
@@ -190,7 +191,7 @@ func TestNATSCLIEquivalents(t *testing.T) {
 	waitFor(t, 10*time.Second, func() error {
 		var stats micro.Stats
 		raw = request(t, ctx, nc, "$SRV.STATS."+consumer.ServiceName, &stats)
-		var figures consumer.ServiceStats
+		var figures fleet.WorkerStats
 		if len(stats.Endpoints) != 1 || json.Unmarshal(stats.Endpoints[0].Data, &figures) != nil {
 			return fmt.Errorf("$SRV.STATS.spool-consumer: %s", raw)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/fleet"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/streamstest"
 )
@@ -125,7 +126,7 @@ func TestRunServesMetricsHealthAndService(t *testing.T) {
 			if len(st.Endpoints) != 1 {
 				return fmt.Errorf("stats endpoints %+v", st.Endpoints)
 			}
-			var figures consumer.ServiceStats
+			var figures fleet.WorkerStats
 			if err := json.Unmarshal(st.Endpoints[0].Data, &figures); err != nil {
 				return fmt.Errorf("stats data %s: %w", st.Endpoints[0].Data, err)
 			}
@@ -150,7 +151,7 @@ func TestRunServesMetricsHealthAndService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var direct consumer.ServiceStats
+	var direct fleet.WorkerStats
 	if err := json.Unmarshal(reply.Data, &direct); err != nil || direct.Total.Completed != 1 || len(direct.Priorities) != 5 {
 		t.Errorf("stats endpoint %s: %s (%v)", st.Endpoints[0].Subject, reply.Data, err)
 	}
