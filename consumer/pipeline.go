@@ -1,19 +1,14 @@
 package consumer
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/jsproto"
 )
 
 // pipelineDepth bounds the completion pipeline: completed attempts whose
@@ -28,9 +23,9 @@ func pipelineDepth(maxSlots int) int { return max(64, 4*maxSlots) }
 //
 // put queues the document and returns at once; the pipeline's writer
 // publishes queued documents to the results bucket in bursts (see
-// writeLoop), each with a reply subject of the pipeline's own (one
-// wildcard subscription). The bucket's acknowledgement arrives on that
-// subscription, and only then is the task acked. A write the bucket refuses, or whose
+// writeLoop) on a jsproto.Publisher of its own, a document's token the
+// key of its completion. The bucket's acknowledgement arrives on the
+// publisher's subscription, and only then is the task acked. A write the bucket refuses, or whose
 // acknowledgement does not come within IOTimeout (a lost connection), NAKs
 // the task for a retry instead. So an ack never precedes its stored
 // result, whatever happens in between: a crash or a closed connection
@@ -40,10 +35,9 @@ func pipelineDepth(maxSlots int) int { return max(64, 4*maxSlots) }
 // future with its channels and timer, a map entry under the JetStream
 // context's lock and a reflective JSON decode of the acknowledgement.
 type pipeline struct {
-	w      *Worker
-	prefix string // reply subjects: prefix + token
-	sub    *nats.Subscription
-	room   chan struct{} // one token per completion in flight
+	w    *Worker
+	pub  *jsproto.Publisher
+	room chan struct{} // one token per completion in flight
 
 	mu      sync.Mutex
 	next    uint64
@@ -96,7 +90,6 @@ type completion struct {
 func newPipeline(w *Worker) (*pipeline, error) {
 	p := &pipeline{
 		w:         w,
-		prefix:    w.nc.NewInbox() + ".",
 		room:      make(chan struct{}, pipelineDepth(w.o.MaxConcurrency)),
 		pending:   make(map[uint64]*completion),
 		kick:      make(chan struct{}, 1),
@@ -109,11 +102,11 @@ func newPipeline(w *Worker) (*pipeline, error) {
 		b := make([]byte, 0, 512)
 		return &b
 	}
-	sub, err := subscribeUnbounded(w.nc, p.prefix+"*", p.onAck)
+	pub, err := jsproto.NewPublisher(w.nc, p.onAck)
 	if err != nil {
-		return nil, fmt.Errorf("subscribing to result acknowledgements: %w", err)
+		return nil, fmt.Errorf("result writes: %w", err)
 	}
-	p.sub = sub
+	p.pub = pub
 	go p.sweep()
 	go p.writeLoop()
 	return p, nil
@@ -181,8 +174,7 @@ func (p *pipeline) writeLoop() {
 		p.queue = p.spare
 		p.mu.Unlock()
 		for i, wr := range q {
-			reply := p.prefix + strconv.FormatUint(wr.tok, 36)
-			if err := p.w.nc.PublishRequest(p.w.results.putPrefix+wr.id, reply, wr.data); err != nil {
+			if err := p.pub.Publish(p.w.results.putPrefix+wr.id, wr.data, wr.tok); err != nil {
 				if c := p.take(wr.tok); c != nil {
 					p.w.resultLost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w", wr.id, err))
 					p.done()
@@ -196,22 +188,6 @@ func (p *pipeline) writeLoop() {
 		}
 		p.spare = q[:0]
 	}
-}
-
-// subscribeUnbounded subscribes cb to subject with no limit on the
-// messages waiting for it: what arrives there answers the worker's own
-// requests, whose number the worker bounds, and a dropped one would
-// strand a task until AckWait.
-func subscribeUnbounded(nc *nats.Conn, subject string, cb nats.MsgHandler) (*nats.Subscription, error) {
-	sub, err := nc.Subscribe(subject, cb)
-	if err != nil {
-		return nil, err
-	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, err
-	}
-	return sub, nil
 }
 
 // take removes and returns the completion of tok, nil when it is gone.
@@ -233,25 +209,19 @@ func (p *pipeline) done() {
 // acknowledgement is queued on the subscription: acknowledgements arrive
 // in bursts (the writer sends results in bursts), and acks sent in one
 // burst leave in one network write.
-func (p *pipeline) onAck(m *nats.Msg) {
-	p.settleAck(m)
-	// Pending counts the message being handled until the callback returns
-	// (nats.go takes it off the count when it fetches the next one).
-	if n, _, err := p.sub.Pending(); err != nil || n <= 1 {
+func (p *pipeline) onAck(tok uint64, _ jsproto.PubAck, err error) {
+	p.settleAck(tok, err)
+	if p.pub.Pending() <= 1 {
 		p.ackStored()
 	}
 }
 
-func (p *pipeline) settleAck(m *nats.Msg) {
-	tok, err := strconv.ParseUint(m.Subject[len(p.prefix):], 36, 64)
-	if err != nil {
-		return
-	}
+func (p *pipeline) settleAck(tok uint64, err error) {
 	c := p.take(tok)
 	if c == nil {
 		return // timed out already
 	}
-	if err := pubAckError(m); err != nil {
+	if err != nil {
 		p.w.resultLost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w", c.a.id, err))
 		p.done()
 		return
@@ -346,41 +316,7 @@ func (p *pipeline) close() {
 	<-p.written
 	close(p.stopSweep)
 	<-p.swept
-	if err := p.sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		p.w.log.Warn("unsubscribing from result acknowledgements", "error", err)
+	if err := p.pub.Close(); err != nil {
+		p.w.log.Warn("closing the result writer", "error", err)
 	}
-}
-
-var (
-	ackErrorKey   = []byte(`"error"`)
-	ackStreamHead = []byte(`{"stream":`)
-)
-
-// pubAckError reads a JetStream publish acknowledgement: nil when the
-// message was stored. The common reply, {"stream":...,"seq":...}, is
-// recognised without decoding it.
-func pubAckError(m *nats.Msg) error {
-	if len(m.Data) == 0 {
-		if m.Header.Get("Status") == "503" {
-			return jetstream.ErrNoStreamResponse
-		}
-		return jetstream.ErrInvalidJSAck
-	}
-	if bytes.HasPrefix(m.Data, ackStreamHead) && !bytes.Contains(m.Data, ackErrorKey) {
-		return nil
-	}
-	var r struct {
-		Stream string              `json:"stream"`
-		Error  *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(m.Data, &r); err != nil {
-		return jetstream.ErrInvalidJSAck
-	}
-	if r.Error != nil {
-		return r.Error
-	}
-	if r.Stream == "" {
-		return jetstream.ErrInvalidJSAck
-	}
-	return nil
 }
