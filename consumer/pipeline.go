@@ -3,6 +3,7 @@ package consumer
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"time"
@@ -35,9 +36,20 @@ func pipelineDepth(maxSlots int) int { return max(64, 4*maxSlots) }
 // future with its channels and timer, a map entry under the JetStream
 // context's lock and a reflective JSON decode of the acknowledgement.
 type pipeline struct {
-	w    *Worker
 	pub  *jsproto.Publisher
 	room chan struct{} // one token per completion in flight
+
+	// What the pipeline needs of the worker (see newPipeline).
+	log       *slog.Logger
+	timeout   time.Duration                // IOTimeout: for each result write
+	ackWait   [numPriorities]time.Duration // of the priority consumers
+	putPrefix string                       // subject of a task's result: putPrefix + id
+	encode    func(dst []byte, doc *spool.Result) ([]byte, error)
+	attempts  *sync.WaitGroup // counts each completion until it is settled
+	rec       *recorder
+	// lost NAKs a completed task whose result could not be stored, for a
+	// retry.
+	lost func(a attemptInfo, o outcome, err error)
 
 	mu      sync.Mutex
 	next    uint64
@@ -89,7 +101,14 @@ type completion struct {
 
 func newPipeline(w *Worker) (*pipeline, error) {
 	p := &pipeline{
-		w:         w,
+		log:       w.log,
+		timeout:   w.o.IOTimeout,
+		ackWait:   w.ackWait,
+		putPrefix: w.results.putPrefix,
+		encode:    w.results.encodeInto,
+		attempts:  &w.attempts,
+		rec:       w.rec,
+		lost:      w.resultLost,
 		room:      make(chan struct{}, pipelineDepth(w.o.MaxConcurrency)),
 		pending:   make(map[uint64]*completion),
 		kick:      make(chan struct{}, 1),
@@ -116,7 +135,7 @@ func newPipeline(w *Worker) (*pipeline, error) {
 // On error nothing was handed over.
 func (p *pipeline) put(a attemptInfo, o outcome, doc spool.Result) error {
 	buf := p.bufs.Get().(*[]byte)
-	data, err := p.w.results.encodeInto((*buf)[:0], &doc)
+	data, err := p.encode((*buf)[:0], &doc)
 	if err != nil {
 		p.bufs.Put(buf)
 		return err
@@ -125,9 +144,9 @@ func (p *pipeline) put(a attemptInfo, o outcome, doc spool.Result) error {
 	// Counted as an attempt until settled, so shutdown waits for it; added
 	// while the calling attempt still counts, so the count cannot reach
 	// zero in between, and before anything can settle it.
-	p.w.attempts.Add(1)
+	p.attempts.Add(1)
 	now := time.Now()
-	c := &completion{a: a, o: o, deadline: now.Add(p.w.o.IOTimeout), beat: now}
+	c := &completion{a: a, o: o, deadline: now.Add(p.timeout), beat: now}
 	p.mu.Lock()
 	p.next++
 	tok := p.next
@@ -174,9 +193,9 @@ func (p *pipeline) writeLoop() {
 		p.queue = p.spare
 		p.mu.Unlock()
 		for i, wr := range q {
-			if err := p.pub.Publish(p.w.results.putPrefix+wr.id, wr.data, wr.tok); err != nil {
+			if err := p.pub.Publish(p.putPrefix+wr.id, wr.data, wr.tok); err != nil {
 				if c := p.take(wr.tok); c != nil {
-					p.w.resultLost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w", wr.id, err))
+					p.lost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w", wr.id, err))
 					p.done()
 				}
 			}
@@ -201,7 +220,7 @@ func (p *pipeline) take(tok uint64) *completion {
 
 func (p *pipeline) done() {
 	<-p.room
-	p.w.attempts.Done()
+	p.attempts.Done()
 }
 
 // onAck settles the completion a bucket acknowledgement answers. Tasks
@@ -222,7 +241,7 @@ func (p *pipeline) settleAck(tok uint64, err error) {
 		return // timed out already
 	}
 	if err != nil {
-		p.w.resultLost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w", c.a.id, err))
+		p.lost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w", c.a.id, err))
 		p.done()
 		return
 	}
@@ -234,9 +253,9 @@ func (p *pipeline) settleAck(tok uint64, err error) {
 func (p *pipeline) ackStored() {
 	for i, c := range p.stored {
 		if err := c.a.msg.Ack(); err != nil {
-			p.w.log.Warn("acking completed task", "task_id", c.a.id, "error", err)
+			p.log.Warn("acking completed task", "task_id", c.a.id, "error", err)
 		}
-		p.w.rec.record(c.a.p, c.a.typ, c.o)
+		p.rec.record(c.a.p, c.a.typ, c.o)
 		p.done()
 		p.stored[i] = nil
 	}
@@ -259,7 +278,7 @@ var errAckTimeout = errors.New("no acknowledgement of the result write")
 // goes at most 3/4 of AckWait without a heartbeat.
 func (p *pipeline) sweep() {
 	defer close(p.swept)
-	every := max(min(p.w.o.IOTimeout/4, p.minAckWait()/6), 10*time.Millisecond)
+	every := max(min(p.timeout/4, p.minAckWait()/6), 10*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -276,7 +295,7 @@ func (p *pipeline) sweep() {
 			case now.After(c.deadline):
 				late = append(late, c)
 				delete(p.pending, tok)
-			case now.Sub(c.beat) >= p.w.ackWait[c.a.p]/4:
+			case now.Sub(c.beat) >= p.ackWait[c.a.p]/4:
 				c.beat = now
 				beat = append(beat, c)
 			}
@@ -286,11 +305,11 @@ func (p *pipeline) sweep() {
 			// A heartbeat racing the ack is harmless: the server ignores an
 			// InProgress for a message already acked.
 			if err := c.a.msg.InProgress(); err != nil {
-				p.w.log.Warn("heartbeat of a completed task awaiting its result write failed", "task_id", c.a.id, "error", err)
+				p.log.Warn("heartbeat of a completed task awaiting its result write failed", "task_id", c.a.id, "error", err)
 			}
 		}
 		for _, c := range late {
-			p.w.resultLost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w within %s", c.a.id, errAckTimeout, p.w.o.IOTimeout))
+			p.lost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w within %s", c.a.id, errAckTimeout, p.timeout))
 			p.done()
 		}
 	}
@@ -298,8 +317,8 @@ func (p *pipeline) sweep() {
 
 // minAckWait is the shortest AckWait of the priority consumers.
 func (p *pipeline) minAckWait() time.Duration {
-	m := p.w.ackWait[0]
-	for _, d := range p.w.ackWait[1:] {
+	m := p.ackWait[0]
+	for _, d := range p.ackWait[1:] {
 		if d > 0 && (m == 0 || d < m) {
 			m = d
 		}
@@ -317,6 +336,6 @@ func (p *pipeline) close() {
 	close(p.stopSweep)
 	<-p.swept
 	if err := p.pub.Close(); err != nil {
-		p.w.log.Warn("closing the result writer", "error", err)
+		p.log.Warn("closing the result writer", "error", err)
 	}
 }
