@@ -166,41 +166,28 @@ func TestScaleDownAfterIdle(t *testing.T) {
 			mustCheck(t, &w.slots, "scale down")
 			return w.slots.size
 		}
-		if got := size(); got != 8 {
-			t.Fatalf("size %d, want 8", got)
+		steps := []struct {
+			name    string
+			release int // attempts that end first
+			sleep   time.Duration
+			want    int
+		}{
+			{"before the window ends", 0, idle - time.Nanosecond, 8},
+			{"after a window with 5 busy at most", 0, time.Nanosecond, 5},
+			{"after a window with 2 busy", 0, idle, 2},
+			{"half a window later", 2, idle / 2, 2},
+			{"after a window that began with 2 busy", 0, idle / 2, 2},
+			{"after an idle window: MinConcurrency", 0, idle, 1},
 		}
-
-		time.Sleep(idle - time.Nanosecond)
-		w.scaleDown()
-		if got := size(); got != 8 {
-			t.Fatalf("before the window ends: size %d, want 8", got)
-		}
-		time.Sleep(time.Nanosecond)
-		w.scaleDown()
-		if got := size(); got != 5 {
-			t.Fatalf("after a window with 5 busy at most: size %d, want 5", got)
-		}
-		time.Sleep(idle)
-		w.scaleDown()
-		if got := size(); got != 2 {
-			t.Fatalf("after a window with 2 busy: size %d, want 2", got)
-		}
-		w.release(spool.Normal)
-		w.release(spool.Normal)
-		time.Sleep(idle / 2)
-		w.scaleDown()
-		if got := size(); got != 2 {
-			t.Fatalf("half a window later: size %d, want 2", got)
-		}
-		time.Sleep(idle / 2)
-		w.scaleDown()
-		if got := size(); got != 2 {
-			t.Fatalf("after a window that began with 2 busy: size %d, want 2", got)
-		}
-		time.Sleep(idle)
-		w.scaleDown()
-		if got := size(); got != 1 {
-			t.Fatalf("after an idle window: size %d, want MinConcurrency 1", got)
+		for _, st := range steps {
+			for range st.release {
+				w.release(spool.Normal)
+			}
+			time.Sleep(st.sleep)
+			w.scaleDown()
+			if got := size(); got != st.want {
+				t.Fatalf("%s: size %d, want %d", st.name, got, st.want)
+			}
 		}
 		if w.slots.scaleDowns != 3 {
 			t.Fatalf("%d scale-downs, want 3", w.slots.scaleDowns)
