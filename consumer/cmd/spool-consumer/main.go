@@ -25,10 +25,10 @@ import (
 
 	"github.com/spoolq/spool/consumer"
 	"github.com/spoolq/spool/consumer/metrics"
-	"github.com/spoolq/spool/consumer/telemetry"
 	"github.com/spoolq/spool/shared/config"
 	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/shared/natsconn"
+	"github.com/spoolq/spool/shared/telemetry"
 	"github.com/spoolq/spool/streams/dlq"
 )
 

@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/spoolq/spool/producer/httpapi"
-	"github.com/spoolq/spool/producer/telemetry"
+	"github.com/spoolq/spool/shared/telemetry"
 )
 
 // shutdownTimeout bounds a graceful stop of the broker.
