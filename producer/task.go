@@ -88,12 +88,9 @@ func (c *Client) taskSubject(p spool.Priority, typ string, last *lastSubject) (s
 // limit the largest message (payload plus headers) the stream accepts;
 // last (may be nil) remembers the previous task's subject.
 func (c *Client) prepare(t Task, now time.Time, limit int, last *lastSubject) (prepared, error) {
-	p := prepared{id: t.ID}
-	if p.id == "" {
-		p.id = spool.NewID()
-	}
+	var p prepared
 	meta := spool.Meta{
-		ID:          p.id,
+		ID:          t.ID,
 		MaxRetries:  t.MaxRetries,
 		Timeout:     t.Timeout,
 		UniqueKey:   t.UniqueKey,
@@ -105,6 +102,10 @@ func (c *Client) prepare(t Task, now time.Time, limit int, last *lastSubject) (p
 	if err := fields.Validate(); err != nil {
 		return p, err
 	}
+	if meta.ID == "" {
+		meta.ID = spool.NewID() // valid by construction
+	}
+	p.id = meta.ID
 	subject, err := c.taskSubject(t.Priority, t.Type, last)
 	if err != nil {
 		return p, invalid("type", err)
