@@ -92,38 +92,48 @@ func TestTaskFieldsValidate(t *testing.T) {
 	}
 }
 
-// The consumer's header decoding gives a bad value the field and code the
-// library gives it.
-func TestDecodeMetaCodes(t *testing.T) {
+// TestDecodeMeta reads the metadata headers; a bad value gets the field and
+// code the library gives it, and wraps ErrInvalidHeader (ErrInvalidID for
+// the id).
+func TestDecodeMeta(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name        string
 		h           nats.Header
+		wantID      string
 		wantErr     error
 		field, code string
 	}{
-		{"ok", nats.Header{"Spool-Max-Retries": {"2"}, "Spool-Timeout": {"30s"}}, nil, "", ""},
-		{"bad id", nats.Header{"Spool-Task-Id": {"a.b"}}, spool.ErrInvalidID, "id", "invalid_id"},
-		{"bad msg id", nats.Header{"Nats-Msg-Id": {"a b"}}, spool.ErrInvalidID, "id", "invalid_id"},
-		{"retries not a number", nats.Header{"Spool-Max-Retries": {"three"}}, spool.ErrInvalidMaxRetries, "max_retries", "invalid_max_retries"},
-		{"retries too many", nats.Header{"Spool-Max-Retries": {"1001"}}, spool.ErrInvalidMaxRetries, "max_retries", "invalid_max_retries"},
-		{"timeout not a duration", nats.Header{"Spool-Timeout": {"soon"}}, spool.ErrInvalidTimeout, "timeout", "invalid_timeout"},
-		{"timeout zero", nats.Header{"Spool-Timeout": {"0s"}}, spool.ErrInvalidTimeout, "timeout", "invalid_timeout"},
-		{"timeout negative", nats.Header{"Spool-Timeout": {"-1s"}}, spool.ErrInvalidTimeout, "timeout", "invalid_timeout"},
-		{"timeout too long", nats.Header{"Spool-Timeout": {"25h"}}, spool.ErrInvalidTimeout, "timeout", "invalid_timeout"},
-		{"unique ttl not a duration", nats.Header{"Spool-Unique-Key": {"k"}, "Spool-Unique-Ttl": {"long"}}, spool.ErrInvalidUnique, "unique_ttl", "invalid_unique"},
-		{"unique ttl without key", nats.Header{"Spool-Unique-Ttl": {"1h"}}, spool.ErrInvalidUnique, "unique_key", "invalid_unique"},
-		{"unique key without ttl", nats.Header{"Spool-Unique-Key": {"k"}}, spool.ErrInvalidUnique, "unique_ttl", "invalid_unique"},
-		{"unique key too long", nats.Header{"Spool-Unique-Key": {strings.Repeat("k", 257)}, "Spool-Unique-TTL": {"1m"}}, spool.ErrInvalidUnique, "unique_key", "invalid_unique"},
-		{"long trace context passes", nats.Header{"tracestate": {strings.Repeat("a", 600)}}, nil, "", ""},
+		{"empty", nats.Header{}, "", nil, "", ""},
+		{"msg id fallback", nats.Header{"Nats-Msg-Id": {"m1"}}, "m1", nil, "", ""},
+		{"task id wins", nats.Header{"Nats-Msg-Id": {"m1"}, "Spool-Task-Id": {"t1"}}, "t1", nil, "", ""},
+		{"retries and timeout", nats.Header{"Spool-Max-Retries": {"2"}, "Spool-Timeout": {"30s"}}, "", nil, "", ""},
+		{"unique ok", nats.Header{"Spool-Unique-Key": {"k"}, "Spool-Unique-Ttl": {"1m"}}, "", nil, "", ""},
+		{"long trace context passes", nats.Header{"tracestate": {strings.Repeat("a", 600)}}, "", nil, "", ""},
+		{"bad id", nats.Header{"Spool-Task-Id": {"a.b"}}, "", spool.ErrInvalidID, "id", "invalid_id"},
+		{"bad msg id", nats.Header{"Nats-Msg-Id": {"a b"}}, "", spool.ErrInvalidID, "id", "invalid_id"},
+		{"retries not a number", nats.Header{"Spool-Max-Retries": {"three"}}, "", spool.ErrInvalidMaxRetries, "max_retries", "invalid_max_retries"},
+		{"retries negative", nats.Header{"Spool-Max-Retries": {"-1"}}, "", spool.ErrInvalidMaxRetries, "max_retries", "invalid_max_retries"},
+		{"retries too many", nats.Header{"Spool-Max-Retries": {"1001"}}, "", spool.ErrInvalidMaxRetries, "max_retries", "invalid_max_retries"},
+		{"timeout not a duration", nats.Header{"Spool-Timeout": {"soon"}}, "", spool.ErrInvalidTimeout, "timeout", "invalid_timeout"},
+		{"timeout zero", nats.Header{"Spool-Timeout": {"0s"}}, "", spool.ErrInvalidTimeout, "timeout", "invalid_timeout"},
+		{"timeout negative", nats.Header{"Spool-Timeout": {"-1s"}}, "", spool.ErrInvalidTimeout, "timeout", "invalid_timeout"},
+		{"timeout too long", nats.Header{"Spool-Timeout": {"25h"}}, "", spool.ErrInvalidTimeout, "timeout", "invalid_timeout"},
+		{"unique ttl not a duration", nats.Header{"Spool-Unique-Key": {"k"}, "Spool-Unique-Ttl": {"long"}}, "", spool.ErrInvalidUnique, "unique_ttl", "invalid_unique"},
+		{"unique ttl without key", nats.Header{"Spool-Unique-Ttl": {"1h"}}, "", spool.ErrInvalidUnique, "unique_key", "invalid_unique"},
+		{"unique key without ttl", nats.Header{"Spool-Unique-Key": {"k"}}, "", spool.ErrInvalidUnique, "unique_ttl", "invalid_unique"},
+		{"unique key too long", nats.Header{"Spool-Unique-Key": {strings.Repeat("k", 257)}, "Spool-Unique-TTL": {"1m"}}, "", spool.ErrInvalidUnique, "unique_key", "invalid_unique"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := spool.DecodeMeta(tt.h)
+			m, err := spool.DecodeMeta(tt.h)
 			checkFieldError(t, err, tt.wantErr, tt.field, tt.code)
-			if tt.wantErr != nil && !errors.Is(err, spool.ErrInvalidHeader) && !errors.Is(err, spool.ErrInvalidID) {
-				t.Fatalf("%v wraps neither ErrInvalidHeader nor ErrInvalidID", err)
+			switch {
+			case tt.wantErr != nil && tt.field != "id" && !errors.Is(err, spool.ErrInvalidHeader):
+				t.Fatalf("%v does not wrap ErrInvalidHeader", err)
+			case tt.wantErr == nil && m.ID != tt.wantID:
+				t.Fatalf("id %q, want %q", m.ID, tt.wantID)
 			}
 		})
 	}
