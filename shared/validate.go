@@ -107,8 +107,8 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
 // Unwrap returns the underlying validation error.
 func (e *FieldError) Unwrap() error { return e.Err }
 
-// MaxTraceLen bounds the traceparent and tracestate values of a task.
-const MaxTraceLen = 512
+// maxTraceLen bounds the traceparent and tracestate values of a task.
+const maxTraceLen = 512
 
 // TaskFields are the fields of a task to enqueue, as the Go library, the
 // HTTP broker and the producer CLI receive them. Validate holds the rules
@@ -204,8 +204,8 @@ func validateUnique(key string, ttl time.Duration) error {
 // written into a header. The consumer passes trace context on as given and
 // never refuses a task for it.
 func validateTrace(field, v string) error {
-	if len(v) > MaxTraceLen {
-		return NewFieldError(field, fmt.Errorf("%w: %s is %d bytes, at most %d", ErrInvalidHeader, field, len(v), MaxTraceLen))
+	if len(v) > maxTraceLen {
+		return NewFieldError(field, fmt.Errorf("%w: %s is %d bytes, at most %d", ErrInvalidHeader, field, len(v), maxTraceLen))
 	}
 	if strings.ContainsAny(v, "\r\n") {
 		return NewFieldError(field, fmt.Errorf("%w: %s contains CR or LF", ErrInvalidHeader, field))
@@ -304,17 +304,4 @@ func ParseProcessAt(s string) (time.Time, error) {
 			fmt.Errorf("%w: %q is not an RFC 3339 time such as 2026-01-02T15:04:05Z", ErrInvalidDelay, s))
 	}
 	return at, nil
-}
-
-// ParsePriorityField parses the priority name s of a task (the priority
-// field); an empty s is Normal.
-func ParsePriorityField(s string) (Priority, error) {
-	if s == "" {
-		return Normal, nil
-	}
-	p, err := ParsePriority(s)
-	if err != nil {
-		return Normal, NewFieldError(fieldPriority, err)
-	}
-	return p, nil
 }

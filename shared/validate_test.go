@@ -154,8 +154,6 @@ func TestParseFields(t *testing.T) {
 		{"bad delay", func() error { _, err := spool.ParseDuration("delay", "soon"); return err }, spool.ErrInvalidDelay, "delay", "invalid_delay"},
 		{"process-at", func() error { _, err := spool.ParseProcessAt("2026-01-02T15:04:05.5+02:00"); return err }, nil, "", ""},
 		{"bad process-at", func() error { _, err := spool.ParseProcessAt("tomorrow"); return err }, spool.ErrInvalidDelay, "process_at", "invalid_delay"},
-		{"priority", func() error { _, err := spool.ParsePriorityField("high"); return err }, nil, "", ""},
-		{"bad priority", func() error { _, err := spool.ParsePriorityField("urgent"); return err }, spool.ErrInvalidPriority, "priority", "invalid_priority"},
 		{"payload too large", func() error {
 			return spool.ValidateMsgSize(&nats.Msg{Data: make([]byte, 100), Header: nats.Header{"A": {"b"}}}, 100)
 		}, spool.ErrPayloadTooLarge, "payload", "payload_too_large"},
@@ -166,9 +164,6 @@ func TestParseFields(t *testing.T) {
 			t.Parallel()
 			checkFieldError(t, tt.parse(), tt.wantErr, tt.field, tt.code)
 		})
-	}
-	if p, err := spool.ParsePriorityField(""); err != nil || p != spool.Normal {
-		t.Errorf("empty priority: %v, %v; want normal", p, err)
 	}
 }
 

@@ -58,6 +58,7 @@ type BatchRequest struct {
 func (tr TaskRequest) task(r *http.Request) (producer.Task, error) {
 	t := producer.Task{
 		Type:        tr.Type,
+		Priority:    spool.Normal,
 		ID:          tr.ID,
 		MaxRetries:  tr.MaxRetries,
 		UniqueKey:   tr.UniqueKey,
@@ -68,9 +69,12 @@ func (tr TaskRequest) task(r *http.Request) (producer.Task, error) {
 	if t.TraceParent == "" && r != nil {
 		t.TraceParent, t.TraceState = r.Header.Get("traceparent"), r.Header.Get("tracestate")
 	}
-	var err error
-	if t.Priority, err = spool.ParsePriorityField(tr.Priority); err != nil {
-		return t, err
+	if tr.Priority != "" {
+		p, err := spool.ParsePriority(tr.Priority)
+		if err != nil {
+			return t, spool.NewFieldError("priority", err)
+		}
+		t.Priority = p
 	}
 	if len(tr.Payload) > 0 && tr.PayloadBase64 != nil {
 		return t, spool.NewFieldError("payload", fmt.Errorf("%w: set payload or payload_base64, not both", spool.ErrInvalidPayload))
@@ -84,6 +88,7 @@ func (tr TaskRequest) task(r *http.Request) (producer.Task, error) {
 	} else if len(tr.Payload) > 0 && !bytes.Equal(tr.Payload, []byte("null")) {
 		t.Payload = []byte(tr.Payload)
 	}
+	var err error
 	if t.Timeout, err = spool.ParseDuration("timeout", tr.Timeout); err != nil {
 		return t, err
 	}
