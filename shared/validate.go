@@ -168,16 +168,16 @@ func (f TaskFields) Validate() error {
 // the Meta fields, shared by Meta.Validate and so by TaskFields.Validate.
 func validateMaxRetries(n *int) error {
 	if n != nil && (*n < 0 || *n > MaxMaxRetries) {
-		return NewFieldError(fieldMaxRetries, fmt.Errorf("%w: %w: %d must be 0 to %d",
-			ErrInvalidMaxRetries, ErrInvalidHeader, *n, MaxMaxRetries))
+		return NewFieldError(fieldMaxRetries, fmt.Errorf("%w: %w: %s %d must be 0 to %d",
+			ErrInvalidMaxRetries, ErrInvalidHeader, HeaderMaxRetries, *n, MaxMaxRetries))
 	}
 	return nil
 }
 
 func validateTimeout(d time.Duration) error {
 	if d < 0 || d > MaxTimeout {
-		return NewFieldError(fieldTimeout, fmt.Errorf("%w: %w: %s must be positive and at most %s",
-			ErrInvalidTimeout, ErrInvalidHeader, d, MaxTimeout))
+		return NewFieldError(fieldTimeout, fmt.Errorf("%w: %w: %s %s must be positive and at most %s",
+			ErrInvalidTimeout, ErrInvalidHeader, HeaderTimeout, d, MaxTimeout))
 	}
 	return nil
 }
@@ -185,17 +185,17 @@ func validateTimeout(d time.Duration) error {
 func validateUnique(key string, ttl time.Duration) error {
 	switch {
 	case len(key) > MaxUniqueKeyLen:
-		return NewFieldError(fieldUniqueKey, fmt.Errorf("%w: %w: %d bytes, at most %d",
-			ErrInvalidUnique, ErrInvalidHeader, len(key), MaxUniqueKeyLen))
+		return NewFieldError(fieldUniqueKey, fmt.Errorf("%w: %w: %s is %d bytes, at most %d",
+			ErrInvalidUnique, ErrInvalidHeader, HeaderUniqueKey, len(key), MaxUniqueKeyLen))
 	case strings.ContainsAny(key, "\r\n"):
-		return NewFieldError(fieldUniqueKey, fmt.Errorf("%w: %w: contains CR or LF", ErrInvalidUnique, ErrInvalidHeader))
+		return NewFieldError(fieldUniqueKey, fmt.Errorf("%w: %w: %s contains CR or LF", ErrInvalidUnique, ErrInvalidHeader, HeaderUniqueKey))
 	case ttl < 0:
-		return NewFieldError(fieldUniqueTTL, fmt.Errorf("%w: %w: %s is negative", ErrInvalidUnique, ErrInvalidHeader, ttl))
+		return NewFieldError(fieldUniqueTTL, fmt.Errorf("%w: %w: %s %s is negative", ErrInvalidUnique, ErrInvalidHeader, HeaderUniqueTTL, ttl))
 	case ttl > 0 && key == "":
-		return NewFieldError(fieldUniqueKey, fmt.Errorf("%w: %w: a unique TTL needs a unique key", ErrInvalidUnique, ErrInvalidHeader))
+		return NewFieldError(fieldUniqueKey, fmt.Errorf("%w: %w: %s without %s", ErrInvalidUnique, ErrInvalidHeader, HeaderUniqueTTL, HeaderUniqueKey))
 	case key != "" && ttl < time.Second:
-		return NewFieldError(fieldUniqueTTL, fmt.Errorf("%w: %w: a unique key needs a TTL of at least 1s, got %s",
-			ErrInvalidUnique, ErrInvalidHeader, ttl))
+		return NewFieldError(fieldUniqueTTL, fmt.Errorf("%w: %w: %s needs %s of at least 1s, got %s",
+			ErrInvalidUnique, ErrInvalidHeader, HeaderUniqueKey, HeaderUniqueTTL, ttl))
 	}
 	return nil
 }
@@ -269,7 +269,8 @@ func msgSize(m *nats.Msg) int {
 // ParseDuration parses the Go duration s given for a task field: timeout,
 // unique_ttl or delay (as the broker's JSON, the CLI and the Spool-Timeout
 // and Spool-Unique-TTL headers carry them). An empty s is zero. A malformed
-// one is a *FieldError of that field, coded as Validate codes the field.
+// one is a *FieldError of that field, coded as Validate codes the field;
+// the message names the header the field travels in.
 func ParseDuration(field, s string) (time.Duration, error) {
 	if s == "" {
 		return 0, nil
@@ -281,9 +282,9 @@ func ParseDuration(field, s string) (time.Duration, error) {
 	const form = "%q is not a Go duration such as 30s or 5m"
 	switch field {
 	case fieldTimeout:
-		err = fmt.Errorf("%w: %w: "+form, ErrInvalidTimeout, ErrInvalidHeader, s)
+		err = fmt.Errorf("%w: %w: %s "+form, ErrInvalidTimeout, ErrInvalidHeader, HeaderTimeout, s)
 	case fieldUniqueTTL:
-		err = fmt.Errorf("%w: %w: "+form, ErrInvalidUnique, ErrInvalidHeader, s)
+		err = fmt.Errorf("%w: %w: %s "+form, ErrInvalidUnique, ErrInvalidHeader, HeaderUniqueTTL, s)
 	case fieldDelay:
 		err = fmt.Errorf("%w: "+form, ErrInvalidDelay, s)
 	default:
