@@ -24,7 +24,7 @@ type ServiceOption func(*serviceConfig) error
 type serviceConfig struct {
 	version  string
 	metadata map[string]string
-	router   *Router
+	router   interface{ Stats() fleet.RouterStats }
 }
 
 // WithServiceVersion sets the service's SemVer version. Default: the main
@@ -49,7 +49,7 @@ func WithServiceMetadata(md map[string]string) ServiceOption {
 }
 
 // WithServiceRouter adds the DLQ router's counters to the stats.
-func WithServiceRouter(r *Router) ServiceOption {
+func WithServiceRouter(r interface{ Stats() fleet.RouterStats }) ServiceOption {
 	return func(c *serviceConfig) error { c.router = r; return nil }
 }
 
@@ -137,7 +137,7 @@ func counterStats(c Counters, dists, buckets bool) fleet.CounterStats {
 
 // NewServiceStats builds the published figures from a Stats snapshot and,
 // when r is not nil, the router's counters.
-func NewServiceStats(s Stats, r *Router) fleet.WorkerStats {
+func NewServiceStats(s Stats, r interface{ Stats() fleet.RouterStats }) fleet.WorkerStats {
 	out := fleet.WorkerStats{
 		Worker: s.Worker, State: string(s.State), Slots: s.Slots, Busy: s.Busy, Idle: s.Idle,
 		MinSlots: s.MinSlots, MaxSlots: s.MaxSlots, ScaleUps: s.ScaleUps, ScaleDowns: s.ScaleDowns,

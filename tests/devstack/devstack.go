@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/dlqrouter"
 	"github.com/spoolq/spool/consumer/metrics"
 	"github.com/spoolq/spool/producer"
 	"github.com/spoolq/spool/producer/httpapi"
@@ -72,7 +73,7 @@ type Stack struct {
 	// the worker's NATS micro service (spool-consumer), so `nats micro ls`
 	// lists it.
 	Worker  *consumer.Worker
-	Router  *consumer.Router
+	Router  *dlqrouter.Router
 	Service micro.Service
 	// BrokerURL is the broker's base URL ("http://127.0.0.1:8080"), empty
 	// without a broker.
@@ -165,10 +166,10 @@ func (s *Stack) startWorker(ctx context.Context, o Options) error {
 	if err := s.Worker.Start(ctx); err != nil {
 		return fmt.Errorf("starting the worker: %w", err)
 	}
-	s.Router, err = consumer.NewRouter(s.workerNC,
-		consumer.WithRouterNames(s.Names),
-		consumer.WithRouterLogger(s.logger),
-		consumer.WithRouterWorker("spool-dev-worker/dlq-router"),
+	s.Router, err = dlqrouter.New(s.workerNC,
+		dlqrouter.WithNames(s.Names),
+		dlqrouter.WithLogger(s.logger),
+		dlqrouter.WithWorker("spool-dev-worker/dlq-router"),
 	)
 	if err != nil {
 		return fmt.Errorf("creating the dlq router: %w", err)

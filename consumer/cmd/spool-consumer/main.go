@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/dlqrouter"
 	"github.com/spoolq/spool/consumer/metrics"
 	"github.com/spoolq/spool/consumer/telemetry"
 	"github.com/spoolq/spool/shared/config"
@@ -121,7 +122,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var router *consumer.Router
+	var router *dlqrouter.Router
 	if cfg.DLQRouter {
 		router, err = startRouter(ctx, nc, cfg, w.Options().WorkerName, logger)
 		if err != nil {
@@ -166,11 +167,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 // startRouter starts the DLQ router that moves tasks whose deliveries ran
 // out to the dead-letter stream.
-func startRouter(ctx context.Context, nc *nats.Conn, cfg Config, worker string, logger *slog.Logger) (*consumer.Router, error) {
-	r, err := consumer.NewRouter(nc,
-		consumer.WithRouterNames(cfg.Names()),
-		consumer.WithRouterLogger(logger),
-		consumer.WithRouterWorker(worker+"/dlq-router"),
+func startRouter(ctx context.Context, nc *nats.Conn, cfg Config, worker string, logger *slog.Logger) (*dlqrouter.Router, error) {
+	r, err := dlqrouter.New(nc,
+		dlqrouter.WithNames(cfg.Names()),
+		dlqrouter.WithLogger(logger),
+		dlqrouter.WithWorker(worker+"/dlq-router"),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("creating the dlq router: %w", err)
@@ -185,7 +186,7 @@ func startRouter(ctx context.Context, nc *nats.Conn, cfg Config, worker string, 
 
 // observe registers the worker's metrics and its NATS micro service
 // (spool-consumer), which advertises the metrics address.
-func observe(ctx context.Context, nc *nats.Conn, w *consumer.Worker, router *consumer.Router, obs *observer, cfg Config) (micro.Service, error) {
+func observe(ctx context.Context, nc *nats.Conn, w *consumer.Worker, router *dlqrouter.Router, obs *observer, cfg Config) (micro.Service, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("opening JetStream: %w", err)
