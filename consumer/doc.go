@@ -53,7 +53,7 @@
 // until it returns). A panic is a failed attempt with its stack logged. A failure NAKs with delay min(RetryBase·2^(attempt-1), RetryMax)
 // plus up to RetryJitter of jitter; the last failure, a Permanent error, a
 // type without handler and undecodable input (bad headers or id) go to the
-// dead-letter stream (PublishDeadLetter), then the dead result is written,
+// dead-letter stream (streams/dlq.Publish), then the dead result is written,
 // the unique key released, and only then the original removed.
 //
 // Every state change is written to the results bucket: processing (once

@@ -12,11 +12,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams/dlq"
 )
 
 // Results writes result documents to the results bucket and releases
 // unique keys. The worker uses one; the DLQ router makes its own with
-// NewResults and calls Dead after PublishDeadLetter. It is safe for
+// NewResults and calls Dead after dlq.Publish. It is safe for
 // concurrent use.
 type Results struct {
 	js      jetstream.JetStream
@@ -157,9 +158,9 @@ func (r *Results) Get(ctx context.Context, id string) (spool.Result, error) {
 
 // Dead records a task that went to the dead-letter stream: it writes the
 // dead result document (waiting for it) and releases the task's unique key.
-// Call it after PublishDeadLetter succeeded and before removing the
+// Call it after dlq.Publish succeeded and before removing the
 // original. The type and priority come from m.Subject when it parses.
-func (r *Results) Dead(ctx context.Context, m DeadMessage) error {
+func (r *Results) Dead(ctx context.Context, m dlq.Message) error {
 	id := TaskID(m.Header, m.Seq)
 	finished := m.FailedAt
 	if finished.IsZero() {

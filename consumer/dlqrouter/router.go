@@ -19,6 +19,7 @@ import (
 	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/fleet"
+	"github.com/spoolq/spool/streams/dlq"
 )
 
 // Router defaults. Each is documented at its option.
@@ -58,7 +59,7 @@ var (
 //     worker or another router handled it), the advisory is acknowledged;
 //  2. publishes it to the dead-letter stream with reason max_deliver, the
 //     advisory's delivery count as Spool-Attempts and Nats-Msg-Id
-//     dlq-<taskstream>-<seq> (PublishDeadLetter);
+//     dlq-<taskstream>-<seq> (dlq.Publish);
 //  3. writes the dead result document and releases the unique key
 //     (Results.Dead);
 //  4. deletes the task from the task stream;
@@ -70,7 +71,7 @@ var (
 // naks the advisory with a growing delay; an advisory is only dropped when it
 // cannot be acted on (ErrBadAdvisory: not JSON, no sequence, another
 // stream, a schedule). A task on a subject that is not a task subject is still
-// dead-lettered under spool.dlq.<priority>.unknown (see DLQSubjectFor); one
+// dead-lettered under spool.dlq.<priority>.unknown (see dlq.SubjectFor); one
 // on a schedule subject is never touched, since no Spool consumer delivers
 // those and such an advisory cannot be genuine.
 //
@@ -544,11 +545,11 @@ func (r *Router) route(ctx context.Context, b routerBinding, adv routerAdvisory,
 	}
 	if _, _, err := r.names.ParseTaskSubject(raw.Subject); err != nil {
 		log.WarnContext(ctx, "dead task is not on a task subject; dead-lettering it under type unknown",
-			"subject", raw.Subject, "dlq_subject", consumer.DLQSubjectFor(r.names, raw.Subject))
+			"subject", raw.Subject, "dlq_subject", dlq.SubjectFor(r.names, raw.Subject))
 	}
 
 	attempts := int(adv.Deliveries)
-	m := consumer.DeadMessageFromRaw(raw, spool.ReasonMaxDeliver, fmt.Sprintf(routerMaxDeliverError, attempts), attempts)
+	m := dlq.MessageFromRaw(raw, spool.ReasonMaxDeliver, fmt.Sprintf(routerMaxDeliverError, attempts), attempts)
 	// The advisory's time is the same for every router and every retry, so
 	// the dead letter and the result document agree whoever writes them.
 	m.FailedAt = adv.Time
@@ -567,7 +568,7 @@ func (r *Router) route(ctx context.Context, b routerBinding, adv routerAdvisory,
 	}
 	log = log.With("task_id", id, "subject", raw.Subject)
 
-	if err := consumer.PublishDeadLetter(ctx, r.js, r.names, m); err != nil {
+	if err := dlq.Publish(ctx, r.js, r.names, m); err != nil {
 		return 0, err
 	}
 	if err := b.results.Dead(ctx, m); err != nil {
@@ -579,7 +580,7 @@ func (r *Router) route(ctx context.Context, b routerBinding, adv routerAdvisory,
 			return 0, fmt.Errorf("deleting dead task %s (seq %d) from %s: %w", id, adv.StreamSeq, r.names.TaskStream(), err)
 		}
 	}
-	log.InfoContext(ctx, "task dead-lettered after exhausting its deliveries", "dlq_subject", consumer.DLQSubjectFor(r.names, raw.Subject))
+	log.InfoContext(ctx, "task dead-lettered after exhausting its deliveries", "dlq_subject", dlq.SubjectFor(r.names, raw.Subject))
 	return routerRouted, nil
 }
 

@@ -13,10 +13,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spoolq/spool/consumer"
 	"github.com/spoolq/spool/consumer/dlqrouter"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/dlq"
 	"github.com/spoolq/spool/streams/streamstest"
 )
 
@@ -312,8 +312,8 @@ func TestRouterFinishesPartialRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := consumer.DeadMessageFromRaw(raw, spool.ReasonMaxDeliver, "earlier router", 2)
-	if err := consumer.PublishDeadLetter(ctx, e.js, e.names, m); err != nil {
+	m := dlq.MessageFromRaw(raw, spool.ReasonMaxDeliver, "earlier router", 2)
+	if err := dlq.Publish(ctx, e.js, e.names, m); err != nil {
 		t.Fatal(err)
 	}
 
