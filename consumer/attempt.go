@@ -44,7 +44,7 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 		p:       p,
 		seq:     seq,
 		attempt: int(md.NumDelivered),
-		id:      TaskID(hdr, seq),
+		id:      spool.TaskID(hdr, seq),
 		enq:     md.Timestamp,
 	}
 	_, typ, subjErr := w.o.Names.ParseTaskSubject(msg.Subject())
@@ -97,7 +97,7 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 }
 
 func (w *Worker) putProcessing(a attemptInfo) {
-	if err := w.results.putUnacked(a.doc(spool.StateProcessing)); err != nil {
+	if err := w.results.PutUnacked(a.doc(spool.StateProcessing)); err != nil {
 		w.log.Warn("writing processing state", "task_id", a.id, "error", err)
 	}
 }

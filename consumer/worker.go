@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spoolq/spool/consumer/internal/results"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
 )
@@ -46,7 +47,7 @@ type Worker struct {
 	maxDeliver [numPriorities]int // 0: unlimited
 	maxAckPend [numPriorities]int // 0: unlimited
 	ackWait    [numPriorities]time.Duration
-	results    *Results
+	results    *results.Store
 	ioCtx      context.Context // values of Start's ctx, never cancelled
 
 	startOnce sync.Once
@@ -203,7 +204,7 @@ func (w *Worker) start(ctx context.Context) error {
 			w.maxAckPend[p] = cfg.MaxAckPending
 		}
 	}
-	if w.results, err = NewResults(ctx, js, names, w.o.WorkerName); err != nil {
+	if w.results, err = results.New(ctx, js, names, w.o.WorkerName); err != nil {
 		return err
 	}
 	w.ioCtx = context.WithoutCancel(ctx)

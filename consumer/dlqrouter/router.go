@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/internal/results"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/fleet"
 	"github.com/spoolq/spool/streams/dlq"
@@ -61,7 +61,7 @@ var (
 //     advisory's delivery count as Spool-Attempts and Nats-Msg-Id
 //     dlq-<taskstream>-<seq> (dlq.Publish);
 //  3. writes the dead result document and releases the unique key
-//     (Results.Dead);
+//     (results.Store.Dead);
 //  4. deletes the task from the task stream;
 //  5. acknowledges the advisory.
 //
@@ -249,7 +249,7 @@ func defaultRouterWorker() string {
 type routerBinding struct {
 	tasks   jetstream.Stream
 	cons    jetstream.Consumer
-	results *consumer.Results
+	results *results.Store
 }
 
 // Start binds the task stream, the router's consumer and the buckets, then
@@ -304,11 +304,11 @@ func (r *Router) bind(ctx context.Context) (routerBinding, error) {
 		return b, fmt.Errorf("starting dlq router: binding consumer %q on stream %q (is the topology provisioned?): %w",
 			r.names.RouterConsumer(), r.names.AdvisoryStream(), err)
 	}
-	results, err := consumer.NewResults(ctx, r.js, r.names, r.worker)
+	store, err := results.New(ctx, r.js, r.names, r.worker)
 	if err != nil {
 		return b, fmt.Errorf("starting dlq router: %w", err)
 	}
-	return routerBinding{tasks: tasks, cons: cons, results: results}, nil
+	return routerBinding{tasks: tasks, cons: cons, results: store}, nil
 }
 
 // Stop stops pulling, lets the advisory in hand finish, and waits for the
@@ -557,7 +557,7 @@ func (r *Router) route(ctx context.Context, b routerBinding, adv routerAdvisory,
 		m.FailedAt = time.Now()
 	}
 	// The dead letter loses Nats-Msg-Id; keep the task id in its own header.
-	id := consumer.TaskID(raw.Header, raw.Sequence)
+	id := spool.TaskID(raw.Header, raw.Sequence)
 	if raw.Header.Get(spool.HeaderTaskID) != id {
 		h := make(nats.Header, len(raw.Header)+1)
 		for k, v := range raw.Header {

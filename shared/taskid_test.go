@@ -1,11 +1,10 @@
-package consumer_test
+package spool_test
 
 import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
 )
 
@@ -26,7 +25,7 @@ func TestTaskID(t *testing.T) {
 		for k, v := range tc.hdr {
 			h.Set(k, v)
 		}
-		if got := consumer.TaskID(h, 42); got != tc.want {
+		if got := spool.TaskID(h, 42); got != tc.want {
 			t.Errorf("%s: TaskID = %q, want %q", tc.name, got, tc.want)
 		}
 	}
