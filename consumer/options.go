@@ -383,3 +383,11 @@ func WithProcessingDelay(d time.Duration) Option {
 		return nil
 	}
 }
+
+// Name returns the worker's name, as it appears in result documents and
+// stats (WithWorkerName).
+func (w *Worker) Name() string { return w.o.WorkerName }
+
+// Names returns the names (prefix) of the topology the worker serves
+// (WithNames).
+func (w *Worker) Names() spool.Names { return w.o.Names }

@@ -24,6 +24,7 @@ import (
 	"github.com/spoolq/spool/consumer"
 	"github.com/spoolq/spool/consumer/dlqrouter"
 	"github.com/spoolq/spool/consumer/metrics"
+	"github.com/spoolq/spool/consumer/service"
 	"github.com/spoolq/spool/producer"
 	"github.com/spoolq/spool/producer/httpapi"
 	spool "github.com/spoolq/spool/shared"
@@ -177,15 +178,15 @@ func (s *Stack) startWorker(ctx context.Context, o Options) error {
 	if err := s.Router.Start(ctx); err != nil {
 		return fmt.Errorf("starting the dlq router: %w", err)
 	}
-	svcOpts := []consumer.ServiceOption{consumer.WithServiceRouter(s.Router)}
+	svcOpts := []service.Option{service.WithRouter(s.Router)}
 	if o.MetricsAddr != "" {
 		addr, err := s.serveMetrics(ctx, o.MetricsAddr)
 		if err != nil {
 			return err
 		}
-		svcOpts = append(svcOpts, consumer.WithServiceMetadata(map[string]string{"metrics_addr": addr}))
+		svcOpts = append(svcOpts, service.WithMetadata(map[string]string{"metrics_addr": addr}))
 	}
-	if s.Service, err = consumer.AddService(s.workerNC, s.Worker, svcOpts...); err != nil {
+	if s.Service, err = service.Add(s.workerNC, s.Worker, svcOpts...); err != nil {
 		return fmt.Errorf("registering the worker's service: %w", err)
 	}
 	return nil

@@ -26,6 +26,7 @@ import (
 	"github.com/spoolq/spool/consumer"
 	"github.com/spoolq/spool/consumer/dlqrouter"
 	"github.com/spoolq/spool/consumer/metrics"
+	"github.com/spoolq/spool/consumer/service"
 	"github.com/spoolq/spool/consumer/telemetry"
 	"github.com/spoolq/spool/shared/config"
 	"github.com/spoolq/spool/shared/logging"
@@ -124,7 +125,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	var router *dlqrouter.Router
 	if cfg.DLQRouter {
-		router, err = startRouter(ctx, nc, cfg, w.Options().WorkerName, logger)
+		router, err = startRouter(ctx, nc, cfg, w.Name(), logger)
 		if err != nil {
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 			defer cancel()
@@ -192,19 +193,19 @@ func observe(ctx context.Context, nc *nats.Conn, w *consumer.Worker, router *dlq
 		return nil, fmt.Errorf("opening JetStream: %w", err)
 	}
 	opts := []metrics.Option{metrics.WithDeadLetters(dlq.New(js, cfg.Names()).Size), metrics.WithLogger(obs.logger)}
-	var svcOpts []consumer.ServiceOption
+	var svcOpts []service.Option
 	if router != nil {
 		opts = append(opts, metrics.WithRouter(router))
-		svcOpts = append(svcOpts, consumer.WithServiceRouter(router))
+		svcOpts = append(svcOpts, service.WithRouter(router))
 	}
 	// Scrapes go on while the worker drains after SIGTERM.
 	if err := obs.reg.Register(metrics.New(context.WithoutCancel(ctx), w, opts...)); err != nil {
 		return nil, fmt.Errorf("registering the worker metrics: %w", err)
 	}
 	if obs.addr != "" {
-		svcOpts = append(svcOpts, consumer.WithServiceMetadata(map[string]string{"metrics_addr": obs.addr}))
+		svcOpts = append(svcOpts, service.WithMetadata(map[string]string{"metrics_addr": obs.addr}))
 	}
-	return consumer.AddService(nc, w, svcOpts...)
+	return service.Add(nc, w, svcOpts...)
 }
 
 // summarize logs the one-line summary every interval until ctx ends.
