@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/demo"
 	"github.com/spoolq/spool/consumer/dlqrouter"
 	"github.com/spoolq/spool/consumer/metrics"
 	"github.com/spoolq/spool/consumer/service"
@@ -155,7 +156,7 @@ func (s *Stack) startWorker(ctx context.Context, o Options) error {
 		return fmt.Errorf("connecting the worker: %w", err)
 	}
 	mux := consumer.NewMux()
-	consumer.RegisterDemo(mux)
+	demo.Register(mux)
 	opts := append([]consumer.Option{
 		consumer.WithNames(s.Names),
 		consumer.WithLogger(s.logger.With("component", "worker")),

@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/demo"
 	"github.com/spoolq/spool/consumer/dlqrouter"
 	"github.com/spoolq/spool/consumer/metrics"
 	"github.com/spoolq/spool/consumer/service"
@@ -53,7 +54,7 @@ func main() {
 func run(ctx context.Context, args []string, stderr io.Writer) error {
 	flags := flag.NewFlagSet("spool-consumer", flag.ContinueOnError)
 	flags.SetOutput(stderr)
-	demo := flags.Bool("demo", false, "register the demo handlers demo.echo, demo.sleep and demo.fail")
+	withDemo := flags.Bool("demo", false, "register the demo handlers demo.echo, demo.sleep and demo.fail")
 	flags.Usage = func() {
 		fmt.Fprintf(stderr, "usage: spool-consumer [--demo]\n\nEnvironment:\n%s\nTracing (OpenTelemetry, off unless an exporter or endpoint is set):\n  OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL,\n  OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, OTEL_SDK_DISABLED\n", config.Usage(&Config{}))
 	}
@@ -95,8 +96,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 	mux := consumer.NewMux()
 	mux.Use(consumer.Tracing(tp))
-	if *demo {
-		consumer.RegisterDemo(mux)
+	if *withDemo {
+		demo.Register(mux)
 	}
 	if len(mux.Types()) == 0 {
 		logger.Warn("no handlers registered: every task will be dead-lettered with reason no_handler (run with --demo for the demo handlers)")
