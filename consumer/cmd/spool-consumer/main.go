@@ -29,6 +29,7 @@ import (
 	"github.com/spoolq/spool/consumer/metrics"
 	"github.com/spoolq/spool/consumer/service"
 	"github.com/spoolq/spool/consumer/telemetry"
+	"github.com/spoolq/spool/consumer/tracing"
 	"github.com/spoolq/spool/shared/config"
 	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/shared/natsconn"
@@ -95,7 +96,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer nc.Close()
 
 	mux := consumer.NewMux()
-	mux.Use(consumer.Tracing(tp))
+	mux.Use(tracing.Middleware(tp))
 	if *withDemo {
 		demo.Register(mux)
 	}
