@@ -35,7 +35,7 @@ const (
 type Worker struct {
 	nc    *nats.Conn
 	h     Handler
-	o     Options
+	o     config
 	log   *slog.Logger
 	sched *scheduler
 	rec   *recorder
@@ -124,7 +124,7 @@ func New(nc *nats.Conn, h Handler, opts ...Option) (*Worker, error) {
 	if h == nil {
 		return nil, fmt.Errorf("%w: nil handler", ErrInvalidOption)
 	}
-	o := DefaultOptions()
+	o := defaultConfig()
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
@@ -133,7 +133,7 @@ func New(nc *nats.Conn, h Handler, opts ...Option) (*Worker, error) {
 	if o.now == nil {
 		o.now = time.Now
 	}
-	if err := o.Validate(); err != nil {
+	if err := o.validate(); err != nil {
 		return nil, err
 	}
 	w := &Worker{
@@ -153,9 +153,6 @@ func New(nc *nats.Conn, h Handler, opts ...Option) (*Worker, error) {
 	}
 	return w, nil
 }
-
-// Options returns the worker's settings after defaults.
-func (w *Worker) Options() Options { return w.o }
 
 // Start binds the task stream, the five priority consumers and the buckets,
 // then starts pulling. ctx bounds start-up only; the worker runs until
