@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/spoolq/spool/consumer/internal/results"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/fleet"
+	"github.com/spoolq/spool/shared/lifecycle"
 	"github.com/spoolq/spool/streams/dlq"
 )
 
@@ -87,23 +87,14 @@ type Router struct {
 	timeout    time.Duration
 	retryDelay time.Duration
 
-	mu         sync.Mutex
-	state      routerState
-	softCancel context.CancelFunc // stops pulling
-	hardCancel context.CancelFunc // aborts the advisory in hand
-	stopped    chan struct{}
-	err        error // why the loop ended, if not a stop; set before stopped closes
+	life       lifecycle.Lifecycle
+	softCancel context.CancelFunc // stops pulling; set by start
+	hardCancel context.CancelFunc // aborts the advisory in hand; set by start
+	done       chan struct{}      // closed when the loop has ended
+	err        error              // why the loop ended, if not a stop; set before done closes
 
 	routed, gone, bad, failed atomic.Uint64
 }
-
-type routerState int
-
-const (
-	routerIdle routerState = iota
-	routerRunning
-	routerDone
-)
 
 // Option configures a Router.
 type Option func(*Router) error
@@ -226,7 +217,7 @@ func New(nc *nats.Conn, opts ...Option) (*Router, error) {
 		fetchWait:  DefaultFetchWait,
 		timeout:    DefaultTimeout,
 		retryDelay: DefaultRetryDelay,
-		stopped:    make(chan struct{}),
+		done:       make(chan struct{}),
 	}
 	for _, o := range opts {
 		if err := o(r); err != nil {
@@ -254,23 +245,19 @@ type routerBinding struct {
 
 // Start binds the task stream, the router's consumer and the buckets, then
 // routes advisories in a goroutine until Stop. As with Worker.Start, ctx
-// bounds start-up only. Start returns an error when the topology is missing.
-// Calling Start on a running router does nothing; on a stopped one it
-// returns ErrStopped.
+// bounds start-up only. Start returns an error when the topology is missing;
+// the router then never runs. Calling Start on a running router does
+// nothing; on a stopped one (or one that ended by itself) it returns
+// ErrStopped.
 func (r *Router) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch r.state {
-	case routerRunning:
-		select {
-		case <-r.stopped:
-			return ErrStopped
-		default:
-			return nil
-		}
-	case routerDone:
+	err := r.life.Start(ctx, r.start)
+	if errors.Is(err, lifecycle.ErrStopped) || err == nil && r.life.IsStopping() {
 		return ErrStopped
 	}
+	return err
+}
+
+func (r *Router) start(ctx context.Context) error {
 	b, err := r.bind(ctx)
 	if err != nil {
 		return err
@@ -281,12 +268,14 @@ func (r *Router) Start(ctx context.Context) error {
 	// bounded by the router timeout), only by Stop's deadline.
 	hardCtx, hardCancel := context.WithCancel(ioCtx)
 	r.softCancel, r.hardCancel = softCancel, hardCancel
-	r.state = routerRunning
 	go func() {
-		defer close(r.stopped)
+		defer close(r.done)
 		defer hardCancel()
 		defer softCancel()
 		r.err = r.loop(softCtx, hardCtx, b)
+		if r.err != nil {
+			r.life.Ended() // ended by itself; a Stop under way ends it anyway
+		}
 	}()
 	r.logger.InfoContext(ctx, "dlq router started", "stream", r.names.AdvisoryStream(),
 		"consumer", r.names.RouterConsumer(), "worker", r.worker)
@@ -316,35 +305,27 @@ func (r *Router) bind(ctx context.Context) (routerBinding, error) {
 // will be redelivered) and Stop returns ctx's error once the router ended.
 // Stop is idempotent and may be called on a router that never started.
 func (r *Router) Stop(ctx context.Context) error {
-	r.mu.Lock()
-	switch r.state {
-	case routerIdle:
-		r.state = routerDone
-		close(r.stopped)
-		r.mu.Unlock()
-		return nil
-	case routerRunning:
-		r.state = routerDone
+	err := r.life.Stop(ctx, r.shutdown, r.abort)
+	if err != nil {
+		<-r.life.Stopped()
+		return fmt.Errorf("stopping dlq router: %w", err)
 	}
-	soft, hard := r.softCancel, r.hardCancel
-	r.mu.Unlock()
-	if soft == nil { // stopped before it ever started
-		return nil
-	}
-	soft()
-	select {
-	case <-r.stopped:
-		return nil
-	case <-ctx.Done():
-		hard()
-		<-r.stopped
-		return fmt.Errorf("stopping dlq router: %w", ctx.Err())
-	}
+	return nil
 }
 
-// Stopped is closed when the router has ended: after Stop, or when the
-// connection closed for good (see Err).
-func (r *Router) Stopped() <-chan struct{} { return r.stopped }
+// shutdown ends a running router gracefully: no more pulls, the advisory in
+// hand finishes.
+func (r *Router) shutdown() {
+	r.softCancel()
+	<-r.done
+}
+
+// abort makes a graceful stop hard: the advisory in hand is abandoned.
+func (r *Router) abort() { r.hardCancel() }
+
+// Stopped is closed when the router has ended: after Stop, when start-up
+// failed, or when the connection closed for good (see Err).
+func (r *Router) Stopped() <-chan struct{} { return r.life.Stopped() }
 
 // Run starts the router and blocks until ctx ends, then stops it
 // gracefully, giving the advisory in hand up to the router timeout. It
@@ -368,8 +349,8 @@ func (r *Router) Run(ctx context.Context) error {
 // good), or nil. It is meaningful once Stopped is closed.
 func (r *Router) Err() error {
 	select {
-	case <-r.stopped:
-		return r.err
+	case <-r.life.Stopped():
+		return r.err // written before the loop ended
 	default:
 		return nil
 	}
