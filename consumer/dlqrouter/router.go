@@ -197,7 +197,7 @@ func WithRetryDelay(d time.Duration) Option {
 	}
 }
 
-// NewRouter returns a DLQ router using nc, which stays the caller's: the
+// New returns a DLQ router using nc, which stays the caller's: the
 // router never closes it. The topology must be provisioned
 // (streams.Provision) before Start.
 func New(nc *nats.Conn, opts ...Option) (*Router, error) {

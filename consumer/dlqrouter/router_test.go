@@ -657,11 +657,11 @@ func TestRouterLifecycle(t *testing.T) {
 			"retry":      dlqrouter.WithRetryDelay(time.Hour),
 		} {
 			if _, err := dlqrouter.New(e.nc, opt); err == nil {
-				t.Errorf("NewRouter with a bad %s option succeeded", name)
+				t.Errorf("New with a bad %s option succeeded", name)
 			}
 		}
 		if _, err := dlqrouter.New(nil); err == nil {
-			t.Error("NewRouter(nil) succeeded")
+			t.Error("New(nil) succeeded")
 		}
 	})
 }
