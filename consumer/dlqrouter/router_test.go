@@ -555,7 +555,7 @@ func TestRouterLifecycle(t *testing.T) {
 			t.Error("Stopped not closed after Stop")
 		}
 		if err := r.Start(routerCtx(t)); !errors.Is(err, dlqrouter.ErrStopped) {
-			t.Errorf("Start after Stop = %v, want ErrRouterStopped", err)
+			t.Errorf("Start after Stop = %v, want ErrStopped", err)
 		}
 	})
 

@@ -1,6 +1,6 @@
 // Package metrics exposes a Spool worker to Prometheus. Its Collector reads
-// Worker.Stats() (and, when given, Router.Stats() and the dead-letter count)
-// when scraped: nothing is added to the task path.
+// Worker.Stats() (and, when given, the DLQ router's Stats() and the
+// dead-letter count) when scraped: nothing is added to the task path.
 //
 // Every metric is listed in Names; the README documents them. Counters and
 // histograms are cumulative since the worker started; the histograms use the
