@@ -38,21 +38,26 @@ var setups = []setup{
 	{"cluster-r3", streams.Settings{Storage: "file", Replicas: 3}, cluster},
 }
 
-// behaviour is one core behaviour, run on a stack of its own.
+// behaviour is one core behaviour, run on a stack of its own. tune, when
+// set, adjusts the setup's topology settings for it.
 type behaviour struct {
 	name string
 	run  func(t *testing.T, s *stack)
+	tune func(*streams.Settings)
 }
 
 var behaviours = []behaviour{
-	{"completes", testCompletes},
-	{"retries-then-completes", testRetriesThenCompletes},
-	{"exhausted-retries-dead-letter", testExhaustedRetries},
-	{"permanent-dead-letters-at-once", testPermanent},
-	{"delayed-runs-no-earlier", testDelayed},
-	{"unique-key-refuses-second", testUnique},
-	{"priorities-both-served", testPriorities},
-	{"graceful-stop-hands-back", testGracefulStop},
+	{"completes", testCompletes, nil},
+	{"retries-then-completes", testRetriesThenCompletes, nil},
+	{"exhausted-retries-dead-letter", testExhaustedRetries, nil},
+	{"permanent-dead-letters-at-once", testPermanent, nil},
+	{"crashes-exhaust-deliveries-router-dead-letters", testMaxDeliver, func(s *streams.Settings) {
+		s.AckWait, s.MaxDeliver = time.Second, 2
+	}},
+	{"delayed-runs-no-earlier", testDelayed, nil},
+	{"unique-key-refuses-second", testUnique, nil},
+	{"priorities-both-served", testPriorities, nil},
+	{"graceful-stop-hands-back", testGracefulStop, nil},
 }
 
 func TestConformance(t *testing.T) {
@@ -64,7 +69,11 @@ func TestConformance(t *testing.T) {
 			for i, b := range behaviours {
 				t.Run(b.name, func(t *testing.T) {
 					t.Parallel()
-					b.run(t, newStack(t, env, su.settings, "c"+strconv.Itoa(i)))
+					settings := su.settings
+					if b.tune != nil {
+						b.tune(&settings)
+					}
+					b.run(t, newStack(t, env, settings, "c"+strconv.Itoa(i)))
 				})
 			}
 		})
@@ -291,6 +300,49 @@ func testPermanent(t *testing.T, s *stack) {
 	if h.Get(spool.HeaderReason) != string(spool.ReasonPermanent) || h.Get(spool.HeaderAttempts) != "1" {
 		t.Errorf("dead-letter headers %v", h)
 	}
+}
+
+// A task whose worker crashes at every delivery (never settles it) runs out
+// of deliveries; the DLQ router moves it to the DLQ with reason
+// max_deliver and its result is dead.
+func testMaxDeliver(t *testing.T, s *stack) {
+	s.router()
+	res := s.enqueue(producer.NewTask("crashes.worker", []byte("body")), producer.MaxRetries(5))
+	cons, err := s.env.JS.Consumer(streamstest.Context(t), s.names.TaskStream(), s.names.Consumer(spool.Normal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The "worker": pulls and never settles, keeping a pull outstanding so
+	// the server emits the max-deliveries advisory.
+	ctx, cancel := context.WithCancel(t.Context())
+	crashed := make(chan struct{})
+	go func() {
+		defer close(crashed)
+		for ctx.Err() == nil {
+			fctx, fcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			if b, err := cons.Fetch(1, jetstream.FetchContext(fctx)); err == nil {
+				for range b.Messages() { // received, never acked
+				}
+			}
+			fcancel()
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-crashed })
+	r := s.wait(res.ID, spool.StateDead)
+	if r.Reason != spool.ReasonMaxDeliver || r.Attempts != 2 {
+		t.Errorf("dead result %+v, want reason max_deliver after 2 deliveries", r)
+	}
+	m := s.deadLetter(spool.Normal, "crashes.worker")
+	if h := m.Header; h.Get(spool.HeaderReason) != string(spool.ReasonMaxDeliver) || h.Get(spool.HeaderAttempts) != "2" ||
+		h.Get(spool.HeaderTaskID) != res.ID || string(m.Data) != "body" {
+		t.Errorf("dead letter %v %q", h, m.Data)
+	}
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		if n := s.taskMsgs(); n != 0 {
+			return errors.New(strconv.FormatUint(n, 10) + " tasks left in the stream")
+		}
+		return nil
+	})
 }
 
 // A delayed task is reported scheduled, and runs no earlier than its time.
