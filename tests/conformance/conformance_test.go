@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -131,17 +132,24 @@ func (s *stack) worker(h consumer.Handler, opts ...consumer.Option) *consumer.Wo
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if err := w.Start(streamstest.Context(s.t)); err != nil {
-		s.t.Fatal(err)
+	s.start("worker", w.Start, w.Stop)
+	return w
+}
+
+// start starts a long-running part and stops it (checking the error) when
+// the test ends, unless the test stopped it first.
+func (s *stack) start(what string, start, stop func(context.Context) error) {
+	s.t.Helper()
+	if err := start(streamstest.Context(s.t)); err != nil {
+		s.t.Fatalf("starting the %s: %v", what, err)
 	}
 	s.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), streamstest.Timeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(s.t.Context()), streamstest.Timeout)
 		defer cancel()
-		if err := w.Stop(ctx); err != nil {
-			s.t.Errorf("stopping the worker: %v", err)
+		if err := stop(ctx); err != nil {
+			s.t.Errorf("stopping the %s: %v", what, err)
 		}
 	})
-	return w
 }
 
 // router starts the DLQ router of this stack, stopped when the test ends.
@@ -151,16 +159,7 @@ func (s *stack) router() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if err := r.Start(streamstest.Context(s.t)); err != nil {
-		s.t.Fatal(err)
-	}
-	s.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), streamstest.Timeout)
-		defer cancel()
-		if err := r.Stop(ctx); err != nil {
-			s.t.Errorf("stopping the router: %v", err)
-		}
-	})
+	s.start("router", r.Start, r.Stop)
 }
 
 func (s *stack) enqueue(task producer.Task, opts ...producer.EnqueueOption) producer.EnqueueResult {
@@ -200,14 +199,21 @@ func (s *stack) deadLetter(p spool.Priority, typ string) *jetstream.RawStreamMsg
 	return m
 }
 
-// taskMsgs is the number of messages left in the task stream.
-func (s *stack) taskMsgs() uint64 {
+// waitEmpty waits until the task stream holds no message: every task was
+// acked or removed.
+func (s *stack) waitEmpty() {
 	s.t.Helper()
-	info, err := s.env.Stream(s.t, s.names.TaskStream()).Info(streamstest.Context(s.t))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return info.State.Msgs
+	tasks := s.env.Stream(s.t, s.names.TaskStream())
+	streamstest.WaitFor(s.t, 10*time.Second, func() error {
+		info, err := tasks.Info(streamstest.Context(s.t))
+		if err != nil {
+			return err
+		}
+		if n := info.State.Msgs; n != 0 {
+			return fmt.Errorf("%d tasks left in the stream", n)
+		}
+		return nil
+	})
 }
 
 // A task completes and its result is readable.
@@ -229,12 +235,7 @@ func testCompletes(t *testing.T, s *stack) {
 	if err != nil || read.State != spool.StateCompleted || string(read.Result) != `{"pages":12}` {
 		t.Errorf("Result = %+v, %v", read, err)
 	}
-	streamstest.WaitFor(t, 10*time.Second, func() error {
-		if n := s.taskMsgs(); n != 0 {
-			return errors.New(strconv.FormatUint(n, 10) + " tasks left in the stream")
-		}
-		return nil
-	})
+	s.waitEmpty()
 }
 
 // A failing task is retried and completes when an attempt succeeds.
@@ -337,12 +338,7 @@ func testMaxDeliver(t *testing.T, s *stack) {
 		h.Get(spool.HeaderTaskID) != res.ID || string(m.Data) != "body" {
 		t.Errorf("dead letter %v %q", h, m.Data)
 	}
-	streamstest.WaitFor(t, 10*time.Second, func() error {
-		if n := s.taskMsgs(); n != 0 {
-			return errors.New(strconv.FormatUint(n, 10) + " tasks left in the stream")
-		}
-		return nil
-	})
+	s.waitEmpty()
 }
 
 // A delayed task is reported scheduled, and runs no earlier than its time.
@@ -401,12 +397,7 @@ func testUnique(t *testing.T, s *stack) {
 	close(release)
 	s.wait(first.ID, spool.StateCompleted)
 	// Completed releases the key (before the task is removed).
-	streamstest.WaitFor(t, 10*time.Second, func() error {
-		if n := s.taskMsgs(); n != 0 {
-			return errors.New(strconv.FormatUint(n, 10) + " tasks left in the stream")
-		}
-		return nil
-	})
+	s.waitEmpty()
 	third := s.enqueue(producer.NewTask("invoice.send", nil), producer.Unique("invoice:42", time.Minute))
 	<-running
 	s.wait(third.ID, spool.StateCompleted)
