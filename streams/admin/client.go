@@ -65,11 +65,15 @@ func (c *Client) withTimeout(ctx context.Context) (context.Context, context.Canc
 	return context.WithTimeout(ctx, c.timeout)
 }
 
-// connected fails fast, naming the connection's state, when it cannot
-// carry a request.
-func (c *Client) connected() error {
+// read runs one read: at once ErrNotConnected, naming the connection's
+// state, when the connection cannot carry a request, else fn under the
+// client's timeout when ctx has no deadline.
+func read[T any](ctx context.Context, c *Client, fn func(context.Context) (T, error)) (T, error) {
 	if !c.nc.IsConnected() {
-		return fmt.Errorf("nats connection is %s: %w", strings.ToLower(c.nc.Status().String()), ErrNotConnected)
+		var zero T
+		return zero, fmt.Errorf("nats connection is %s: %w", strings.ToLower(c.nc.Status().String()), ErrNotConnected)
 	}
-	return nil
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	return fn(ctx)
 }

@@ -88,16 +88,13 @@ type PriorityTotals struct {
 // (WithFleetWait) or until ctx ends; a fleet with no member answers at
 // once.
 func (c *Client) Fleet(ctx context.Context) (Fleet, error) {
-	if err := c.connected(); err != nil {
-		return Fleet{}, err
-	}
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	workers, err := c.workers(ctx)
-	if err != nil {
-		return Fleet{}, err
-	}
-	return Fleet{Workers: workers, Totals: sum(workers)}, nil
+	return read(ctx, c, func(ctx context.Context) (Fleet, error) {
+		workers, err := c.workers(ctx)
+		if err != nil {
+			return Fleet{}, err
+		}
+		return Fleet{Workers: workers, Totals: sum(workers)}, nil
+	})
 }
 
 // workers sends $SRV.STATS.<service> and collects every answer that comes

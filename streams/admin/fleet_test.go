@@ -166,31 +166,29 @@ type overviewDoc struct {
 			Data map[string]any `json:"data"`
 		} `json:"endpoints"`
 		Figures struct {
-			Worker    string  `json:"worker"`
-			Slots     *int    `json:"slots"`
-			Busy      *int    `json:"busy"`
-			Processed *uint64 `json:"processed"`
-			Pickup    *struct {
-				Count uint64 `json:"count"`
-				P50   int64  `json:"p50_ns"`
-				P99   int64  `json:"p99_ns"`
-			} `json:"pickup"`
+			Worker    string          `json:"worker"`
+			Slots     *int            `json:"slots"`
+			Busy      *int            `json:"busy"`
+			Processed *uint64         `json:"processed"`
+			Pickup    *percentilesDoc `json:"pickup"`
 		} `json:"figures"`
 	} `json:"fleet"`
 	FleetError string `json:"fleet_error"`
 	Totals     struct {
-		Members   int     `json:"members"`
-		Slots     *int    `json:"slots"`
-		Processed *uint64 `json:"processed"`
-		Pickup    *struct {
-			Count    uint64   `json:"count"`
-			P50      int64    `json:"p50_ns"`
-			P95      int64    `json:"p95_ns"`
-			P99      int64    `json:"p99_ns"`
-			BoundsNS []int64  `json:"bounds_ns"`
-			Counts   []uint64 `json:"counts"`
-		} `json:"pickup"`
+		Members   int             `json:"members"`
+		Slots     *int            `json:"slots"`
+		Processed *uint64         `json:"processed"`
+		Pickup    *percentilesDoc `json:"pickup"`
 	} `json:"totals"`
+}
+
+type percentilesDoc struct {
+	Count    uint64   `json:"count"`
+	P50      int64    `json:"p50_ns"`
+	P95      int64    `json:"p95_ns"`
+	P99      int64    `json:"p99_ns"`
+	BoundsNS []int64  `json:"bounds_ns"`
+	Counts   []uint64 `json:"counts"`
 }
 
 func TestOverview(t *testing.T) {

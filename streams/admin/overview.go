@@ -25,11 +25,10 @@ type Overview struct {
 // fleet. It fails when the status cannot be read; a fleet that cannot be
 // asked is reported in FleetError.
 func (c *Client) Overview(ctx context.Context) (Overview, error) {
-	if err := c.connected(); err != nil {
-		return Overview{}, err
-	}
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
+	return read(ctx, c, c.overview)
+}
+
+func (c *Client) overview(ctx context.Context) (Overview, error) {
 	type fleetAnswer struct {
 		workers []Worker
 		err     error
@@ -80,10 +79,7 @@ func (o Overview) MarshalJSON() ([]byte, error) {
 		doc.Priorities = append(doc.Priorities, pd)
 	}
 	for _, w := range o.Fleet.Workers {
-		doc.Fleet = append(doc.Fleet, memberDoc{
-			Name: w.Name, ID: w.ID, Version: w.Version, Metadata: w.Metadata, Started: w.Started,
-			Endpoints: w.Endpoints, Figures: figuresOf(w),
-		})
+		doc.Fleet = append(doc.Fleet, memberDoc{Worker: w, Figures: figuresOf(w)})
 	}
 	return json.Marshal(doc)
 }
@@ -107,24 +103,25 @@ type (
 		Processed *uint64 `json:"processed,omitempty"`
 		Busy      *int    `json:"busy,omitempty"`
 	}
+	// memberDoc is a Worker with figures in place of its stats.
 	memberDoc struct {
-		Name      string            `json:"name"`
-		ID        string            `json:"id"`
-		Version   string            `json:"version"`
-		Metadata  map[string]string `json:"metadata,omitempty"`
-		Started   time.Time         `json:"started"`
-		Endpoints []Endpoint        `json:"endpoints"`
-		Figures   figuresDoc        `json:"figures"`
+		Worker
+		Stats   *struct{}  `json:"stats,omitempty"` // nil: hides Worker.Stats
+		Figures figuresDoc `json:"figures"`
+	}
+	// poolDoc are the figures a worker and the fleet's totals share.
+	poolDoc struct {
+		Slots     *int    `json:"slots,omitempty"`
+		Busy      *int    `json:"busy,omitempty"`
+		Idle      *int    `json:"idle,omitempty"`
+		Processed *uint64 `json:"processed,omitempty"`
+		Completed *uint64 `json:"completed,omitempty"`
+		Failed    *uint64 `json:"failed,omitempty"`
 	}
 	figuresDoc struct {
-		Worker     string            `json:"worker,omitempty"`
-		State      string            `json:"state,omitempty"`
-		Slots      *int              `json:"slots,omitempty"`
-		Busy       *int              `json:"busy,omitempty"`
-		Idle       *int              `json:"idle,omitempty"`
-		Processed  *uint64           `json:"processed,omitempty"`
-		Completed  *uint64           `json:"completed,omitempty"`
-		Failed     *uint64           `json:"failed,omitempty"`
+		Worker string `json:"worker,omitempty"`
+		State  string `json:"state,omitempty"`
+		poolDoc
 		Retried    *uint64           `json:"retried,omitempty"`
 		Dead       *uint64           `json:"dead,omitempty"`
 		Pickup     *percentilesDoc   `json:"pickup,omitempty"`
@@ -148,16 +145,11 @@ type (
 		Counts   []uint64      `json:"counts,omitempty"`
 	}
 	totalsDoc struct {
-		Members   int             `json:"members"`
-		Slots     *int            `json:"slots,omitempty"`
-		Busy      *int            `json:"busy,omitempty"`
-		Idle      *int            `json:"idle,omitempty"`
-		Processed *uint64         `json:"processed,omitempty"`
-		Completed *uint64         `json:"completed,omitempty"`
-		Failed    *uint64         `json:"failed,omitempty"`
-		Dead      *uint64         `json:"dead,omitempty"`
-		Pickup    *percentilesDoc `json:"pickup,omitempty"`
-		Run       *percentilesDoc `json:"run,omitempty"`
+		Members int `json:"members"`
+		poolDoc
+		Dead   *uint64         `json:"dead,omitempty"`
+		Pickup *percentilesDoc `json:"pickup,omitempty"`
+		Run    *percentilesDoc `json:"run,omitempty"`
 	}
 )
 
@@ -172,8 +164,8 @@ func figuresOf(w Worker) figuresDoc {
 	}
 	t := ws.Total
 	f.State = ws.State
-	f.Slots, f.Busy, f.Idle = &ws.Slots, &ws.Busy, &ws.Idle
-	f.Processed, f.Completed, f.Failed, f.Retried, f.Dead = &t.Processed, &t.Completed, &t.Failed, &t.Retried, &t.Dead
+	f.poolDoc = pool(ws.Slots, ws.Busy, ws.Idle, t)
+	f.Retried, f.Dead = &t.Retried, &t.Dead
 	f.Pickup = workerPercentiles(Pickup(*ws))
 	if f.Pickup == nil {
 		f.Pickup = summaryPercentiles(t.Pickup)
@@ -223,8 +215,12 @@ func totalsDocOf(t Totals) totalsDoc {
 		return doc
 	}
 	c := t.Counters
-	doc.Slots, doc.Busy, doc.Idle = &t.Slots, &t.Busy, &t.Idle
-	doc.Processed, doc.Completed, doc.Failed, doc.Dead = &c.Processed, &c.Completed, &c.Failed, &c.Dead
+	doc.poolDoc = pool(t.Slots, t.Busy, t.Idle, c)
+	doc.Dead = &c.Dead
 	doc.Pickup, doc.Run = bucketPercentiles(c.Pickup), bucketPercentiles(c.Run)
 	return doc
+}
+
+func pool(slots, busy, idle int, c fleet.CounterStats) poolDoc {
+	return poolDoc{Slots: &slots, Busy: &busy, Idle: &idle, Processed: &c.Processed, Completed: &c.Completed, Failed: &c.Failed}
 }

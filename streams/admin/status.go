@@ -43,12 +43,7 @@ type Status struct {
 // Status reads the queue's status: a few JetStream requests per priority,
 // whatever the backlog.
 func (c *Client) Status(ctx context.Context) (Status, error) {
-	if err := c.connected(); err != nil {
-		return Status{}, err
-	}
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	return c.status(ctx)
+	return read(ctx, c, c.status)
 }
 
 func (c *Client) status(ctx context.Context) (Status, error) {
