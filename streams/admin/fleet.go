@@ -168,15 +168,15 @@ func decodeStats(data json.RawMessage) *fleet.WorkerStats {
 	return &ws
 }
 
-// Pickup is the worker's pickup-latency histogram: its total's when that
-// carries bucket counts, else the merge of its priorities'. ok is false
-// when the worker reports no bucket counts.
-func Pickup(ws fleet.WorkerStats) (h fleet.Histogram, ok bool) {
+// PickupHistogram is the worker's pickup-latency histogram: its total's
+// when that carries bucket counts, else the merge of its priorities'. ok is
+// false when the worker reports no bucket counts.
+func PickupHistogram(ws fleet.WorkerStats) (h fleet.Histogram, ok bool) {
 	return histogram(ws, func(c fleet.CounterStats) *fleet.DistStats { return c.Pickup })
 }
 
-// Run is the worker's run-time histogram, as Pickup.
-func Run(ws fleet.WorkerStats) (h fleet.Histogram, ok bool) {
+// RunHistogram is the worker's run-time histogram, as PickupHistogram.
+func RunHistogram(ws fleet.WorkerStats) (h fleet.Histogram, ok bool) {
 	return histogram(ws, func(c fleet.CounterStats) *fleet.DistStats { return c.Run })
 }
 
@@ -211,11 +211,11 @@ func sum(workers []Worker) Totals {
 		t.Busy += ws.Busy
 		t.Idle += ws.Idle
 		addCounters(&t.Counters, ws.Total)
-		if h, ok := Pickup(*ws); ok {
+		if h, ok := PickupHistogram(*ws); ok {
 			pickup.Merge(h)
 			hasPickup = true
 		}
-		if h, ok := Run(*ws); ok {
+		if h, ok := RunHistogram(*ws); ok {
 			run.Merge(h)
 			hasRun = true
 		}

@@ -107,10 +107,10 @@ func TestFleet(t *testing.T) {
 	if wa == nil || wa.Slots != 4 || wa.Total.Processed != 12 || len(wa.Priorities) != 2 {
 		t.Fatalf("w-a stats %+v", wa)
 	}
-	if h, ok := admin.Pickup(*wa); !ok || h.Count != 12 {
+	if h, ok := admin.PickupHistogram(*wa); !ok || h.Count != 12 {
 		t.Errorf("w-a pickup %+v", h)
 	}
-	if _, ok := admin.Pickup(*fl.Workers[2].Stats); ok {
+	if _, ok := admin.PickupHistogram(*fl.Workers[2].Stats); ok {
 		t.Error("w-b reports no bucket counts, yet has a pickup histogram")
 	}
 	tot := fl.Totals

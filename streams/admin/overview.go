@@ -166,11 +166,11 @@ func figuresOf(w Worker) figuresDoc {
 	f.State = ws.State
 	f.poolDoc = pool(ws.Slots, ws.Busy, ws.Idle, t)
 	f.Retried, f.Dead = &t.Retried, &t.Dead
-	f.Pickup = workerPercentiles(Pickup(*ws))
+	f.Pickup = workerPercentiles(PickupHistogram(*ws))
 	if f.Pickup == nil {
 		f.Pickup = summaryPercentiles(t.Pickup)
 	}
-	f.Run = workerPercentiles(Run(*ws))
+	f.Run = workerPercentiles(RunHistogram(*ws))
 	if f.Run == nil {
 		f.Run = summaryPercentiles(t.Run)
 	}
