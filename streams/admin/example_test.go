@@ -5,53 +5,25 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
-	"os"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
-	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/streams/dlq"
-	"github.com/spoolq/spool/streams/embedded"
 )
 
-// Example reads a queue's status, its fleet and its dead letters against an
-// embedded server.
+// Example reads a deployment's status, its fleet and its dead letters, and
+// replays them. nc is any connected *nats.Conn; the client never closes it.
 func Example() {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "spool-admin-example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	srv, err := embedded.Start(embedded.Options{StoreDir: dir})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	nc, err := nats.Connect(srv.ClientURL())
+	nc, err := nats.Connect(nats.DefaultURL)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		log.Fatal(err)
-	}
-	topo, err := streams.New(spool.DefaultNames(), streams.Settings{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := streams.Provision(ctx, js, topo, slog.New(slog.DiscardHandler)); err != nil {
-		log.Fatal(err)
-	}
-	if _, err := js.Publish(ctx, "spool.tasks.high.email.send", []byte(`{"to":"ada"}`)); err != nil {
-		log.Fatal(err)
-	}
 
-	c, err := admin.New(nc) // admin.WithNames(cfg.Names()) for another prefix
+	c, err := admin.New(nc, admin.WithLogger(slog.Default())) // admin.WithNames(cfg.Names()) for another prefix
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -60,22 +32,27 @@ func Example() {
 		log.Fatal(err)
 	}
 	for _, p := range st.Priorities {
-		if p.Pending > 0 {
-			fmt.Println(p.Priority, "pending", p.Pending)
-		}
+		fmt.Println(p.Priority, "pending", p.Pending, "in flight", p.InFlight, "oldest wait", p.OldestWait)
 	}
 	fl, err := c.Fleet(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("workers", fl.Totals.Workers)
+	for _, w := range fl.Workers {
+		if w.Stats != nil {
+			fmt.Println(w.WorkerName(), w.Stats.Busy, "of", w.Stats.Slots, "slots busy")
+		}
+	}
+	if p := fl.Totals.Counters.Pickup; p != nil {
+		fmt.Println("fleet pickup p99", p.P99)
+	}
 	page, err := c.DeadLetters(ctx, dlq.Filter{Reason: spool.ReasonTimeout})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("dead letters", len(page.Letters))
-	// Output:
-	// high pending 1
-	// workers 0
-	// dead letters 0
+	for _, l := range page.Letters {
+		if _, err := c.Replay(ctx, l.Seq); err != nil {
+			log.Fatal(err)
+		}
+	}
 }
