@@ -29,7 +29,9 @@ import (
 	"github.com/spoolq/spool/producer"
 	"github.com/spoolq/spool/producer/httpapi"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/lifecycle"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/streams/dlq"
 	"github.com/spoolq/spool/streams/embedded"
 )
@@ -88,8 +90,7 @@ type Stack struct {
 	conn     *nats.Conn
 	workerNC *nats.Conn
 	client   *producer.Client
-	broker   *http.Server
-	served   chan struct{}
+	broker   *lifecycle.HTTPServer
 	metrics  *http.Server
 	scraped  chan struct{}
 }
@@ -139,7 +140,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		}
 	}
 	if o.BrokerAddr != "" {
-		if err := st.startBroker(o); err != nil {
+		if err := st.startBroker(ctx, o); err != nil {
 			st.Stop()
 			return nil, err
 		}
@@ -222,26 +223,22 @@ func (s *Stack) serveMetrics(ctx context.Context, addr string) (string, error) {
 }
 
 // startBroker serves the HTTP broker on o.BrokerAddr.
-func (s *Stack) startBroker(o Options) error {
+func (s *Stack) startBroker(ctx context.Context, o Options) error {
 	var err error
 	s.client, err = producer.New(s.conn, producer.WithNames(s.Names), producer.WithLogger(s.logger.With("component", "broker")))
 	if err != nil {
 		return fmt.Errorf("creating the producer client: %w", err)
 	}
-	h := httpapi.NewHandler(s.client, httpapi.Options{Token: o.BrokerToken, Logger: s.logger.With("component", "broker")})
-	s.broker = httpapi.NewServer(o.BrokerAddr, h, s.logger.With("component", "broker"))
-	ln, err := net.Listen("tcp", o.BrokerAddr)
+	adm, err := admin.New(s.conn, admin.WithNames(s.Names), admin.WithLogger(s.logger.With("component", "broker")))
 	if err != nil {
-		return fmt.Errorf("listening for the broker on %s: %w", o.BrokerAddr, err)
+		return fmt.Errorf("creating the admin client: %w", err)
 	}
-	s.BrokerURL = "http://" + ln.Addr().String()
-	s.served = make(chan struct{})
-	go func() {
-		defer close(s.served)
-		if err := s.broker.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			s.logger.Error("http broker stopped", "error", err)
-		}
-	}()
+	h := httpapi.NewHandler(s.client, adm, httpapi.Options{Token: o.BrokerToken, Logger: s.logger.With("component", "broker")})
+	s.broker = lifecycle.NewHTTPServer(httpapi.NewServer(o.BrokerAddr, h, s.logger.With("component", "broker")))
+	if err := s.broker.Start(ctx); err != nil {
+		return fmt.Errorf("starting the broker: %w", err)
+	}
+	s.BrokerURL = "http://" + s.broker.Addr()
 	return nil
 }
 
@@ -256,10 +253,9 @@ func (s *Stack) Stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), StopTimeout)
 	defer cancel()
 	if s.broker != nil {
-		if err := s.broker.Shutdown(ctx); err != nil {
+		if err := s.broker.Stop(ctx); err != nil {
 			s.logger.Warn("stopping the broker", "error", err)
 		}
-		<-s.served
 	}
 	if s.client != nil {
 		s.client.Close()

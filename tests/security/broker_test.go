@@ -17,6 +17,7 @@ import (
 	"github.com/spoolq/spool/producer"
 	"github.com/spoolq/spool/producer/httpapi"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/streams/dlq"
 )
 
@@ -56,7 +57,11 @@ func TestBrokerRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(client.Close)
-	srv := httptest.NewServer(httpapi.NewHandler(client, httpapi.Options{Logger: testLogger(t), Registry: prometheus.NewRegistry()}))
+	adm, err := admin.New(b.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(httpapi.NewHandler(client, adm, httpapi.Options{Logger: testLogger(t), Registry: prometheus.NewRegistry()}))
 	t.Cleanup(srv.Close)
 	call := func(method, path, body string) (int, string) {
 		t.Helper()
