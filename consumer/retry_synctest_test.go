@@ -17,17 +17,17 @@ func TestRetryScheduleSynctest(t *testing.T) {
 		jitter float64
 	}{
 		{"no jitter", 0},
-		{"default jitter", DefaultOptions().RetryJitter},
+		{"default jitter", defaultConfig().RetryJitter},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				o := DefaultOptions()
+				o := defaultConfig()
 				o.RetryJitter = tc.jitter
 				start := time.Now()
 				var floor time.Duration // the schedule without jitter
 				for attempt := 1; attempt <= 10; attempt++ {
-					base := Backoff(o.RetryBase, o.RetryMax, attempt)
+					base := backoff(o.RetryBase, o.RetryMax, attempt)
 					delay := o.retryDelay(attempt)
 					if delay < base || delay > base+time.Duration(tc.jitter*float64(base)) {
 						t.Fatalf("attempt %d: delay %s outside [%s, %s]", attempt, delay, base, base+time.Duration(tc.jitter*float64(base)))
@@ -61,7 +61,7 @@ func TestBackoffTimerSynctest(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		for attempt := 1; attempt <= 4; attempt++ {
-			d := Backoff(50*time.Millisecond, 150*time.Millisecond, attempt)
+			d := backoff(50*time.Millisecond, 150*time.Millisecond, attempt)
 			armed := time.Now()
 			fired := make(chan time.Time, 1)
 			time.AfterFunc(d, func() { fired <- time.Now() })

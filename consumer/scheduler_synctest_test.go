@@ -15,7 +15,7 @@ import (
 func TestBoostAgesSynctest(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		s := newScheduler(DefaultOptions())
+		s := newScheduler(defaultConfig())
 		enqueued := time.Now() // the idle task's stream timestamp
 		w := DefaultWeights()
 		steps := []struct {
@@ -52,7 +52,7 @@ func TestBoostAgesSynctest(t *testing.T) {
 func TestBoostShiftsPicksSynctest(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		o := DefaultOptions()
+		o := defaultConfig()
 		idleSince := o.now() // the idle backlog's oldest task
 		caps := [numPriorities]int{spool.High: 1000, spool.Idle: 1000}
 		picks := func() [numPriorities]int {

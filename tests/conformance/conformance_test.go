@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/dlqrouter"
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
@@ -155,7 +156,7 @@ func (s *stack) start(what string, start, stop func(context.Context) error) {
 // router starts the DLQ router of this stack, stopped when the test ends.
 func (s *stack) router() {
 	s.t.Helper()
-	r, err := consumer.NewRouter(s.env.Connect(s.t), consumer.WithRouterNames(s.names), consumer.WithRouterLogger(streamstest.Logger(s.t)))
+	r, err := dlqrouter.New(s.env.Connect(s.t), dlqrouter.WithNames(s.names), dlqrouter.WithLogger(streamstest.Logger(s.t)))
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -22,7 +22,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/demo"
+	"github.com/spoolq/spool/consumer/dlqrouter"
 	"github.com/spoolq/spool/consumer/metrics"
+	"github.com/spoolq/spool/consumer/service"
 	"github.com/spoolq/spool/producer"
 	"github.com/spoolq/spool/producer/httpapi"
 	spool "github.com/spoolq/spool/shared"
@@ -74,7 +77,7 @@ type Stack struct {
 	// the worker's NATS micro service (spool-consumer), so `nats micro ls`
 	// lists it.
 	Worker  *consumer.Worker
-	Router  *consumer.Router
+	Router  *dlqrouter.Router
 	Service micro.Service
 	// BrokerURL is the broker's base URL ("http://127.0.0.1:8080"), empty
 	// without a broker.
@@ -154,7 +157,7 @@ func (s *Stack) startWorker(ctx context.Context, o Options) error {
 		return fmt.Errorf("connecting the worker: %w", err)
 	}
 	mux := consumer.NewMux()
-	consumer.RegisterDemo(mux)
+	demo.Register(mux)
 	opts := append([]consumer.Option{
 		consumer.WithNames(s.Names),
 		consumer.WithLogger(s.logger.With("component", "worker")),
@@ -166,10 +169,10 @@ func (s *Stack) startWorker(ctx context.Context, o Options) error {
 	if err := s.Worker.Start(ctx); err != nil {
 		return fmt.Errorf("starting the worker: %w", err)
 	}
-	s.Router, err = consumer.NewRouter(s.workerNC,
-		consumer.WithRouterNames(s.Names),
-		consumer.WithRouterLogger(s.logger),
-		consumer.WithRouterWorker("spool-dev-worker/dlq-router"),
+	s.Router, err = dlqrouter.New(s.workerNC,
+		dlqrouter.WithNames(s.Names),
+		dlqrouter.WithLogger(s.logger),
+		dlqrouter.WithWorker("spool-dev-worker/dlq-router"),
 	)
 	if err != nil {
 		return fmt.Errorf("creating the dlq router: %w", err)
@@ -177,15 +180,15 @@ func (s *Stack) startWorker(ctx context.Context, o Options) error {
 	if err := s.Router.Start(ctx); err != nil {
 		return fmt.Errorf("starting the dlq router: %w", err)
 	}
-	svcOpts := []consumer.ServiceOption{consumer.WithServiceRouter(s.Router)}
+	svcOpts := []service.Option{service.WithRouter(s.Router)}
 	if o.MetricsAddr != "" {
 		addr, err := s.serveMetrics(ctx, o.MetricsAddr)
 		if err != nil {
 			return err
 		}
-		svcOpts = append(svcOpts, consumer.WithServiceMetadata(map[string]string{"metrics_addr": addr}))
+		svcOpts = append(svcOpts, service.WithMetadata(map[string]string{"metrics_addr": addr}))
 	}
-	if s.Service, err = consumer.AddService(s.workerNC, s.Worker, svcOpts...); err != nil {
+	if s.Service, err = service.Add(s.workerNC, s.Worker, svcOpts...); err != nil {
 		return fmt.Errorf("registering the worker's service: %w", err)
 	}
 	return nil

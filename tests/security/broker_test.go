@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/service"
 	"github.com/spoolq/spool/producer"
 	"github.com/spoolq/spool/producer/httpapi"
 	spool "github.com/spoolq/spool/shared"
@@ -44,7 +45,7 @@ func TestBrokerRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := consumer.AddService(cons.nc, w)
+	svc, err := service.Add(cons.nc, w)
 	if err != nil {
 		t.Fatal(err)
 	}
