@@ -123,7 +123,7 @@ func newPipeline(w *Worker) (*pipeline, error) {
 // On error nothing was handed over.
 func (p *pipeline) put(a attemptInfo, o outcome, doc spool.Result) error {
 	buf := p.bufs.Get().(*[]byte)
-	data, err := p.w.results.encodeInto((*buf)[:0], &doc)
+	data, err := p.w.results.Encode((*buf)[:0], &doc)
 	if err != nil {
 		p.bufs.Put(buf)
 		return err
@@ -182,7 +182,7 @@ func (p *pipeline) writeLoop() {
 		p.mu.Unlock()
 		for i, wr := range q {
 			reply := p.prefix + strconv.FormatUint(wr.tok, 36)
-			if err := p.w.nc.PublishRequest(p.w.results.putPrefix+wr.id, reply, wr.data); err != nil {
+			if err := p.w.nc.PublishRequest(p.w.results.Subject(wr.id), reply, wr.data); err != nil {
 				if c := p.take(wr.tok); c != nil {
 					p.w.resultLost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w", wr.id, err))
 					p.done()

@@ -56,12 +56,9 @@ func TestPipelineAcksOnlyStoredResults(t *testing.T) {
 			mux.HandleFunc("job", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
 				return []byte(`{"ok":true}`), nil
 			})
-			o := consumer.DefaultOptions()
-			o.Logger = testLogger(t)
-			o.MinConcurrency, o.MaxConcurrency = 32, 32
-			o.PollWait, o.RefreshInterval = 100*time.Millisecond, 50*time.Millisecond
-			o.IOTimeout = 2 * time.Second // bounds the wait for writes a closed connection never answers
-			w, err := consumer.New(nc, mux, consumer.WithOptions(o))
+			w, err := consumer.New(nc, mux, consumer.WithLogger(testLogger(t)), consumer.WithConcurrency(32, 32),
+				consumer.WithPolling(100*time.Millisecond, 50*time.Millisecond),
+				consumer.WithIOTimeout(2*time.Second)) // bounds the wait for writes a closed connection never answers
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/demo"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/streamstest"
@@ -111,7 +112,7 @@ func TestWeightedShares(t *testing.T) {
 		order.add(task.Priority)
 		return nil, nil
 	})
-	w := e.worker(mux, consumer.WithConcurrency(4, 4), consumer.WithBoost())
+	e.worker(mux, consumer.WithConcurrency(4, 4), consumer.WithBoost())
 	streamstest.WaitFor(t, 30*time.Second, func() error {
 		if order.len() < window {
 			return errors.New("window")
@@ -123,7 +124,7 @@ func TestWeightedShares(t *testing.T) {
 	for _, p := range got {
 		counts[p]++
 	}
-	weights := w.Options().Weights
+	weights := consumer.DefaultWeights() // the test leaves the weights alone
 	var sum float64
 	for _, v := range weights {
 		sum += v
@@ -750,7 +751,7 @@ func TestDemoHandlers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, streams.Settings{})
 	mux := consumer.NewMux()
-	consumer.RegisterDemo(mux)
+	demo.Register(mux)
 	e.worker(mux, consumer.WithRetry(10*time.Millisecond, 10*time.Millisecond, 3))
 	tests := []struct {
 		typ, id, payload string
@@ -758,12 +759,12 @@ func TestDemoHandlers(t *testing.T) {
 		want             string
 		attempts         int
 	}{
-		{consumer.DemoEcho, "echo-1", `{"a":1}`, spool.StateCompleted, `{"a":1}`, 1},
-		{consumer.DemoEcho, "echo-2", `plain text`, spool.StateCompleted, `"plain text"`, 1},
-		{consumer.DemoSleep, "sleep-1", `{"ms":20}`, spool.StateCompleted, `{"slept_ms":20}`, 1},
-		{consumer.DemoFail, "fail-1", `{"fail_times":2}`, spool.StateCompleted, `{"attempts":3}`, 3},
-		{consumer.DemoFail, "fail-2", `{"fail_times":9}`, spool.StateDead, ``, 4},
-		{consumer.DemoSleep, "sleep-bad", `{"ms":"x"}`, spool.StateDead, ``, 1},
+		{demo.Echo, "echo-1", `{"a":1}`, spool.StateCompleted, `{"a":1}`, 1},
+		{demo.Echo, "echo-2", `plain text`, spool.StateCompleted, `"plain text"`, 1},
+		{demo.Sleep, "sleep-1", `{"ms":20}`, spool.StateCompleted, `{"slept_ms":20}`, 1},
+		{demo.Fail, "fail-1", `{"fail_times":2}`, spool.StateCompleted, `{"attempts":3}`, 3},
+		{demo.Fail, "fail-2", `{"fail_times":9}`, spool.StateDead, ``, 4},
+		{demo.Sleep, "sleep-bad", `{"ms":"x"}`, spool.StateDead, ``, 1},
 	}
 	for _, tc := range tests {
 		e.publishID(spool.Normal, tc.typ, tc.id, []byte(tc.payload), nil)
@@ -897,14 +898,14 @@ func TestWorkerOnCluster(t *testing.T) {
 	t.Parallel()
 	e := newClusterEnv(t, streams.Settings{})
 	mux := consumer.NewMux()
-	consumer.RegisterDemo(mux)
+	demo.Register(mux)
 	w1 := e.worker(mux, consumer.WithRetry(20*time.Millisecond, 20*time.Millisecond, 1))
 	const n = 40
 	for i := range n {
-		e.publishID(spool.Priorities[i%5], consumer.DemoEcho, "c-"+itoa(i), []byte(`{"i":`+itoa(i)+`}`), nil)
+		e.publishID(spool.Priorities[i%5], demo.Echo, "c-"+itoa(i), []byte(`{"i":`+itoa(i)+`}`), nil)
 	}
-	e.publishID(spool.High, consumer.DemoFail, "c-retry", []byte(`{"fail_times":1}`), nil)
-	e.publishID(spool.High, consumer.DemoFail, "c-dead", []byte(`{"fail_times":5}`), nil)
+	e.publishID(spool.High, demo.Fail, "c-retry", []byte(`{"fail_times":1}`), nil)
+	e.publishID(spool.High, demo.Fail, "c-dead", []byte(`{"fail_times":5}`), nil)
 	for i := range n {
 		doc := e.waitResult("c-"+itoa(i), spool.StateCompleted, 30*time.Second)
 		if string(doc.Result) != `{"i":`+itoa(i)+`}` {
@@ -921,7 +922,7 @@ func TestWorkerOnCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Tasks published while no worker runs wait; a new worker takes them.
-	e.publishID(spool.Low, consumer.DemoEcho, "c-late", []byte(`"late"`), nil)
+	e.publishID(spool.Low, demo.Echo, "c-late", []byte(`"late"`), nil)
 	e.worker(mux)
 	e.waitResult("c-late", spool.StateCompleted, 30*time.Second)
 	streamstest.WaitFor(t, 10*time.Second, func() error {

@@ -161,6 +161,21 @@ func DecodeMeta(h nats.Header) (Meta, error) {
 	return m, m.Validate()
 }
 
+// TaskID returns the id of a task, as the wire contract falls back:
+// Spool-Task-Id, else Nats-Msg-Id, else (or when that id is not a valid task
+// id) the stream sequence seq as a decimal string. It is the task's key in
+// the results bucket.
+func TaskID(h nats.Header, seq uint64) string {
+	id := h.Get(HeaderTaskID)
+	if id == "" {
+		id = h.Get(HeaderMsgID)
+	}
+	if id == "" || ValidateID(id) != nil {
+		return strconv.FormatUint(seq, 10)
+	}
+	return id
+}
+
 // headerValue returns the first value of key, matching the exact name first
 // and then any spelling that differs only in case (some clients canonicalise
 // header names, turning Spool-Unique-TTL into Spool-Unique-Ttl).

@@ -155,11 +155,11 @@ func TestNATSCLIEquivalents(t *testing.T) {
 	// nats micro ls / info / stats spool-consumer.
 	var ping micro.Ping
 	request(t, ctx, nc, "$SRV.PING", &ping)
-	if ping.Name != consumer.ServiceName || ping.Type != micro.PingResponseType || ping.Metadata["worker"] != "spool-dev-worker" {
+	if ping.Name != fleet.ServiceName || ping.Type != micro.PingResponseType || ping.Metadata["worker"] != "spool-dev-worker" {
 		t.Errorf("$SRV.PING: %+v", ping)
 	}
 	var info micro.Info
-	request(t, ctx, nc, "$SRV.INFO."+consumer.ServiceName, &info)
+	request(t, ctx, nc, "$SRV.INFO."+fleet.ServiceName, &info)
 	if info.Type != micro.InfoResponseType || info.ID != ping.ID || len(info.Endpoints) != 1 || info.Endpoints[0].Name != "stats" ||
 		"http://"+info.Metadata["metrics_addr"]+"/metrics" != st.MetricsURL {
 		t.Errorf("$SRV.INFO.spool-consumer: %+v", info)
@@ -191,7 +191,7 @@ func TestNATSCLIEquivalents(t *testing.T) {
 	var raw []byte
 	streamstest.WaitFor(t, 10*time.Second, func() error {
 		var stats micro.Stats
-		raw = request(t, ctx, nc, "$SRV.STATS."+consumer.ServiceName, &stats)
+		raw = request(t, ctx, nc, "$SRV.STATS."+fleet.ServiceName, &stats)
 		var figures fleet.WorkerStats
 		if len(stats.Endpoints) != 1 || json.Unmarshal(stats.Endpoints[0].Data, &figures) != nil {
 			return fmt.Errorf("$SRV.STATS.spool-consumer: %s", raw)

@@ -1,4 +1,4 @@
-package consumer
+package dlq
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 	spool "github.com/spoolq/spool/shared"
 )
 
-// DeadMessage is a task on its way to the dead-letter stream. The worker
+// Message is a task on its way to the dead-letter stream. The worker
 // builds one from a delivered jetstream.Msg; the DLQ router builds one from
-// the *jetstream.RawStreamMsg it read by sequence (see DeadMessageFromRaw).
-type DeadMessage struct {
+// the *jetstream.RawStreamMsg it read by sequence (see MessageFromRaw).
+type Message struct {
 	// Subject is the task's subject, spool.tasks.<priority>.<type>.
 	Subject string
 	// Seq is the task's sequence in the task stream.
@@ -41,10 +41,10 @@ type DeadMessage struct {
 	StartedAt time.Time
 }
 
-// DeadMessageFromRaw builds a DeadMessage from a message read from the task
+// MessageFromRaw builds a Message from a message read from the task
 // stream by sequence (jetstream.Stream.GetMsg), as the DLQ router does.
-func DeadMessageFromRaw(m *jetstream.RawStreamMsg, reason spool.Reason, errText string, attempts int) DeadMessage {
-	return DeadMessage{
+func MessageFromRaw(m *jetstream.RawStreamMsg, reason spool.Reason, errText string, attempts int) Message {
+	return Message{
 		Subject:    m.Subject,
 		Seq:        m.Sequence,
 		Header:     m.Header,
@@ -56,20 +56,20 @@ func DeadMessageFromRaw(m *jetstream.RawStreamMsg, reason spool.Reason, errText 
 	}
 }
 
-// DLQMsgID is the Nats-Msg-Id of the dead letter of task-stream sequence
+// MsgID is the Nats-Msg-Id of the dead letter of task-stream sequence
 // seq: dlq-<taskstream>-<seq>. Routing the same task twice (the worker and
 // the router, or a retried publish) stores one dead letter within the DLQ
 // stream's duplicate window.
-func DLQMsgID(names spool.Names, seq uint64) string {
+func MsgID(names spool.Names, seq uint64) string {
 	return "dlq-" + names.TaskStream() + "-" + strconv.FormatUint(seq, 10)
 }
 
-// DLQSubjectFor returns the dead-letter subject of a task subject:
+// SubjectFor returns the dead-letter subject of a task subject:
 // spool.dlq.<priority>.<type>. A subject that does not parse keeps what can
 // be recovered: the priority token when it is a valid priority, else
 // normal, and the type "unknown": spool.dlq.<priority>.unknown. The original
 // subject is always kept in the Spool-Original-Subject header.
-func DLQSubjectFor(names spool.Names, subject string) string {
+func SubjectFor(names spool.Names, subject string) string {
 	p, typ, err := names.ParseTaskSubject(subject)
 	if err == nil {
 		if s, err := names.DLQSubject(p, typ); err == nil {
@@ -87,7 +87,7 @@ func DLQSubjectFor(names spool.Names, subject string) string {
 	return s
 }
 
-// DeadLetterHeader returns the headers of the dead letter of m: a copy of
+// Header returns the headers of the dead letter of m: a copy of
 // the original headers without JetStream's internal Nats-* headers (stream,
 // sequence, subject, timestamp, TTL, message id, schedule and expectation
 // headers, which would change or refuse the republish), plus Spool-Error,
@@ -95,7 +95,7 @@ func DLQSubjectFor(names spool.Names, subject string) string {
 // UTC), Spool-Original-Subject, Spool-Original-Seq and Nats-Msg-Id
 // dlq-<taskstream>-<seq>. A task identified by its Nats-Msg-Id alone gets
 // that id in Spool-Task-Id.
-func DeadLetterHeader(names spool.Names, m DeadMessage) nats.Header {
+func Header(names spool.Names, m Message) nats.Header {
 	h := nats.Header{}
 	for k, v := range m.Header {
 		if len(k) >= 5 && strings.EqualFold(k[:5], "nats-") {
@@ -121,21 +121,21 @@ func DeadLetterHeader(names spool.Names, m DeadMessage) nats.Header {
 	h.Set(spool.HeaderFailedAt, failedAt.UTC().Format(time.RFC3339Nano))
 	h.Set(spool.HeaderOriginalSubject, m.Subject)
 	h.Set(spool.HeaderOriginalSeq, strconv.FormatUint(m.Seq, 10))
-	h.Set(spool.HeaderMsgID, DLQMsgID(names, m.Seq))
+	h.Set(spool.HeaderMsgID, MsgID(names, m.Seq))
 	return h
 }
 
-// PublishDeadLetter stores m in the dead-letter stream and waits for the
+// Publish stores m in the dead-letter stream and waits for the
 // stream's acknowledgement. Only after it returns nil may the caller remove
 // the original from the task stream. A duplicate (the same task sequence
 // dead-lettered twice within the duplicate window) is a success.
-func PublishDeadLetter(ctx context.Context, js jetstream.JetStream, names spool.Names, m DeadMessage) error {
+func Publish(ctx context.Context, js jetstream.JetStream, names spool.Names, m Message) error {
 	if m.Reason == "" {
 		return errors.New("publishing dead letter: empty reason")
 	}
 	msg := &nats.Msg{
-		Subject: DLQSubjectFor(names, m.Subject),
-		Header:  DeadLetterHeader(names, m),
+		Subject: SubjectFor(names, m.Subject),
+		Header:  Header(names, m),
 		Data:    m.Data,
 	}
 	ack, err := js.PublishMsg(ctx, msg, jetstream.WithExpectStream(names.DLQStream()))

@@ -1,4 +1,4 @@
-package consumer
+package tracing
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/spoolq/spool/consumer"
 )
 
 // TracerName is the instrumentation scope of Spool's spans.
@@ -23,18 +25,18 @@ const (
 	AttrMaxAttempts = attribute.Key("spool.task.max_attempts")
 )
 
-// Tracing returns middleware that runs each attempt in an OpenTelemetry span
+// Middleware returns middleware that runs each attempt in an OpenTelemetry span
 // ("process <type>", kind consumer) from tp, a child of the trace context
 // the task carries in its traceparent/tracestate headers (W3C). The span
 // has the task's id, type, priority and attempt, and records the handler's
 // error. The handler's ctx carries the span, so its own spans nest under it.
 // tp comes from the caller (an SDK provider set up in main, or a no-op one):
 // the library uses the OpenTelemetry API only.
-func Tracing(tp trace.TracerProvider) Middleware {
+func Middleware(tp trace.TracerProvider) consumer.Middleware {
 	tracer := tp.Tracer(TracerName)
 	prop := propagation.TraceContext{}
-	return func(next Handler) Handler {
-		return HandlerFunc(func(ctx context.Context, t *Task) ([]byte, error) {
+	return func(next consumer.Handler) consumer.Handler {
+		return consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) ([]byte, error) {
 			ctx = prop.Extract(ctx, headerCarrier(t.Headers))
 			ctx, span := tracer.Start(ctx, "process "+t.Type,
 				trace.WithSpanKind(trace.SpanKindConsumer),
@@ -52,7 +54,7 @@ func Tracing(tp trace.TracerProvider) Middleware {
 			if err != nil {
 				span.RecordError(err)
 				span.SetStatus(codes.Error, err.Error())
-				if IsPermanent(err) {
+				if consumer.IsPermanent(err) {
 					span.SetAttributes(attribute.Bool("spool.task.permanent", true))
 				}
 			}

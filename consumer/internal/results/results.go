@@ -1,4 +1,4 @@
-package consumer
+package results
 
 import (
 	"context"
@@ -8,17 +8,16 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams/dlq"
 )
 
-// Results writes result documents to the results bucket and releases
-// unique keys. The worker uses one; the DLQ router makes its own with
-// NewResults and calls Dead after PublishDeadLetter. It is safe for
-// concurrent use.
-type Results struct {
+// Store writes result documents to the results bucket and releases
+// unique keys. The worker uses one; the DLQ router makes its own and calls
+// Dead after dlq.Publish. It is safe for concurrent use.
+type Store struct {
 	js      jetstream.JetStream
 	names   spool.Names
 	results jetstream.KeyValue
@@ -29,9 +28,9 @@ type Results struct {
 	putPrefix string
 }
 
-// NewResults binds the results and unique-key buckets of names. worker
-// names the writer in every document (host-pid, "dlq-router", ...).
-func NewResults(ctx context.Context, js jetstream.JetStream, names spool.Names, worker string) (*Results, error) {
+// New binds the results and unique-key buckets of names. worker names the
+// writer in every document (host-pid, "dlq-router", ...).
+func New(ctx context.Context, js jetstream.JetStream, names spool.Names, worker string) (*Store, error) {
 	results, err := js.KeyValue(ctx, names.ResultsBucket())
 	if err != nil {
 		return nil, fmt.Errorf("binding results bucket %q: %w", names.ResultsBucket(), err)
@@ -40,7 +39,7 @@ func NewResults(ctx context.Context, js jetstream.JetStream, names spool.Names, 
 	if err != nil {
 		return nil, fmt.Errorf("binding unique bucket %q: %w", names.UniqueBucket(), err)
 	}
-	return &Results{
+	return &Store{
 		js:        js,
 		names:     names,
 		results:   results,
@@ -50,23 +49,14 @@ func NewResults(ctx context.Context, js jetstream.JetStream, names spool.Names, 
 	}, nil
 }
 
-// TaskID returns the result key of a task: Spool-Task-Id, else
-// Nats-Msg-Id, else (or when that id is not a valid task id) the stream
-// sequence as a decimal string.
-func TaskID(h nats.Header, seq uint64) string {
-	id := h.Get(spool.HeaderTaskID)
-	if id == "" {
-		id = h.Get(spool.HeaderMsgID)
-	}
-	if id == "" || spool.ValidateID(id) != nil {
-		return strconv.FormatUint(seq, 10)
-	}
-	return id
-}
+// Subject is the subject a put of the result of task id is published to
+// ($KV.<bucket>.<id>), for callers that publish encoded documents
+// themselves (the worker's completion pipeline).
+func (r *Store) Subject(id string) string { return r.putPrefix + id }
 
 // Put stores doc under doc.ID and waits for the bucket's acknowledgement.
 // The worker name is filled in when empty.
-func (r *Results) Put(ctx context.Context, doc spool.Result) error {
+func (r *Store) Put(ctx context.Context, doc spool.Result) error {
 	b, err := r.encode(&doc)
 	if err != nil {
 		return err
@@ -80,7 +70,7 @@ func (r *Results) Put(ctx context.Context, doc spool.Result) error {
 // PutAsync stores doc without waiting for the acknowledgement; failures
 // reach the JetStream context's async error handler. Writes from one
 // connection are stored in order, so a later Put of the same key wins.
-func (r *Results) PutAsync(doc spool.Result) error {
+func (r *Store) PutAsync(doc spool.Result) error {
 	b, err := r.encode(&doc)
 	if err != nil {
 		return err
@@ -91,12 +81,12 @@ func (r *Results) PutAsync(doc spool.Result) error {
 	return nil
 }
 
-// putUnacked publishes doc to the bucket without asking for an
+// PutUnacked publishes doc to the bucket without asking for an
 // acknowledgement: the server stores it and sends nothing back, so a lost
 // write goes unnoticed. The worker writes the advisory processing state
 // this way (writes from one connection are stored in order, so the final
 // state, written later and acknowledged, still wins).
-func (r *Results) putUnacked(doc spool.Result) error {
+func (r *Store) PutUnacked(doc spool.Result) error {
 	b, err := r.encode(&doc)
 	if err != nil {
 		return err
@@ -107,27 +97,13 @@ func (r *Results) putUnacked(doc spool.Result) error {
 	return nil
 }
 
-// putFuture stores doc without waiting: the returned future resolves
-// with the bucket's acknowledgement (or an error, at the latest after the
-// JetStream context's async publish timeout).
-func (r *Results) putFuture(doc spool.Result) (jetstream.PubAckFuture, error) {
-	b, err := r.encode(&doc)
-	if err != nil {
-		return nil, err
-	}
-	f, err := r.js.PublishAsync(r.putPrefix+doc.ID, b)
-	if err != nil {
-		return nil, fmt.Errorf("writing %s result of task %s: %w", doc.State, doc.ID, err)
-	}
-	return f, nil
+func (r *Store) encode(doc *spool.Result) ([]byte, error) {
+	return r.Encode(make([]byte, 0, 384+len(doc.Result)+len(doc.Error)), doc)
 }
 
-func (r *Results) encode(doc *spool.Result) ([]byte, error) {
-	return r.encodeInto(make([]byte, 0, 384+len(doc.Result)+len(doc.Error)), doc)
-}
-
-// encodeInto encodes doc, appending to buf when it can.
-func (r *Results) encodeInto(buf []byte, doc *spool.Result) ([]byte, error) {
+// Encode encodes doc, appending to buf when it can, and fills in the
+// worker name when empty.
+func (r *Store) Encode(buf []byte, doc *spool.Result) ([]byte, error) {
 	if doc.Worker == "" {
 		doc.Worker = r.worker
 	}
@@ -143,7 +119,7 @@ func (r *Results) encodeInto(buf []byte, doc *spool.Result) ([]byte, error) {
 
 // Get reads the result document of id; the error wraps
 // jetstream.ErrKeyNotFound when there is none.
-func (r *Results) Get(ctx context.Context, id string) (spool.Result, error) {
+func (r *Store) Get(ctx context.Context, id string) (spool.Result, error) {
 	var doc spool.Result
 	e, err := r.results.Get(ctx, id)
 	if err != nil {
@@ -157,10 +133,10 @@ func (r *Results) Get(ctx context.Context, id string) (spool.Result, error) {
 
 // Dead records a task that went to the dead-letter stream: it writes the
 // dead result document (waiting for it) and releases the task's unique key.
-// Call it after PublishDeadLetter succeeded and before removing the
+// Call it after dlq.Publish succeeded and before removing the
 // original. The type and priority come from m.Subject when it parses.
-func (r *Results) Dead(ctx context.Context, m DeadMessage) error {
-	id := TaskID(m.Header, m.Seq)
+func (r *Store) Dead(ctx context.Context, m dlq.Message) error {
+	id := spool.TaskID(m.Header, m.Seq)
 	finished := m.FailedAt
 	if finished.IsZero() {
 		finished = time.Now()
@@ -193,7 +169,7 @@ func (r *Results) Dead(ctx context.Context, m DeadMessage) error {
 // belongs to task id, so a new task with the same key can be enqueued. A
 // key that is gone, expired or taken by another task is left alone. An
 // empty key is a no-op.
-func (r *Results) ReleaseUnique(ctx context.Context, key, id string) error {
+func (r *Store) ReleaseUnique(ctx context.Context, key, id string) error {
 	if key == "" {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package consumer
+package service
 
 import (
 	"fmt"
@@ -10,47 +10,44 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/dlqrouter"
 	"github.com/spoolq/spool/shared/fleet"
 )
 
-// ServiceName is the NATS service (micro) name every worker registers
-// under: `nats micro ls`, `nats micro info spool-consumer` and `nats micro
-// stats spool-consumer` list the fleet.
-const ServiceName = fleet.ServiceName
+// Option configures Add.
+type Option func(*config) error
 
-// ServiceOption configures AddService.
-type ServiceOption func(*serviceConfig) error
-
-type serviceConfig struct {
+type config struct {
 	version  string
 	metadata map[string]string
-	router   *Router
+	router   *dlqrouter.Router
 }
 
-// WithServiceVersion sets the service's SemVer version. Default: the main
+// WithVersion sets the service's SemVer version. Default: the main
 // module's version from the build information, else 0.0.0.
-func WithServiceVersion(v string) ServiceOption {
-	return func(c *serviceConfig) error {
+func WithVersion(v string) Option {
+	return func(c *config) error {
 		if !semver.MatchString(v) {
-			return fmt.Errorf("%w: service version %q is not SemVer", ErrInvalidOption, v)
+			return fmt.Errorf("%w: service version %q is not SemVer", consumer.ErrInvalidOption, v)
 		}
 		c.version = v
 		return nil
 	}
 }
 
-// WithServiceMetadata adds metadata (such as metrics_addr) to the service's
-// info. The worker name and the prefix are always there.
-func WithServiceMetadata(md map[string]string) ServiceOption {
-	return func(c *serviceConfig) error {
+// WithMetadata adds metadata (such as metrics_addr) to the service's info.
+// The worker name and the prefix are always there. Default: none.
+func WithMetadata(md map[string]string) Option {
+	return func(c *config) error {
 		maps.Copy(c.metadata, md)
 		return nil
 	}
 }
 
-// WithServiceRouter adds the DLQ router's counters to the stats.
-func WithServiceRouter(r *Router) ServiceOption {
-	return func(c *serviceConfig) error { c.router = r; return nil }
+// WithRouter adds the DLQ router's counters to the stats. Default: none.
+func WithRouter(r *dlqrouter.Router) Option {
+	return func(c *config) error { c.router = r; return nil }
 }
 
 // semver is the pattern nats.go's micro package accepts.
@@ -76,42 +73,43 @@ func subjectToken(s string) string {
 	}, s)
 }
 
-// ServiceSubject is the subject of a worker's stats endpoint:
+// Subject is the subject of a worker's stats endpoint:
 // <prefix>.svc.consumer.<worker>.<service-id>.stats, the worker name reduced
 // to one subject token (two processes may share a name; the service id tells
-// them apart). A request there returns the worker's ServiceStats.
-func ServiceSubject(prefix, worker, id string) string {
+// them apart). A request there returns the worker's fleet.WorkerStats.
+func Subject(prefix, worker, id string) string {
 	return prefix + ".svc.consumer." + subjectToken(worker) + "." + subjectToken(id) + ".stats"
 }
 
-// AddService registers w as an instance of the ServiceName micro service on
-// nc. Its one endpoint, "stats" (ServiceSubject), answers with the live
-// ServiceStats, which also fill the endpoint's data in $SRV.STATS replies.
-// Stop the returned service before closing nc; it also stops when nc
-// closes.
-func AddService(nc *nats.Conn, w *Worker, opts ...ServiceOption) (micro.Service, error) {
-	cfg := serviceConfig{version: buildVersion(), metadata: map[string]string{}}
+// Add registers w as an instance of the fleet.ServiceName micro service on
+// nc. Its one endpoint, "stats" (Subject), answers with the live
+// fleet.WorkerStats, which also fill the endpoint's data in $SRV.STATS
+// replies. Stop the returned service before closing nc; it also stops when
+// nc closes.
+func Add(nc *nats.Conn, w *consumer.Worker, opts ...Option) (micro.Service, error) {
+	cfg := config{version: buildVersion(), metadata: map[string]string{}}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err
 		}
 	}
-	cfg.metadata["worker"] = w.o.WorkerName
-	cfg.metadata["prefix"] = w.o.Names.Prefix()
-	stats := func() fleet.WorkerStats { return NewServiceStats(w.Stats(), cfg.router) }
+	name, prefix := w.Name(), w.Names().Prefix()
+	cfg.metadata["worker"] = name
+	cfg.metadata["prefix"] = prefix
+	stats := func() fleet.WorkerStats { return workerStats(w.Stats(), cfg.router) }
 	svc, err := micro.AddService(nc, micro.Config{
-		Name:         ServiceName,
+		Name:         fleet.ServiceName,
 		Version:      cfg.version,
 		Description:  "Spool worker: pulls tasks by priority and runs their handlers",
 		Metadata:     cfg.metadata,
 		StatsHandler: func(*micro.Endpoint) any { return stats() },
 	})
 	if err != nil {
-		return nil, fmt.Errorf("registering the %s service: %w", ServiceName, err)
+		return nil, fmt.Errorf("registering the %s service: %w", fleet.ServiceName, err)
 	}
 	err = svc.AddEndpoint("stats", micro.HandlerFunc(func(req micro.Request) {
 		_ = req.RespondJSON(stats()) // the requester may be gone; nothing to do then
-	}), micro.WithEndpointSubject(ServiceSubject(w.o.Names.Prefix(), w.o.WorkerName, svc.Info().ID)),
+	}), micro.WithEndpointSubject(Subject(prefix, name, svc.Info().ID)),
 		micro.WithEndpointQueueGroupDisabled(),
 		micro.WithEndpointMetadata(map[string]string{"format": "application/json"}))
 	if err != nil {
@@ -127,7 +125,7 @@ func errorsJoinStop(err error, svc micro.Service) error {
 	return err
 }
 
-func counterStats(c Counters, dists, buckets bool) fleet.CounterStats {
+func counterStats(c consumer.Counters, dists, buckets bool) fleet.CounterStats {
 	s := fleet.CounterStats{Processed: c.Processed, Completed: c.Completed, Failed: c.Failed, Retried: c.Retried, Dead: c.Dead, Returned: c.Returned}
 	if dists {
 		s.Pickup, s.Run = fleet.Summarize(c.Pickup, buckets), fleet.Summarize(c.Run, buckets)
@@ -135,9 +133,9 @@ func counterStats(c Counters, dists, buckets bool) fleet.CounterStats {
 	return s
 }
 
-// NewServiceStats builds the published figures from a Stats snapshot and,
-// when r is not nil, the router's counters.
-func NewServiceStats(s Stats, r *Router) fleet.WorkerStats {
+// workerStats builds the published figures from a Stats snapshot and, when
+// r is not nil, the router's counters.
+func workerStats(s consumer.Stats, r *dlqrouter.Router) fleet.WorkerStats {
 	out := fleet.WorkerStats{
 		Worker: s.Worker, State: string(s.State), Slots: s.Slots, Busy: s.Busy, Idle: s.Idle,
 		MinSlots: s.MinSlots, MaxSlots: s.MaxSlots, ScaleUps: s.ScaleUps, ScaleDowns: s.ScaleDowns,

@@ -1,4 +1,4 @@
-package consumer_test
+package remote_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/remote"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams/embedded"
 )
@@ -19,7 +20,7 @@ import (
 // be written in Python, Rust or anything else with a NATS client. It answers
 // each request with the result in the body, or with Spool-Error (and
 // Spool-Permanent: true when retrying cannot help).
-func ExampleRemoteHandler() {
+func ExampleHandler() {
 	dir, err := os.MkdirTemp("", "spool-example")
 	if err != nil {
 		fmt.Println(err)
@@ -73,7 +74,7 @@ func ExampleRemoteHandler() {
 	}
 	defer nc.Close()
 	mux := consumer.NewMux()
-	mux.Handle("greet", consumer.RemoteHandler(nc, "greeter.hello"))
+	mux.Handle("greet", remote.Handler(nc, "greeter.hello"))
 
 	for _, payload := range []string{"Ada", "later", ""} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -82,7 +83,7 @@ func ExampleRemoteHandler() {
 			Payload: []byte(payload), Attempt: 1, MaxAttempts: 4,
 		})
 		cancel()
-		var rerr *consumer.RemoteError
+		var rerr *remote.Error
 		switch {
 		case err == nil:
 			fmt.Printf("result: %s\n", out)

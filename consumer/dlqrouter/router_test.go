@@ -1,4 +1,4 @@
-package consumer_test
+package dlqrouter_test
 
 import (
 	"context"
@@ -13,9 +13,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/dlqrouter"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/dlq"
 	"github.com/spoolq/spool/streams/streamstest"
 )
 
@@ -55,15 +56,15 @@ func routerWaitFor(t *testing.T, timeout time.Duration, what string, cond func()
 }
 
 // startRouter starts a router stopped (and checked) when t ends.
-func (e *routerEnv) startRouter(t *testing.T, opts ...consumer.RouterOption) *consumer.Router {
+func (e *routerEnv) startRouter(t *testing.T, opts ...dlqrouter.Option) *dlqrouter.Router {
 	t.Helper()
-	opts = append([]consumer.RouterOption{
-		consumer.WithRouterNames(e.names),
-		consumer.WithRouterLogger(remoteLogger(t)),
-		consumer.WithRouterFetchWait(500 * time.Millisecond),
-		consumer.WithRouterRetryDelay(50 * time.Millisecond),
+	opts = append([]dlqrouter.Option{
+		dlqrouter.WithNames(e.names),
+		dlqrouter.WithLogger(streamstest.Logger(t)),
+		dlqrouter.WithFetchWait(500 * time.Millisecond),
+		dlqrouter.WithRetryDelay(50 * time.Millisecond),
 	}, opts...)
-	r, err := consumer.NewRouter(e.nc, opts...)
+	r, err := dlqrouter.New(e.nc, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +235,7 @@ func TestRouterDeadLettersCrashedTask(t *testing.T) {
 	seq := e.publishTask(t, subject, h, body)
 
 	e.crashWorker(t, spool.Normal)
-	r := e.startRouter(t, consumer.WithRouterWorker("router-under-test"))
+	r := e.startRouter(t, dlqrouter.WithWorker("router-under-test"))
 
 	routerWaitFor(t, 20*time.Second, "the task in the DLQ", func() (bool, string) {
 		n := e.msgCount(t, e.names.DLQStream())
@@ -311,8 +312,8 @@ func TestRouterFinishesPartialRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := consumer.DeadMessageFromRaw(raw, spool.ReasonMaxDeliver, "earlier router", 2)
-	if err := consumer.PublishDeadLetter(ctx, e.js, e.names, m); err != nil {
+	m := dlq.MessageFromRaw(raw, spool.ReasonMaxDeliver, "earlier router", 2)
+	if err := dlq.Publish(ctx, e.js, e.names, m); err != nil {
 		t.Fatal(err)
 	}
 
@@ -351,8 +352,8 @@ func TestRouterIsIdempotentAcrossRouters(t *testing.T) {
 	for seq := range seqs {
 		e.publishAdvisory(t, seq, 2)
 	}
-	r1 := e.startRouter(t, consumer.WithRouterBatch(2))
-	r2 := e.startRouter(t, consumer.WithRouterBatch(2))
+	r1 := e.startRouter(t, dlqrouter.WithBatch(2))
+	r2 := e.startRouter(t, dlqrouter.WithBatch(2))
 
 	routerWaitFor(t, 20*time.Second, "every task out of the task stream and every advisory handled", func() (bool, string) {
 		left := e.msgCount(t, e.names.TaskStream())
@@ -502,7 +503,7 @@ func TestRouterRetriesTransientFailures(t *testing.T) {
 	h := nats.Header{}
 	h.Set(spool.HeaderTaskID, "retry-1")
 	seq := e.publishTask(t, "spool.tasks.critical.pay", h, []byte("pay"))
-	r := e.startRouter(t, consumer.WithRouterTimeout(time.Second))
+	r := e.startRouter(t, dlqrouter.WithTimeout(time.Second))
 	e.publishAdvisory(t, seq, 2)
 
 	routerWaitFor(t, 10*time.Second, "failed attempts", func() (bool, string) {
@@ -516,7 +517,7 @@ func TestRouterRetriesTransientFailures(t *testing.T) {
 		t.Fatalf("task lost while the DLQ was missing: %v", err)
 	}
 
-	if err := streams.Provision(ctx, e.js, e.topo, remoteLogger(t)); err != nil {
+	if err := streams.Provision(ctx, e.js, e.topo, streamstest.Logger(t)); err != nil {
 		t.Fatal(err)
 	}
 	routerWaitFor(t, 15*time.Second, "the task dead-lettered once the DLQ is back", func() (bool, string) {
@@ -538,7 +539,7 @@ func TestRouterLifecycle(t *testing.T) {
 	}
 
 	t.Run("stop before start", func(t *testing.T) {
-		r, err := consumer.NewRouter(e.nc)
+		r, err := dlqrouter.New(e.nc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -553,13 +554,13 @@ func TestRouterLifecycle(t *testing.T) {
 		default:
 			t.Error("Stopped not closed after Stop")
 		}
-		if err := r.Start(routerCtx(t)); !errors.Is(err, consumer.ErrRouterStopped) {
-			t.Errorf("Start after Stop = %v, want ErrRouterStopped", err)
+		if err := r.Start(routerCtx(t)); !errors.Is(err, dlqrouter.ErrStopped) {
+			t.Errorf("Start after Stop = %v, want ErrStopped", err)
 		}
 	})
 
 	t.Run("start twice, stop twice", func(t *testing.T) {
-		r, err := consumer.NewRouter(e.nc, consumer.WithRouterLogger(remoteLogger(t)))
+		r, err := dlqrouter.New(e.nc, dlqrouter.WithLogger(streamstest.Logger(t)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -581,7 +582,7 @@ func TestRouterLifecycle(t *testing.T) {
 	})
 
 	t.Run("run until ctx ends", func(t *testing.T) {
-		r, err := consumer.NewRouter(e.nc, consumer.WithRouterLogger(remoteLogger(t)))
+		r, err := dlqrouter.New(e.nc, dlqrouter.WithLogger(streamstest.Logger(t)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -613,7 +614,7 @@ func TestRouterLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer nc.Close()
-		r, err := consumer.NewRouter(nc, consumer.WithRouterLogger(remoteLogger(t)), consumer.WithRouterFetchWait(200*time.Millisecond))
+		r, err := dlqrouter.New(nc, dlqrouter.WithLogger(streamstest.Logger(t)), dlqrouter.WithFetchWait(200*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -635,7 +636,7 @@ func TestRouterLifecycle(t *testing.T) {
 	})
 
 	t.Run("missing topology", func(t *testing.T) {
-		r, err := consumer.NewRouter(e.nc, consumer.WithRouterPrefix("elsewhere"))
+		r, err := dlqrouter.New(e.nc, dlqrouter.WithPrefix("elsewhere"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -646,21 +647,21 @@ func TestRouterLifecycle(t *testing.T) {
 	})
 
 	t.Run("bad options", func(t *testing.T) {
-		for name, opt := range map[string]consumer.RouterOption{
-			"batch":      consumer.WithRouterBatch(0),
-			"prefix":     consumer.WithRouterPrefix("a.b"),
-			"logger":     consumer.WithRouterLogger(nil),
-			"worker":     consumer.WithRouterWorker(" "),
-			"timeout":    consumer.WithRouterTimeout(time.Minute),
-			"fetch wait": consumer.WithRouterFetchWait(time.Millisecond),
-			"retry":      consumer.WithRouterRetryDelay(time.Hour),
+		for name, opt := range map[string]dlqrouter.Option{
+			"batch":      dlqrouter.WithBatch(0),
+			"prefix":     dlqrouter.WithPrefix("a.b"),
+			"logger":     dlqrouter.WithLogger(nil),
+			"worker":     dlqrouter.WithWorker(" "),
+			"timeout":    dlqrouter.WithTimeout(time.Minute),
+			"fetch wait": dlqrouter.WithFetchWait(time.Millisecond),
+			"retry":      dlqrouter.WithRetryDelay(time.Hour),
 		} {
-			if _, err := consumer.NewRouter(e.nc, opt); err == nil {
-				t.Errorf("NewRouter with a bad %s option succeeded", name)
+			if _, err := dlqrouter.New(e.nc, opt); err == nil {
+				t.Errorf("New with a bad %s option succeeded", name)
 			}
 		}
-		if _, err := consumer.NewRouter(nil); err == nil {
-			t.Error("NewRouter(nil) succeeded")
+		if _, err := dlqrouter.New(nil); err == nil {
+			t.Error("New(nil) succeeded")
 		}
 	})
 }

@@ -1,14 +1,14 @@
-package streams
+package admin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
 )
 
 // PriorityStatus describes one priority's queue.
@@ -28,6 +28,7 @@ type PriorityStatus struct {
 
 // Status is a snapshot of the whole queue.
 type Status struct {
+	// Priorities has one entry per priority, most urgent first.
 	Priorities []PriorityStatus `json:"priorities"`
 	// Scheduled counts delayed tasks whose time has not come.
 	Scheduled uint64 `json:"scheduled"`
@@ -39,20 +40,26 @@ type Status struct {
 	StoreBytes uint64 `json:"store_bytes"`
 }
 
-// ReadStatus reads a Status from the server.
-func ReadStatus(ctx context.Context, js jetstream.JetStream, names spool.Names) (Status, error) {
+// Status reads the queue's status: a few JetStream requests per priority,
+// whatever the backlog.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	return read(ctx, c, c.status)
+}
+
+func (c *Client) status(ctx context.Context) (Status, error) {
 	var st Status
-	tasks, err := js.Stream(ctx, names.TaskStream())
+	names := c.names
+	tasks, err := c.js.Stream(ctx, names.TaskStream())
 	if err != nil {
 		return st, fmt.Errorf("reading stream %q: %w", names.TaskStream(), err)
 	}
 	now := time.Now()
 	for _, p := range spool.Priorities {
-		c, err := tasks.Consumer(ctx, names.Consumer(p))
+		cons, err := tasks.Consumer(ctx, names.Consumer(p))
 		if err != nil {
 			return st, fmt.Errorf("reading consumer %q: %w", names.Consumer(p), err)
 		}
-		info := c.CachedInfo()
+		info := cons.CachedInfo()
 		ps := PriorityStatus{
 			Priority:    p,
 			Pending:     info.NumPending,
@@ -60,7 +67,7 @@ func ReadStatus(ctx context.Context, js jetstream.JetStream, names spool.Names) 
 			Redelivered: info.NumRedelivered,
 		}
 		if ps.Pending > 0 {
-			oldest, err := OldestWaiting(ctx, tasks, names, p, info)
+			oldest, err := streams.OldestWaiting(ctx, tasks, names, p, info)
 			if err != nil {
 				return st, err
 			}
@@ -78,31 +85,17 @@ func ReadStatus(ctx context.Context, js jetstream.JetStream, names spool.Names) 
 		st.Scheduled += n
 	}
 	st.StoreBytes = info.State.Bytes
-	if st.DeadLetters, err = streamMsgs(ctx, js, names.DLQStream()); err != nil {
+	if st.DeadLetters, err = c.streamMsgs(ctx, names.DLQStream()); err != nil {
 		return st, err
 	}
-	if st.Results, err = streamMsgs(ctx, js, "KV_"+names.ResultsBucket()); err != nil {
+	if st.Results, err = c.streamMsgs(ctx, "KV_"+names.ResultsBucket()); err != nil {
 		return st, err
 	}
 	return st, nil
 }
 
-// OldestWaiting returns the stream time of the oldest task of priority p not
-// yet delivered, or the zero time when there is none. info is the priority
-// consumer's current info.
-func OldestWaiting(ctx context.Context, tasks jetstream.Stream, names spool.Names, p spool.Priority, info *jetstream.ConsumerInfo) (time.Time, error) {
-	msg, err := tasks.GetMsg(ctx, info.Delivered.Stream+1, jetstream.WithGetMsgSubject(names.PriorityFilter(p)))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return time.Time{}, nil
-	}
-	if err != nil {
-		return time.Time{}, fmt.Errorf("reading the oldest %s task: %w", p, err)
-	}
-	return msg.Time, nil
-}
-
-func streamMsgs(ctx context.Context, js jetstream.JetStream, name string) (uint64, error) {
-	s, err := js.Stream(ctx, name)
+func (c *Client) streamMsgs(ctx context.Context, name string) (uint64, error) {
+	s, err := c.js.Stream(ctx, name)
 	if err != nil {
 		return 0, fmt.Errorf("reading stream %q: %w", name, err)
 	}

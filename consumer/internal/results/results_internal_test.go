@@ -1,14 +1,10 @@
-package consumer
+package results
 
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
 )
@@ -17,7 +13,7 @@ import (
 // leaves to json.Marshal what it does not handle.
 func TestEncodeMatchesJSONMarshal(t *testing.T) {
 	t.Parallel()
-	r := &Results{worker: "host-1"}
+	r := &Store{worker: "host-1"}
 	at := time.Date(2026, 11, 22, 1, 2, 3, 456789000, time.UTC)
 	zoned := time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 5*3600+30*60))
 	ptr := func(t time.Time) *time.Time { return &t }
@@ -67,7 +63,7 @@ func FuzzEncodeResult(f *testing.F) {
 	f.Add("id", "type.x", "boom", []byte(`{"a":1}`), int64(0), 3)
 	f.Add("é", "<>", "\n", []byte(`x y`), int64(-1e18), -1)
 	f.Fuzz(func(t *testing.T, id, typ, errText string, out []byte, ns int64, attempts int) {
-		r := &Results{worker: "w"}
+		r := &Store{worker: "w"}
 		at := time.Unix(0, ns).UTC()
 		doc := spool.Result{ID: id, Type: typ, Priority: spool.Normal, State: spool.StateCompleted, Attempts: attempts,
 			Result: spool.ResultValue(out), Error: errText, EnqueuedAt: at, FinishedAt: &at}
@@ -82,57 +78,33 @@ func FuzzEncodeResult(f *testing.F) {
 	})
 }
 
+// BenchmarkEncodeResult compares the hand-written encoder with
+// encoding/json per result document: a completed task without output, and
+// one with a small JSON output and a trace context.
 func BenchmarkEncodeResult(b *testing.B) {
-	r := &Results{worker: "host-1234"}
+	r := &Store{worker: "host-1234"}
 	at := time.Now()
-	doc := spool.Result{ID: "01JABCDEFGHJKMNPQRSTVWXYZ0", Type: "bench", Priority: spool.Normal, State: spool.StateCompleted,
-		Attempts: 1, EnqueuedAt: at, StartedAt: &at, FinishedAt: &at}
-	b.Run("append", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := r.encode(&doc); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("json.Marshal", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := json.Marshal(doc); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-}
-
-func TestPubAckError(t *testing.T) {
-	t.Parallel()
-	status := func(code string) nats.Header { return nats.Header{"Status": {code}} }
-	cases := []struct {
-		name string
-		msg  *nats.Msg
-		want error // nil: stored
-		api  bool  // want a *jetstream.APIError
-	}{
-		{"stored", &nats.Msg{Data: []byte(`{"stream":"KV_spool_results","seq":42}`)}, nil, false},
-		{"stored in a domain named error", &nats.Msg{Data: []byte(`{"stream":"KV_x","domain":"error","seq":1}`)}, nil, false},
-		{"duplicate", &nats.Msg{Data: []byte(`{"stream":"KV_x","seq":1,"duplicate":true}`)}, nil, false},
-		{"refused", &nats.Msg{Data: []byte(`{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}`)}, nil, true},
-		{"no responders", &nats.Msg{Header: status("503")}, jetstream.ErrNoStreamResponse, false},
-		{"empty", &nats.Msg{}, jetstream.ErrInvalidJSAck, false},
-		{"garbage", &nats.Msg{Data: []byte(`nope`)}, jetstream.ErrInvalidJSAck, false},
-		{"no stream", &nats.Msg{Data: []byte(`{"seq":1}`)}, jetstream.ErrInvalidJSAck, false},
+	docs := map[string]spool.Result{
+		"completed": {ID: "01JABCDEFGHJKMNPQRSTVWXYZ0", Type: "bench", Priority: spool.Normal, State: spool.StateCompleted,
+			Attempts: 1, EnqueuedAt: at, StartedAt: &at, FinishedAt: &at},
+		"with_output": {ID: "01JABCDEFGHJKMNPQRSTVWXYZ0", Type: "email.send", Priority: spool.High, State: spool.StateCompleted,
+			Attempts: 2, Result: json.RawMessage(`{"ok":true,"id":"m-123","n":[1,2,3]}`), EnqueuedAt: at, StartedAt: &at, FinishedAt: &at,
+			TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 	}
-	for _, c := range cases {
-		err := pubAckError(c.msg)
-		var apiErr *jetstream.APIError
-		switch {
-		case c.api:
-			if !errors.As(err, &apiErr) || apiErr.ErrorCode != 10077 {
-				t.Errorf("%s: %v, want the API error", c.name, err)
+	for name, doc := range docs {
+		b.Run(name+"/append", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := r.encode(&doc); err != nil {
+					b.Fatal(err)
+				}
 			}
-		case c.want == nil && err != nil:
-			t.Errorf("%s: %v, want stored", c.name, err)
-		case c.want != nil && !errors.Is(err, c.want):
-			t.Errorf("%s: %v, want %v", c.name, err, c.want)
-		}
+		})
+		b.Run(name+"/json.Marshal", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := json.Marshal(doc); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

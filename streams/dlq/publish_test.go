@@ -1,4 +1,4 @@
-package consumer_test
+package dlq_test
 
 import (
 	"testing"
@@ -6,11 +6,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams/dlq"
 )
 
-func TestDLQSubjectFor(t *testing.T) {
+func TestSubjectFor(t *testing.T) {
 	t.Parallel()
 	names := spool.DefaultNames()
 	tests := []struct{ subject, want string }{
@@ -21,13 +21,13 @@ func TestDLQSubjectFor(t *testing.T) {
 		{"other.subject", "spool.dlq.normal.unknown"},
 	}
 	for _, tc := range tests {
-		if got := consumer.DLQSubjectFor(names, tc.subject); got != tc.want {
-			t.Errorf("DLQSubjectFor(%q) = %q, want %q", tc.subject, got, tc.want)
+		if got := dlq.SubjectFor(names, tc.subject); got != tc.want {
+			t.Errorf("SubjectFor(%q) = %q, want %q", tc.subject, got, tc.want)
 		}
 	}
 }
 
-func TestDeadLetterHeader(t *testing.T) {
+func TestHeader(t *testing.T) {
 	t.Parallel()
 	names := spool.DefaultNames()
 	orig := nats.Header{}
@@ -40,7 +40,7 @@ func TestDeadLetterHeader(t *testing.T) {
 		orig.Set(k, v)
 	}
 	failed := time.Date(2026, 11, 22, 1, 2, 3, 4, time.UTC)
-	h := consumer.DeadLetterHeader(names, consumer.DeadMessage{
+	h := dlq.Header(names, dlq.Message{
 		Subject: "spool.tasks.high.x", Seq: 7, Header: orig, Reason: spool.ReasonPermanent,
 		Err: "declined", Attempts: 2, FailedAt: failed,
 	})
@@ -63,35 +63,12 @@ func TestDeadLetterHeader(t *testing.T) {
 	}
 }
 
-func TestTaskID(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name string
-		hdr  map[string]string
-		want string
-	}{
-		{"task id header", map[string]string{spool.HeaderTaskID: "a", spool.HeaderMsgID: "b"}, "a"},
-		{"msg id fallback", map[string]string{spool.HeaderMsgID: "b"}, "b"},
-		{"sequence fallback", nil, "42"},
-		{"invalid id falls back to the sequence", map[string]string{spool.HeaderTaskID: "not valid"}, "42"},
-	}
-	for _, tc := range tests {
-		h := nats.Header{}
-		for k, v := range tc.hdr {
-			h.Set(k, v)
-		}
-		if got := consumer.TaskID(h, 42); got != tc.want {
-			t.Errorf("%s: TaskID = %q, want %q", tc.name, got, tc.want)
-		}
-	}
-}
-
 // A raw task identified by Nats-Msg-Id alone keeps its id in the dead letter.
-func TestDeadLetterHeaderKeepsTheMsgID(t *testing.T) {
+func TestHeaderKeepsTheMsgID(t *testing.T) {
 	t.Parallel()
 	orig := nats.Header{}
 	orig.Set(spool.HeaderMsgID, "raw-7")
-	h := consumer.DeadLetterHeader(spool.DefaultNames(), consumer.DeadMessage{
+	h := dlq.Header(spool.DefaultNames(), dlq.Message{
 		Subject: "spool.tasks.low.x", Seq: 9, Header: orig, Reason: spool.ReasonError,
 	})
 	if got := h.Get(spool.HeaderTaskID); got != "raw-7" {

@@ -1,4 +1,4 @@
-package consumer_test
+package remote_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/remote"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams/embedded"
 )
@@ -80,7 +81,7 @@ func remoteCtx(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func TestRemoteHandlerReplies(t *testing.T) {
+func TestHandlerReplies(t *testing.T) {
 	t.Parallel()
 	url := remoteServer(t)
 	nc := remoteConnect(t, url)
@@ -125,7 +126,7 @@ func TestRemoteHandlerReplies(t *testing.T) {
 			t.Parallel()
 			subject := "remote.replies." + string(rune('a'+i))
 			remoteRespond(t, url, subject, tt.responder)
-			h := consumer.RemoteHandler(nc, subject, consumer.WithRemoteLogger(remoteLogger(t)))
+			h := remote.Handler(nc, subject, remote.WithLogger(remoteLogger(t)))
 
 			out, err := h.ProcessTask(remoteCtx(t, 10*time.Second), remoteTask())
 			if !tt.wantErr {
@@ -146,18 +147,18 @@ func TestRemoteHandlerReplies(t *testing.T) {
 			if got := consumer.IsPermanent(err); got != tt.wantPermanent {
 				t.Errorf("IsPermanent(%v) = %v, want %v", err, got, tt.wantPermanent)
 			}
-			var rerr *consumer.RemoteError
+			var rerr *remote.Error
 			if !errors.As(err, &rerr) {
-				t.Fatalf("error %v (%T) is not a *RemoteError", err, err)
+				t.Fatalf("error %v (%T) is not a *remote.Error", err, err)
 			}
 			if rerr.Message != tt.wantMessage || rerr.Subject != subject {
-				t.Errorf("RemoteError = %+v, want message %q on %q", rerr, tt.wantMessage, subject)
+				t.Errorf("remote.Error = %+v, want message %q on %q", rerr, tt.wantMessage, subject)
 			}
 		})
 	}
 }
 
-func TestRemoteHandlerPassesHeaders(t *testing.T) {
+func TestHandlerPassesHeaders(t *testing.T) {
 	t.Parallel()
 	url := remoteServer(t)
 	nc := remoteConnect(t, url)
@@ -174,7 +175,7 @@ func TestRemoteHandlerPassesHeaders(t *testing.T) {
 	before := task.Headers.Get("X-Tenant")
 	ctx := remoteCtx(t, 10*time.Second)
 	deadline, _ := ctx.Deadline()
-	if _, err := consumer.RemoteHandler(nc, "remote.headers").ProcessTask(ctx, task); err != nil {
+	if _, err := remote.Handler(nc, "remote.headers").ProcessTask(ctx, task); err != nil {
 		t.Fatalf("ProcessTask: %v", err)
 	}
 	m := <-seen
@@ -207,17 +208,17 @@ func TestRemoteHandlerPassesHeaders(t *testing.T) {
 	}
 }
 
-func TestRemoteHandlerNoResponders(t *testing.T) {
+func TestHandlerNoResponders(t *testing.T) {
 	t.Parallel()
 	nc := remoteConnect(t, remoteServer(t))
-	h := consumer.RemoteHandler(nc, "remote.nobody")
+	h := remote.Handler(nc, "remote.nobody")
 
 	_, err := h.ProcessTask(remoteCtx(t, 10*time.Second), remoteTask())
 	if err == nil {
 		t.Fatal("ProcessTask succeeded with nobody listening")
 	}
-	if !errors.Is(err, consumer.ErrNoRemoteHandler) || !errors.Is(err, nats.ErrNoResponders) {
-		t.Errorf("error %v does not match ErrNoRemoteHandler and nats.ErrNoResponders", err)
+	if !errors.Is(err, remote.ErrNoResponders) || !errors.Is(err, nats.ErrNoResponders) {
+		t.Errorf("error %v does not match remote.ErrNoResponders and nats.ErrNoResponders", err)
 	}
 	if consumer.IsPermanent(err) {
 		t.Errorf("no responders must be retryable, got permanent %v", err)
@@ -227,7 +228,7 @@ func TestRemoteHandlerNoResponders(t *testing.T) {
 	}
 }
 
-func TestRemoteHandlerDeadline(t *testing.T) {
+func TestHandlerDeadline(t *testing.T) {
 	t.Parallel()
 	url := remoteServer(t)
 	nc := remoteConnect(t, url)
@@ -243,7 +244,7 @@ func TestRemoteHandlerDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	out, err := consumer.RemoteHandler(nc, "remote.slow").ProcessTask(ctx, remoteTask())
+	out, err := remote.Handler(nc, "remote.slow").ProcessTask(ctx, remoteTask())
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("ProcessTask = %q, %v; want context.DeadlineExceeded", out, err)
 	}
@@ -260,7 +261,7 @@ func TestRemoteHandlerDeadline(t *testing.T) {
 	}
 }
 
-func TestRemoteHandlerDefaultTimeout(t *testing.T) {
+func TestHandlerDefaultTimeout(t *testing.T) {
 	t.Parallel()
 	url := remoteServer(t)
 	nc := remoteConnect(t, url)
@@ -269,33 +270,33 @@ func TestRemoteHandlerDefaultTimeout(t *testing.T) {
 	t.Cleanup(func() { close(release) })
 
 	// No deadline on the context: the handler's own timeout bounds the call.
-	h := consumer.RemoteHandler(nc, "remote.nodeadline", consumer.WithRemoteTimeout(200*time.Millisecond))
+	h := remote.Handler(nc, "remote.nodeadline", remote.WithTimeout(200*time.Millisecond))
 	if _, err := h.ProcessTask(t.Context(), remoteTask()); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("ProcessTask without a deadline: %v, want context.DeadlineExceeded", err)
 	}
 }
 
-func TestRemoteHandlerCanceled(t *testing.T) {
+func TestHandlerCanceled(t *testing.T) {
 	t.Parallel()
 	nc := remoteConnect(t, remoteServer(t))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := consumer.RemoteHandler(nc, "remote.canceled").ProcessTask(ctx, remoteTask()); !errors.Is(err, context.Canceled) {
+	if _, err := remote.Handler(nc, "remote.canceled").ProcessTask(ctx, remoteTask()); !errors.Is(err, context.Canceled) {
 		t.Fatalf("ProcessTask on a canceled context: %v, want context.Canceled", err)
 	}
 }
 
-func TestRemoteHandlerRejectsBadSubject(t *testing.T) {
+func TestHandlerRejectsBadSubject(t *testing.T) {
 	t.Parallel()
 	nc := remoteConnect(t, remoteServer(t))
 	for _, subject := range []string{"", "a.*", "a.>", "a..b", "a b", ".a"} {
 		func() {
 			defer func() {
 				if recover() == nil {
-					t.Errorf("RemoteHandler(%q) did not panic", subject)
+					t.Errorf("Handler(%q) did not panic", subject)
 				}
 			}()
-			consumer.RemoteHandler(nc, subject)
+			remote.Handler(nc, subject)
 		}()
 	}
 }

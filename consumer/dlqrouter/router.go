@@ -1,4 +1,4 @@
-package consumer
+package dlqrouter
 
 import (
 	"context"
@@ -9,23 +9,25 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spoolq/spool/consumer/internal/results"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/fleet"
+	"github.com/spoolq/spool/shared/lifecycle"
+	"github.com/spoolq/spool/streams/dlq"
 )
 
 // Router defaults. Each is documented at its option.
 const (
-	DefaultRouterBatch      = 16
-	DefaultRouterFetchWait  = 5 * time.Second
-	DefaultRouterTimeout    = 10 * time.Second
-	DefaultRouterRetryDelay = time.Second
+	DefaultBatch      = 16
+	DefaultFetchWait  = 5 * time.Second
+	DefaultTimeout    = 10 * time.Second
+	DefaultRetryDelay = time.Second
 	// maxRouterRetryDelay caps the backoff of a failing advisory and of a
 	// failing pull.
 	maxRouterRetryDelay = 30 * time.Second
@@ -36,9 +38,9 @@ const routerMaxDeliverError = "deliveries exhausted without a verdict (worker cr
 
 // Router errors.
 var (
-	// ErrRouterStopped is returned by Start on a router that was stopped: a
+	// ErrStopped is returned by Start on a router that was stopped: a
 	// Router runs once; make a new one to run again.
-	ErrRouterStopped = errors.New("dlq router already stopped")
+	ErrStopped = errors.New("dlq router already stopped")
 	// ErrBadAdvisory marks an advisory the router cannot act on. It is
 	// acknowledged (dropped) and counted in fleet.RouterStats.Bad.
 	ErrBadAdvisory = errors.New("bad MAX_DELIVERIES advisory")
@@ -57,9 +59,9 @@ var (
 //     worker or another router handled it), the advisory is acknowledged;
 //  2. publishes it to the dead-letter stream with reason max_deliver, the
 //     advisory's delivery count as Spool-Attempts and Nats-Msg-Id
-//     dlq-<taskstream>-<seq> (PublishDeadLetter);
+//     dlq-<taskstream>-<seq> (dlq.Publish);
 //  3. writes the dead result document and releases the unique key
-//     (Results.Dead);
+//     (results.Store.Dead);
 //  4. deletes the task from the task stream;
 //  5. acknowledges the advisory.
 //
@@ -69,7 +71,7 @@ var (
 // naks the advisory with a growing delay; an advisory is only dropped when it
 // cannot be acted on (ErrBadAdvisory: not JSON, no sequence, another
 // stream, a schedule). A task on a subject that is not a task subject is still
-// dead-lettered under spool.dlq.<priority>.unknown (see DLQSubjectFor); one
+// dead-lettered under spool.dlq.<priority>.unknown (see dlq.SubjectFor); one
 // on a schedule subject is never touched, since no Spool consumer delivers
 // those and such an advisory cannot be genuine.
 //
@@ -85,129 +87,120 @@ type Router struct {
 	timeout    time.Duration
 	retryDelay time.Duration
 
-	mu         sync.Mutex
-	state      routerState
-	softCancel context.CancelFunc // stops pulling
-	hardCancel context.CancelFunc // aborts the advisory in hand
-	stopped    chan struct{}
-	err        error // why the loop ended, if not a stop; set before stopped closes
+	life       lifecycle.Lifecycle
+	softCancel context.CancelFunc // stops pulling; set by start
+	hardCancel context.CancelFunc // aborts the advisory in hand; set by start
+	done       chan struct{}      // closed when the loop has ended
+	err        error              // why the loop ended, if not a stop; set before done closes
 
 	routed, gone, bad, failed atomic.Uint64
 }
 
-type routerState int
+// Option configures a Router.
+type Option func(*Router) error
 
-const (
-	routerIdle routerState = iota
-	routerRunning
-	routerDone
-)
-
-// RouterOption configures a Router.
-type RouterOption func(*Router) error
-
-// WithRouterNames sets the names (prefix) of the topology. Default:
+// WithNames sets the names (prefix) of the topology. Default:
 // spool.DefaultNames().
-func WithRouterNames(names spool.Names) RouterOption {
+func WithNames(names spool.Names) Option {
 	return func(r *Router) error {
 		if names.Prefix() == "" {
-			return errors.New("WithRouterNames: zero Names; build them with spool.NewNames")
+			return errors.New("WithNames: zero Names; build them with spool.NewNames")
 		}
 		r.names = names
 		return nil
 	}
 }
 
-// WithRouterPrefix sets the topology's prefix, as WithRouterNames with
+// WithPrefix sets the topology's prefix, as WithNames with
 // spool.NewNames(prefix).
-func WithRouterPrefix(prefix string) RouterOption {
+func WithPrefix(prefix string) Option {
 	return func(r *Router) error {
 		names, err := spool.NewNames(prefix)
 		if err != nil {
-			return fmt.Errorf("WithRouterPrefix: %w", err)
+			return fmt.Errorf("WithPrefix: %w", err)
 		}
 		r.names = names
 		return nil
 	}
 }
 
-// WithRouterLogger sets the logger. Default: no logging.
-func WithRouterLogger(l *slog.Logger) RouterOption {
+// WithLogger sets the logger. Default: no logging.
+func WithLogger(l *slog.Logger) Option {
 	return func(r *Router) error {
 		if l == nil {
-			return errors.New("WithRouterLogger: nil logger")
+			return errors.New("WithLogger: nil logger")
 		}
 		r.logger = l
 		return nil
 	}
 }
 
-// WithRouterWorker names the router in the result documents it writes.
+// WithWorker names the router in the result documents it writes.
 // Default: dlq-router@<hostname>-<pid>.
-func WithRouterWorker(name string) RouterOption {
+func WithWorker(name string) Option {
 	return func(r *Router) error {
 		if strings.TrimSpace(name) == "" {
-			return errors.New("WithRouterWorker: empty name")
+			return errors.New("WithWorker: empty name")
 		}
 		r.worker = name
 		return nil
 	}
 }
 
-// WithRouterBatch sets how many advisories one pull asks for, 1 to 256.
-// Default: DefaultRouterBatch (16).
-func WithRouterBatch(n int) RouterOption {
+// WithBatch sets how many advisories one pull asks for, 1 to 256.
+// Default: DefaultBatch (16).
+func WithBatch(n int) Option {
 	return func(r *Router) error {
 		if n < 1 || n > 256 {
-			return fmt.Errorf("WithRouterBatch: %d must be 1 to 256", n)
+			return fmt.Errorf("WithBatch: %d must be 1 to 256", n)
 		}
 		r.batch = n
 		return nil
 	}
 }
 
-// WithRouterFetchWait sets how long one pull waits for advisories, at least
-// 100ms. Stop does not wait for it. Default: DefaultRouterFetchWait (5s).
-func WithRouterFetchWait(d time.Duration) RouterOption {
+// WithFetchWait sets how long one pull waits for advisories, at least
+// 100ms. Stop does not wait for it. Default: DefaultFetchWait (5s).
+func WithFetchWait(d time.Duration) Option {
 	return func(r *Router) error {
 		if d < 100*time.Millisecond {
-			return fmt.Errorf("WithRouterFetchWait: %s must be at least 100ms", d)
+			return fmt.Errorf("WithFetchWait: %s must be at least 100ms", d)
 		}
 		r.fetchWait = d
 		return nil
 	}
 }
 
-// WithRouterTimeout bounds the handling of one advisory (read, publish,
+// WithTimeout bounds the handling of one advisory (read, publish,
 // result, delete, ack); it must stay well below the router consumer's
-// AckWait (30s). Default: DefaultRouterTimeout (10s).
-func WithRouterTimeout(d time.Duration) RouterOption {
+// AckWait (30s). Default: DefaultTimeout (10s).
+func WithTimeout(d time.Duration) Option {
 	return func(r *Router) error {
 		if d < 100*time.Millisecond || d > 25*time.Second {
-			return fmt.Errorf("WithRouterTimeout: %s must be 100ms to 25s", d)
+			return fmt.Errorf("WithTimeout: %s must be 100ms to 25s", d)
 		}
 		r.timeout = d
 		return nil
 	}
 }
 
-// WithRouterRetryDelay sets the first redelivery delay of an advisory that
+// WithRetryDelay sets the first redelivery delay of an advisory that
 // hit a transient error; it doubles with each further failure up to 30s.
-// Default: DefaultRouterRetryDelay (1s).
-func WithRouterRetryDelay(d time.Duration) RouterOption {
+// Default: DefaultRetryDelay (1s).
+func WithRetryDelay(d time.Duration) Option {
 	return func(r *Router) error {
 		if d < 10*time.Millisecond || d > maxRouterRetryDelay {
-			return fmt.Errorf("WithRouterRetryDelay: %s must be 10ms to %s", d, maxRouterRetryDelay)
+			return fmt.Errorf("WithRetryDelay: %s must be 10ms to %s", d, maxRouterRetryDelay)
 		}
 		r.retryDelay = d
 		return nil
 	}
 }
 
-// NewRouter returns a DLQ router using nc, which stays the caller's: the
+// New returns a DLQ router using nc, which stays the caller's: the
 // router never closes it. The topology must be provisioned
 // (streams.Provision) before Start.
-func NewRouter(nc *nats.Conn, opts ...RouterOption) (*Router, error) {
+func New(nc *nats.Conn, opts ...Option) (*Router, error) {
 	if nc == nil {
 		return nil, errors.New("new dlq router: nil *nats.Conn")
 	}
@@ -220,11 +213,11 @@ func NewRouter(nc *nats.Conn, opts ...RouterOption) (*Router, error) {
 		names:      spool.DefaultNames(),
 		logger:     slog.New(slog.DiscardHandler),
 		worker:     defaultRouterWorker(),
-		batch:      DefaultRouterBatch,
-		fetchWait:  DefaultRouterFetchWait,
-		timeout:    DefaultRouterTimeout,
-		retryDelay: DefaultRouterRetryDelay,
-		stopped:    make(chan struct{}),
+		batch:      DefaultBatch,
+		fetchWait:  DefaultFetchWait,
+		timeout:    DefaultTimeout,
+		retryDelay: DefaultRetryDelay,
+		done:       make(chan struct{}),
 	}
 	for _, o := range opts {
 		if err := o(r); err != nil {
@@ -247,28 +240,24 @@ func defaultRouterWorker() string {
 type routerBinding struct {
 	tasks   jetstream.Stream
 	cons    jetstream.Consumer
-	results *Results
+	results *results.Store
 }
 
 // Start binds the task stream, the router's consumer and the buckets, then
 // routes advisories in a goroutine until Stop. As with Worker.Start, ctx
-// bounds start-up only. Start returns an error when the topology is missing.
-// Calling Start on a running router does nothing; on a stopped one it
-// returns ErrRouterStopped.
+// bounds start-up only. Start returns an error when the topology is missing;
+// the router then never runs. Calling Start on a running router does
+// nothing; on a stopped one (or one that ended by itself) it returns
+// ErrStopped.
 func (r *Router) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch r.state {
-	case routerRunning:
-		select {
-		case <-r.stopped:
-			return ErrRouterStopped
-		default:
-			return nil
-		}
-	case routerDone:
-		return ErrRouterStopped
+	err := r.life.Start(ctx, r.start)
+	if errors.Is(err, lifecycle.ErrStopped) || err == nil && r.life.IsStopping() {
+		return ErrStopped
 	}
+	return err
+}
+
+func (r *Router) start(ctx context.Context) error {
 	b, err := r.bind(ctx)
 	if err != nil {
 		return err
@@ -279,12 +268,14 @@ func (r *Router) Start(ctx context.Context) error {
 	// bounded by the router timeout), only by Stop's deadline.
 	hardCtx, hardCancel := context.WithCancel(ioCtx)
 	r.softCancel, r.hardCancel = softCancel, hardCancel
-	r.state = routerRunning
 	go func() {
-		defer close(r.stopped)
+		defer close(r.done)
 		defer hardCancel()
 		defer softCancel()
 		r.err = r.loop(softCtx, hardCtx, b)
+		if r.err != nil {
+			r.life.Ended() // ended by itself; a Stop under way ends it anyway
+		}
 	}()
 	r.logger.InfoContext(ctx, "dlq router started", "stream", r.names.AdvisoryStream(),
 		"consumer", r.names.RouterConsumer(), "worker", r.worker)
@@ -302,11 +293,11 @@ func (r *Router) bind(ctx context.Context) (routerBinding, error) {
 		return b, fmt.Errorf("starting dlq router: binding consumer %q on stream %q (is the topology provisioned?): %w",
 			r.names.RouterConsumer(), r.names.AdvisoryStream(), err)
 	}
-	results, err := NewResults(ctx, r.js, r.names, r.worker)
+	store, err := results.New(ctx, r.js, r.names, r.worker)
 	if err != nil {
 		return b, fmt.Errorf("starting dlq router: %w", err)
 	}
-	return routerBinding{tasks: tasks, cons: cons, results: results}, nil
+	return routerBinding{tasks: tasks, cons: cons, results: store}, nil
 }
 
 // Stop stops pulling, lets the advisory in hand finish, and waits for the
@@ -314,35 +305,27 @@ func (r *Router) bind(ctx context.Context) (routerBinding, error) {
 // will be redelivered) and Stop returns ctx's error once the router ended.
 // Stop is idempotent and may be called on a router that never started.
 func (r *Router) Stop(ctx context.Context) error {
-	r.mu.Lock()
-	switch r.state {
-	case routerIdle:
-		r.state = routerDone
-		close(r.stopped)
-		r.mu.Unlock()
-		return nil
-	case routerRunning:
-		r.state = routerDone
+	err := r.life.Stop(ctx, r.shutdown, r.abort)
+	if err != nil {
+		<-r.life.Stopped()
+		return fmt.Errorf("stopping dlq router: %w", err)
 	}
-	soft, hard := r.softCancel, r.hardCancel
-	r.mu.Unlock()
-	if soft == nil { // stopped before it ever started
-		return nil
-	}
-	soft()
-	select {
-	case <-r.stopped:
-		return nil
-	case <-ctx.Done():
-		hard()
-		<-r.stopped
-		return fmt.Errorf("stopping dlq router: %w", ctx.Err())
-	}
+	return nil
 }
 
-// Stopped is closed when the router has ended: after Stop, or when the
-// connection closed for good (see Err).
-func (r *Router) Stopped() <-chan struct{} { return r.stopped }
+// shutdown ends a running router gracefully: no more pulls, the advisory in
+// hand finishes.
+func (r *Router) shutdown() {
+	r.softCancel()
+	<-r.done
+}
+
+// abort makes a graceful stop hard: the advisory in hand is abandoned.
+func (r *Router) abort() { r.hardCancel() }
+
+// Stopped is closed when the router has ended: after Stop, when start-up
+// failed, or when the connection closed for good (see Err).
+func (r *Router) Stopped() <-chan struct{} { return r.life.Stopped() }
 
 // Run starts the router and blocks until ctx ends, then stops it
 // gracefully, giving the advisory in hand up to the router timeout. It
@@ -366,8 +349,8 @@ func (r *Router) Run(ctx context.Context) error {
 // good), or nil. It is meaningful once Stopped is closed.
 func (r *Router) Err() error {
 	select {
-	case <-r.stopped:
-		return r.err
+	case <-r.life.Stopped():
+		return r.err // written before the loop ended
 	default:
 		return nil
 	}
@@ -543,11 +526,11 @@ func (r *Router) route(ctx context.Context, b routerBinding, adv routerAdvisory,
 	}
 	if _, _, err := r.names.ParseTaskSubject(raw.Subject); err != nil {
 		log.WarnContext(ctx, "dead task is not on a task subject; dead-lettering it under type unknown",
-			"subject", raw.Subject, "dlq_subject", DLQSubjectFor(r.names, raw.Subject))
+			"subject", raw.Subject, "dlq_subject", dlq.SubjectFor(r.names, raw.Subject))
 	}
 
 	attempts := int(adv.Deliveries)
-	m := DeadMessageFromRaw(raw, spool.ReasonMaxDeliver, fmt.Sprintf(routerMaxDeliverError, attempts), attempts)
+	m := dlq.MessageFromRaw(raw, spool.ReasonMaxDeliver, fmt.Sprintf(routerMaxDeliverError, attempts), attempts)
 	// The advisory's time is the same for every router and every retry, so
 	// the dead letter and the result document agree whoever writes them.
 	m.FailedAt = adv.Time
@@ -555,7 +538,7 @@ func (r *Router) route(ctx context.Context, b routerBinding, adv routerAdvisory,
 		m.FailedAt = time.Now()
 	}
 	// The dead letter loses Nats-Msg-Id; keep the task id in its own header.
-	id := TaskID(raw.Header, raw.Sequence)
+	id := spool.TaskID(raw.Header, raw.Sequence)
 	if raw.Header.Get(spool.HeaderTaskID) != id {
 		h := make(nats.Header, len(raw.Header)+1)
 		for k, v := range raw.Header {
@@ -566,7 +549,7 @@ func (r *Router) route(ctx context.Context, b routerBinding, adv routerAdvisory,
 	}
 	log = log.With("task_id", id, "subject", raw.Subject)
 
-	if err := PublishDeadLetter(ctx, r.js, r.names, m); err != nil {
+	if err := dlq.Publish(ctx, r.js, r.names, m); err != nil {
 		return 0, err
 	}
 	if err := b.results.Dead(ctx, m); err != nil {
@@ -578,7 +561,7 @@ func (r *Router) route(ctx context.Context, b routerBinding, adv routerAdvisory,
 			return 0, fmt.Errorf("deleting dead task %s (seq %d) from %s: %w", id, adv.StreamSeq, r.names.TaskStream(), err)
 		}
 	}
-	log.InfoContext(ctx, "task dead-lettered after exhausting its deliveries", "dlq_subject", DLQSubjectFor(r.names, raw.Subject))
+	log.InfoContext(ctx, "task dead-lettered after exhausting its deliveries", "dlq_subject", dlq.SubjectFor(r.names, raw.Subject))
 	return routerRouted, nil
 }
 

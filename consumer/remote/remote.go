@@ -1,7 +1,4 @@
-package consumer
-
-// Remote handlers: task types served over NATS request-reply. The reply
-// contract is documented on RemoteHandler.
+package remote
 
 import (
 	"context"
@@ -14,10 +11,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
 )
 
-// Request headers a RemoteHandler adds for the responder, and the reply
+// Request headers a remote Handler adds for the responder, and the reply
 // header marking a failure permanent. A failure itself is reported with
 // spool.HeaderError (Spool-Error).
 const (
@@ -29,72 +27,72 @@ const (
 	HeaderPermanent   = "Spool-Permanent"
 )
 
-// DefaultRemoteTimeout bounds a remote call whose context has no deadline.
-// The worker always gives each attempt a deadline; this applies when a
-// RemoteHandler is called directly.
-const DefaultRemoteTimeout = time.Minute
+// DefaultTimeout bounds a remote call whose context has no deadline. The
+// worker always gives each attempt a deadline; this applies when a remote
+// Handler is called directly.
+const DefaultTimeout = time.Minute
 
-// ErrNoRemoteHandler means nobody was subscribed to a remote handler's
+// ErrNoResponders means nobody was subscribed to a remote handler's
 // subject. The error also matches nats.ErrNoResponders. It is retryable: a
 // responder may be starting.
-var ErrNoRemoteHandler = errors.New("no remote handler is listening")
+var ErrNoResponders = errors.New("no remote handler is listening")
 
-// RemoteError is a failure reported by a remote handler in its Spool-Error
-// reply header. When the reply also said Spool-Permanent: true, the error
-// returned by ProcessTask wraps it with Permanent.
-type RemoteError struct {
+// Error is a failure reported by a remote handler in its Spool-Error reply
+// header. When the reply also said Spool-Permanent: true, the error returned
+// by ProcessTask wraps it with consumer.Permanent.
+type Error struct {
 	// Subject is the remote handler's subject.
 	Subject string
 	// Message is the Spool-Error header value.
 	Message string
 }
 
-func (e *RemoteError) Error() string {
+func (e *Error) Error() string {
 	return fmt.Sprintf("remote handler on %q: %s", e.Subject, e.Message)
 }
 
-// RemoteOption configures a RemoteHandler.
-type RemoteOption func(*remoteHandler)
+// Option configures a remote Handler.
+type Option func(*handler)
 
-// WithRemoteLogger sets the logger of a RemoteHandler. It logs each call at
+// WithLogger sets the logger of a remote Handler. It logs each call at
 // debug level. Default: no logging.
-func WithRemoteLogger(l *slog.Logger) RemoteOption {
-	return func(h *remoteHandler) {
+func WithLogger(l *slog.Logger) Option {
+	return func(h *handler) {
 		if l != nil {
 			h.logger = l
 		}
 	}
 }
 
-// WithRemoteTimeout sets how long a call may wait when the context has no
-// deadline of its own. Default: DefaultRemoteTimeout. It panics unless d is
+// WithTimeout sets how long a call may wait when the context has no
+// deadline of its own. Default: DefaultTimeout. It panics unless d is
 // positive.
-func WithRemoteTimeout(d time.Duration) RemoteOption {
+func WithTimeout(d time.Duration) Option {
 	if d <= 0 {
-		panic(fmt.Sprintf("consumer: WithRemoteTimeout(%s): must be positive", d))
+		panic(fmt.Sprintf("remote: WithTimeout(%s): must be positive", d))
 	}
-	return func(h *remoteHandler) { h.timeout = d }
+	return func(h *handler) { h.timeout = d }
 }
 
-type remoteHandler struct {
+type handler struct {
 	nc      *nats.Conn
 	subject string
 	logger  *slog.Logger
 	timeout time.Duration
 }
 
-var _ Handler = (*remoteHandler)(nil)
+var _ consumer.Handler = (*handler)(nil)
 
-// RemoteHandler returns a Handler that serves a task type over NATS
+// Handler returns a consumer.Handler that serves a task type over NATS
 // request-reply on subject, so the handler can be written in any language
 // with a NATS client. nc stays the caller's: the handler never closes it.
-// RemoteHandler panics on a nil connection or a subject that is not a literal
+// Handler panics on a nil connection or a subject that is not a literal
 // publish subject (empty, wildcards, whitespace), as Mux.Handle does on a bad
 // registration.
 //
 // The reply contract:
 //
-// RemoteHandler sends one request per attempt to subject. The
+// Handler sends one request per attempt to subject. The
 // request body is the task payload, byte for byte. The request headers are the
 // task's own headers as published (Spool-Task-Id, Spool-Max-Retries,
 // traceparent, custom headers, ...) with these set by the worker:
@@ -144,19 +142,19 @@ var _ Handler = (*remoteHandler)(nil)
 //	})
 //
 // Use it as any handler: mux.Handle("billing.charge",
-// consumer.RemoteHandler(nc, "billing.charge")).
-func RemoteHandler(nc *nats.Conn, subject string, opts ...RemoteOption) Handler {
+// remote.Handler(nc, "billing.charge")).
+func Handler(nc *nats.Conn, subject string, opts ...Option) consumer.Handler {
 	if nc == nil {
-		panic("consumer: RemoteHandler: nil *nats.Conn")
+		panic("remote: Handler: nil *nats.Conn")
 	}
 	if err := validatePublishSubject(subject); err != nil {
-		panic(fmt.Sprintf("consumer: RemoteHandler: %v", err))
+		panic(fmt.Sprintf("remote: Handler: %v", err))
 	}
-	h := &remoteHandler{
+	h := &handler{
 		nc:      nc,
 		subject: subject,
 		logger:  slog.New(slog.DiscardHandler),
-		timeout: DefaultRemoteTimeout,
+		timeout: DefaultTimeout,
 	}
 	for _, o := range opts {
 		o(h)
@@ -166,7 +164,7 @@ func RemoteHandler(nc *nats.Conn, subject string, opts ...RemoteOption) Handler 
 
 // ProcessTask sends t to the remote handler and turns the reply into a
 // result or an error, as the reply contract says.
-func (h *remoteHandler) ProcessTask(ctx context.Context, t *Task) ([]byte, error) {
+func (h *handler) ProcessTask(ctx context.Context, t *consumer.Task) ([]byte, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, h.timeout)
@@ -186,7 +184,7 @@ func (h *remoteHandler) ProcessTask(ctx context.Context, t *Task) ([]byte, error
 
 // request builds the request message: the task's headers (copied, never
 // modified) plus the Spool-* headers of the contract.
-func (h *remoteHandler) request(ctx context.Context, t *Task) *nats.Msg {
+func (h *handler) request(ctx context.Context, t *consumer.Task) *nats.Msg {
 	m := nats.NewMsg(h.subject)
 	for k, vs := range t.Headers {
 		m.Header[k] = append([]string(nil), vs...)
@@ -215,10 +213,10 @@ func (h *remoteHandler) request(ctx context.Context, t *Task) *nats.Msg {
 
 // requestError classifies a failed request. A deadline or cancellation
 // keeps the context's error, so the worker counts it as a timeout.
-func (h *remoteHandler) requestError(ctx context.Context, err error) error {
+func (h *handler) requestError(ctx context.Context, err error) error {
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return fmt.Errorf("%w on %q: %w", ErrNoRemoteHandler, h.subject, err)
+		return fmt.Errorf("%w on %q: %w", ErrNoResponders, h.subject, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		if cerr := ctx.Err(); cerr != nil {
 			err = cerr
@@ -226,7 +224,7 @@ func (h *remoteHandler) requestError(ctx context.Context, err error) error {
 		return fmt.Errorf("waiting for remote handler on %q: %w", h.subject, err)
 	case errors.Is(err, nats.ErrMaxPayload):
 		// The task plus its headers can never fit: retrying cannot help.
-		return Permanent(fmt.Errorf("sending task to remote handler on %q: %w", h.subject, err))
+		return consumer.Permanent(fmt.Errorf("sending task to remote handler on %q: %w", h.subject, err))
 	default:
 		return fmt.Errorf("calling remote handler on %q: %w", h.subject, err)
 	}
@@ -246,9 +244,9 @@ func replyOutcome(subject string, reply *nats.Msg) ([]byte, error) {
 	if msg == "" {
 		msg = "failed without a " + spool.HeaderError + " message"
 	}
-	rerr := &RemoteError{Subject: subject, Message: msg}
+	rerr := &Error{Subject: subject, Message: msg}
 	if permanent {
-		return nil, Permanent(rerr)
+		return nil, consumer.Permanent(rerr)
 	}
 	return nil, rerr
 }
