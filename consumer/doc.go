@@ -16,7 +16,7 @@
 //     publishes a worker's stats;
 //   - consumer/metrics: the Prometheus collector over Worker.Stats;
 //   - consumer/tracing: the OpenTelemetry middleware;
-//   - consumer/telemetry: OpenTelemetry SDK set-up for a binary;
+//   - shared/telemetry: OpenTelemetry SDK set-up for a binary;
 //   - consumer/demo: the demo handlers of spool-consumer --demo;
 //   - streams/dlq: the dead-letter stream (publish, list, replay, purge).
 //

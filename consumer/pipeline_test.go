@@ -13,6 +13,7 @@ import (
 	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 // The completion pipeline acks a task only once its completed result is
@@ -64,7 +65,12 @@ func TestPipelineAcksOnlyStoredResults(t *testing.T) {
 			if err := w.Start(testCtx(t)); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 30*time.Second, "some tasks completed", func() bool { return w.Stats().Total().Completed >= 50 })
+			streamstest.WaitFor(t, 30*time.Second, func() error {
+				if w.Stats().Total().Completed < 50 {
+					return errors.New("some tasks completed")
+				}
+				return nil
+			})
 			if how == "close" {
 				nc.Close()
 			}
@@ -98,8 +104,11 @@ func TestPipelineAcksOnlyStoredResults(t *testing.T) {
 			if how == "stop" {
 				// Every completion counted was acked before Stop returned:
 				// wait for the server to have applied the acks.
-				waitFor(t, 10*time.Second, "acks applied", func() bool {
-					return uint64(n)-e.taskMsgs() >= completed
+				streamstest.WaitFor(t, 10*time.Second, func() error {
+					if uint64(n)-e.taskMsgs() < completed {
+						return errors.New("acks applied")
+					}
+					return nil
 				})
 			}
 		})

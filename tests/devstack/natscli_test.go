@@ -20,6 +20,7 @@ import (
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/fleet"
 	"github.com/spoolq/spool/streams/dlq"
+	"github.com/spoolq/spool/streams/streamstest"
 	"github.com/spoolq/spool/tests/devstack"
 )
 
@@ -91,7 +92,7 @@ func TestNATSCLIEquivalents(t *testing.T) {
 		}
 		return doc, nil
 	}
-	waitFor(t, 20*time.Second, func() error {
+	streamstest.WaitFor(t, 20*time.Second, func() error {
 		doc, err := kvGet("welcome-ada")
 		if err != nil {
 			return err
@@ -124,7 +125,7 @@ func TestNATSCLIEquivalents(t *testing.T) {
 		return msgs, batch.Error()
 	}
 	var dead jetstream.Msg
-	waitFor(t, 20*time.Second, func() error {
+	streamstest.WaitFor(t, 20*time.Second, func() error {
 		msgs, err := view()
 		if err != nil {
 			return err
@@ -143,7 +144,7 @@ func TestNATSCLIEquivalents(t *testing.T) {
 		t.Fatalf("dead letter %s %v", dead.Subject(), h)
 	}
 	// The dead result document follows the dead letter.
-	waitFor(t, 10*time.Second, func() error {
+	streamstest.WaitFor(t, 10*time.Second, func() error {
 		doc, err := kvGet("doomed-1")
 		if err == nil && doc.State != spool.StateDead {
 			err = fmt.Errorf("doomed-1 result %+v", doc)
@@ -165,7 +166,7 @@ func TestNATSCLIEquivalents(t *testing.T) {
 	}
 	// The worker's metrics, where the service says they are.
 	var body string
-	waitFor(t, 10*time.Second, func() error {
+	streamstest.WaitFor(t, 10*time.Second, func() error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, st.MetricsURL, nil)
 		if err != nil {
 			return err
@@ -188,7 +189,7 @@ func TestNATSCLIEquivalents(t *testing.T) {
 		return nil
 	})
 	var raw []byte
-	waitFor(t, 10*time.Second, func() error {
+	streamstest.WaitFor(t, 10*time.Second, func() error {
 		var stats micro.Stats
 		raw = request(t, ctx, nc, "$SRV.STATS."+fleet.ServiceName, &stats)
 		var figures fleet.WorkerStats
@@ -215,7 +216,7 @@ func TestNATSCLIEquivalents(t *testing.T) {
 	if code := httpJSON(t, ctx, http.MethodPost, url, "", &rep); code != http.StatusOK || rep.TaskID != "doomed-1" || rep.Replays != 1 {
 		t.Fatalf("replay: %d %+v", code, rep)
 	}
-	waitFor(t, 20*time.Second, func() error {
+	streamstest.WaitFor(t, 20*time.Second, func() error {
 		msgs, err := view()
 		if err != nil {
 			return err

@@ -28,11 +28,11 @@ import (
 	"github.com/spoolq/spool/consumer/dlqrouter"
 	"github.com/spoolq/spool/consumer/metrics"
 	"github.com/spoolq/spool/consumer/service"
-	"github.com/spoolq/spool/consumer/telemetry"
 	"github.com/spoolq/spool/consumer/tracing"
 	"github.com/spoolq/spool/shared/config"
 	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/shared/natsconn"
+	"github.com/spoolq/spool/shared/telemetry"
 	"github.com/spoolq/spool/streams/dlq"
 )
 

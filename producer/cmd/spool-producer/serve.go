@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/spoolq/spool/producer/httpapi"
-	"github.com/spoolq/spool/producer/telemetry"
 	"github.com/spoolq/spool/shared/lifecycle"
+	"github.com/spoolq/spool/shared/telemetry"
 	"github.com/spoolq/spool/streams/admin"
 )
 

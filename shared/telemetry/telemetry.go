@@ -1,16 +1,3 @@
-// Package telemetry sets up OpenTelemetry tracing for a Spool binary from
-// the standard OTEL_ environment variables. Tracing is off unless
-// OTEL_TRACES_EXPORTER or an OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT,
-// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set, and OTEL_SDK_DISABLED=true
-// turns it off whatever else is set. The exporter is chosen by
-// go.opentelemetry.io/contrib/exporters/autoexport: otlp (default; protocol
-// from OTEL_EXPORTER_OTLP_PROTOCOL, http/protobuf unless told otherwise),
-// console, or none. Sampling follows OTEL_TRACES_SAMPLER and the resource
-// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
-//
-// Only main uses this package; the libraries take a trace.TracerProvider.
-// The same file is in the producer module (producer/telemetry): the modules
-// may not share code but through shared, which stays free of OpenTelemetry.
 package telemetry
 
 import (

@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/spoolq/spool/producer/telemetry"
+	"github.com/spoolq/spool/shared/telemetry"
 )
 
 func TestMain(m *testing.M) {
