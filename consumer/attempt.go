@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams/dlq"
 )
 
 // verdict is how an attempt ended.
@@ -43,7 +44,7 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 		p:       p,
 		seq:     seq,
 		attempt: int(md.NumDelivered),
-		id:      TaskID(hdr, seq),
+		id:      spool.TaskID(hdr, seq),
 		enq:     md.Timestamp,
 	}
 	_, typ, subjErr := w.o.Names.ParseTaskSubject(msg.Subject())
@@ -96,7 +97,7 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 }
 
 func (w *Worker) putProcessing(a attemptInfo) {
-	if err := w.results.putUnacked(a.doc(spool.StateProcessing)); err != nil {
+	if err := w.results.PutUnacked(a.doc(spool.StateProcessing)); err != nil {
 		w.log.Warn("writing processing state", "task_id", a.id, "error", err)
 	}
 }
@@ -452,7 +453,7 @@ func (w *Worker) deadLetter(a attemptInfo, reason spool.Reason, cause error, o o
 	if cause != nil {
 		errText = cause.Error()
 	}
-	dm := DeadMessage{
+	dm := dlq.Message{
 		Subject:    a.msg.Subject(),
 		Seq:        a.seq,
 		Header:     a.msg.Headers(),
@@ -465,7 +466,7 @@ func (w *Worker) deadLetter(a attemptInfo, reason spool.Reason, cause error, o o
 		StartedAt:  a.started,
 	}
 	w.logFailure(a, cause, "task dead-lettered", "reason", string(reason))
-	if err := PublishDeadLetter(ctx, w.js, w.o.Names, dm); err != nil {
+	if err := dlq.Publish(ctx, w.js, w.o.Names, dm); err != nil {
 		w.log.Error("dead-lettering failed; the task stays queued", "task_id", a.id, "error", err)
 		w.nak(a, w.o.retryDelay(a.attempt))
 		o.retried = true

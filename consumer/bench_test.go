@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 // Benchmarks compare the worker with raw JetStream (fetch + ack on the same
@@ -118,7 +120,12 @@ func BenchmarkThroughput(b *testing.B) {
 				b.StartTimer()
 				start := time.Now()
 				w := benchWorker(b, e, noop, opts...)
-				waitFor(b, 5*time.Minute, "queue drained", func() bool { return w.Stats().Total().Completed >= uint64(n) })
+				streamstest.WaitFor(b, 5*time.Minute, func() error {
+					if w.Stats().Total().Completed < uint64(n) {
+						return errors.New("queue drained")
+					}
+					return nil
+				})
 				busy += time.Since(start)
 				done += n
 				b.StopTimer()
@@ -217,7 +224,12 @@ func BenchmarkPickupLatency(b *testing.B) {
 			n := *benchLatencyRuns
 			before := w.Stats().Total().Completed
 			publishPaced(b, e, n)
-			waitFor(b, time.Minute, "all picked up", func() bool { return w.Stats().Total().Completed >= before+uint64(n) })
+			streamstest.WaitFor(b, time.Minute, func() error {
+				if w.Stats().Total().Completed < before+uint64(n) {
+					return errors.New("all picked up")
+				}
+				return nil
+			})
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -314,7 +326,12 @@ func BenchmarkPriorityShares(b *testing.B) {
 				started.Add(1)
 				return nil, nil
 			}, consumer.WithBoost(), consumer.WithConcurrency(shareSlots, shareSlots))
-			waitFor(b, 5*time.Minute, "window", func() bool { return started.Load() >= window })
+			streamstest.WaitFor(b, 5*time.Minute, func() error {
+				if started.Load() < window {
+					return errors.New("window")
+				}
+				return nil
+			})
 			b.StopTimer()
 			stopWorker(b, w)
 			drain(b, e)

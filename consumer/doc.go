@@ -2,7 +2,27 @@
 // type, a scheduler that pulls from one durable consumer per priority by
 // weight (with an anti-starvation boost, or strictly), retries with
 // NAK-with-delay backoff, dead letters, results in KV, autoscaled worker
-// slots, stats, and a DLQ router for tasks that ran out of deliveries.
+// slots and stats.
+//
+// The root package holds the Worker, the Mux, the Handler, Middleware and
+// Task types, the permanent-error wrapper and the worker's options. Each
+// other concern has a package of its own:
+//
+//   - consumer/dlqrouter: the DLQ router, which dead-letters tasks that ran
+//     out of deliveries (their worker crashed or stalled every time);
+//   - consumer/remote: handlers served over NATS request-reply, in any
+//     language;
+//   - consumer/service: the spool-consumer NATS micro service that
+//     publishes a worker's stats;
+//   - consumer/metrics: the Prometheus collector over Worker.Stats;
+//   - consumer/tracing: the OpenTelemetry middleware;
+//   - shared/telemetry: OpenTelemetry SDK set-up for a binary;
+//   - consumer/demo: the demo handlers of spool-consumer --demo;
+//   - streams/dlq: the dead-letter stream (publish, list, replay, purge).
+//
+// The worker is configured with validated functional options (With…), each
+// documenting its default; New fails with an error wrapping
+// ErrInvalidOption when one does not hold.
 //
 // # Running a worker
 //
@@ -27,18 +47,20 @@
 //     fetches is in flight at a time, so slots freed meanwhile are pulled
 //     together in the next, larger batch;
 //   - what a worker knows comes from the NumPending of the last message
-//     pulled from a priority, and from a refresh every RefreshInterval that
+//     pulled from a priority, and from a refresh every refresh interval
+//     (WithPolling) that
 //     reads consumer info (NumPending, and NumAckPending for redeliveries
 //     coming due, which NumPending does not count) and the oldest waiting
 //     task (for the boost) of priorities not being long-polled;
 //   - when slots are left over, every priority with no known work gets a
-//     long-poll: a single-task pull request that waits PollWait on the
-//     server and is then renewed. It reserves a slot out of MaxConcurrency,
+//     long-poll: a single-task pull request that waits the poll wait
+//     (WithPolling) on the server and is then renewed. It reserves a slot
+//     out of the maximum concurrency,
 //     so a task it brings always has a slot (the pool grows if needed) and
 //     nothing pulled is handed back unrun (except what arrives for a
 //     request abandoned after 2s without an answer, or at Stop). A
 //     published task reaches a waiting pull in about a millisecond; an
-//     idle worker costs one request per priority per PollWait; and the
+//     idle worker costs one request per priority per poll wait; and the
 //     outstanding pulls let the server emit the MAX_DELIVERIES advisories
 //     the DLQ router acts on. Reserved poll slots return to the pool when
 //     their pulls expire.
@@ -47,17 +69,19 @@
 //
 // The attempt number is the delivery count. A task gets
 // min(Spool-Max-Retries+1, consumer MaxDeliver) attempts, each under its
-// Spool-Timeout (or TaskTimeout), heartbeating InProgress every AckWait/3
+// Spool-Timeout (or WithTaskTimeout), heartbeating InProgress every AckWait/3
 // while the handler runs. A handler that outlives its deadline by more
 // than a short grace has its task settled without it (the slot stays busy
-// until it returns). A panic is a failed attempt with its stack logged. A failure NAKs with delay min(RetryBase·2^(attempt-1), RetryMax)
-// plus up to RetryJitter of jitter; the last failure, a Permanent error, a
+// until it returns). A panic is a failed attempt with its stack logged. A
+// failure NAKs with delay min(base·2^(attempt-1), max) plus up to the
+// jitter fraction of it (WithRetry, WithRetryJitter); the last failure, a Permanent error, a
 // type without handler and undecodable input (bad headers or id) go to the
-// dead-letter stream (PublishDeadLetter), then the dead result is written,
+// dead-letter stream (streams/dlq.Publish), then the dead result is written,
 // the unique key released, and only then the original removed.
 //
 // Every state change is written to the results bucket: processing (once
-// an attempt has run for ProcessingDelay, 1s by default) and retrying
+// an attempt has run for the processing delay, 1s by default, see
+// WithProcessingDelay) and retrying
 // without waiting, completed and dead before the task is acked.
 // Stop hands unfinished tasks back as pending.
 //
@@ -71,11 +95,11 @@
 // # Observability
 //
 // The metrics package exports Worker.Stats to Prometheus when scraped.
-// AddService registers the worker as an instance of the NATS micro service
-// ServiceName (spool-consumer), whose stats data are NewServiceStats, so
-// `nats micro ls|info|stats spool-consumer` show the fleet. Tracing is
-// middleware that runs each attempt in an OpenTelemetry span, a child of the
-// task's traceparent; it takes a trace.TracerProvider and uses the
-// OpenTelemetry API only (the telemetry package sets up an SDK provider from
-// the OTEL_ variables for a binary).
+// service.Add registers the worker as an instance of the NATS micro service
+// spool-consumer, whose stats data are the shared/fleet types, so `nats
+// micro ls|info|stats spool-consumer` show the fleet. tracing.Middleware
+// runs each attempt in an OpenTelemetry span, a child of the task's
+// traceparent; it takes a trace.TracerProvider and uses the OpenTelemetry
+// API only (the telemetry package sets up an SDK provider from the OTEL_
+// variables for a binary).
 package consumer

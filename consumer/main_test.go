@@ -18,6 +18,7 @@ import (
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/embedded"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 func TestMain(m *testing.M) {
@@ -197,10 +198,13 @@ func (e *env) result(id string) (spool.Result, bool) {
 func (e *env) waitResult(id string, state spool.State, timeout time.Duration) spool.Result {
 	e.t.Helper()
 	var doc spool.Result
-	waitFor(e.t, timeout, "result "+id+" "+string(state), func() bool {
+	streamstest.WaitFor(e.t, timeout, func() error {
 		var ok bool
 		doc, ok = e.result(id)
-		return ok && doc.State == state
+		if !(ok && doc.State == state) {
+			return errors.New("result " + id + " " + string(state))
+		}
+		return nil
 	})
 	return doc
 }
@@ -231,24 +235,6 @@ func (e *env) taskMsgs() uint64 {
 		e.t.Fatal(err)
 	}
 	return info.State.Msgs
-}
-
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		select {
-		case <-tick.C:
-		case <-t.Context().Done():
-			t.Fatalf("test ended waiting for %s", what)
-		}
-	}
 }
 
 // log is a concurrency-safe record of handler calls.

@@ -28,93 +28,66 @@ type Weights [len(spool.Priorities)]float64
 // idle 0.1.
 func DefaultWeights() Weights { return Weights{1.0, 0.7, 0.4, 0.2, 0.1} }
 
-// DefaultBoost is ×1.5 from 30s, ×1.75 from 60s, ×2.0 from 90s (the cap).
-func DefaultBoost() []BoostStep {
+// defaultBoost is ×1.5 from 30s, ×1.75 from 60s, ×2.0 from 90s (the cap).
+func defaultBoost() []BoostStep {
 	return []BoostStep{{30 * time.Second, 1.5}, {60 * time.Second, 1.75}, {90 * time.Second, 2.0}}
 }
 
-// Options configure a Worker. Start from DefaultOptions (New does) and
-// change fields with the With… options, which validate their arguments.
-type Options struct {
-	// Names derive every subject, stream and bucket. Default spool.DefaultNames().
-	Names spool.Names
-	// Logger receives the worker's logs. Default: discard.
-	Logger *slog.Logger
-	// WorkerName identifies this process in result documents and stats.
-	// Default <hostname>-<pid>.
+// config holds a Worker's settings. New starts from defaultConfig and
+// applies the With… options, which validate their arguments; every default
+// is documented on its option.
+type config struct {
+	Names      spool.Names
+	Logger     *slog.Logger
 	WorkerName string
 	// MinConcurrency and MaxConcurrency bound the number of worker slots
 	// (handlers running at once). The pool starts at MinConcurrency and
-	// autoscales between them. Defaults 1 and 10.
+	// autoscales between them.
 	MinConcurrency int
 	MaxConcurrency int
-	// Weights pick the priority to pull from. Default DefaultWeights().
-	Weights Weights
+	Weights        Weights
 	// Boost multiplies a priority's weight by the age of its oldest waiting
-	// task. Default DefaultBoost(). Empty disables the boost.
-	Boost []BoostStep
-	// Strict always serves the highest non-empty priority, ignoring weights
-	// and boost. Default false.
+	// task. Empty disables the boost.
+	Boost  []BoostStep
 	Strict bool
 	// RetryBase and RetryMax shape the backoff between attempts:
-	// min(RetryBase·2^(attempt-1), RetryMax). Defaults 1s and 5m.
+	// min(RetryBase·2^(attempt-1), RetryMax).
 	RetryBase time.Duration
 	RetryMax  time.Duration
-	// RetryJitter adds a random delay of up to this fraction of the backoff
-	// (0.2 = up to +20%). Default 0.2.
+	// RetryJitter adds a random delay of up to this fraction of the backoff.
 	RetryJitter float64
 	// MaxRetries is the number of retries after the first attempt for tasks
-	// without a Spool-Max-Retries header. Default 3.
+	// without a Spool-Max-Retries header.
 	MaxRetries int
 	// TaskTimeout is the per-attempt deadline for tasks without a
-	// Spool-Timeout header. Default 30m.
-	TaskTimeout time.Duration
-	// ShutdownTimeout is how long Stop lets running handlers finish before
-	// cancelling them and handing their tasks back. Default 30s.
+	// Spool-Timeout header.
+	TaskTimeout     time.Duration
 	ShutdownTimeout time.Duration
-	// PollWait is how long one long-poll pull request waits on an empty
-	// priority before it is renewed. It also bounds how long Stop waits for
-	// outstanding pulls. Default 1s.
-	PollWait time.Duration
-	// RefreshInterval is how often the backlog (consumer NumPending) and the
-	// oldest waiting task of priorities without an outstanding long-poll
-	// are read, and autoscaling is reconsidered. Default 1s.
+	PollWait        time.Duration
 	RefreshInterval time.Duration
-	// ScaleUpFill is the busy fraction of the slots at or above which the
-	// pool grows by one slot while a backlog waits. Default 0.6.
-	ScaleUpFill float64
-	// ScaleDownIdle is how long slots must go unused before the pool
-	// shrinks to the most slots used in that period (not below
-	// MinConcurrency). Default 2m.
-	ScaleDownIdle time.Duration
-	// IOTimeout bounds each result, dead-letter and ack write. Default 10s.
-	IOTimeout time.Duration
-	// ProcessingDelay defers the "processing" result write until the
-	// attempt has run this long: a shorter attempt goes straight to its
-	// next state (completed, retrying, dead; its document still records
-	// when it started) and saves one JetStream write, a third of the
-	// server's work per task with fast handlers. Default 1s; 0 writes
-	// "processing" as every attempt starts.
+	ScaleUpFill     float64
+	ScaleDownIdle   time.Duration
+	IOTimeout       time.Duration
 	ProcessingDelay time.Duration
 
 	// now is the clock used for task ages (the boost); tests shift it.
 	now func() time.Time
 }
 
-// DefaultOptions returns the documented defaults.
-func DefaultOptions() Options {
+// defaultConfig returns the defaults documented on the With… options.
+func defaultConfig() config {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "worker"
 	}
-	return Options{
+	return config{
 		Names:           spool.DefaultNames(),
 		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 		WorkerName:      host + "-" + strconv.Itoa(os.Getpid()),
 		MinConcurrency:  1,
 		MaxConcurrency:  10,
 		Weights:         DefaultWeights(),
-		Boost:           DefaultBoost(),
+		Boost:           defaultBoost(),
 		RetryBase:       time.Second,
 		RetryMax:        5 * time.Minute,
 		RetryJitter:     0.2,
@@ -126,13 +99,13 @@ func DefaultOptions() Options {
 		ScaleUpFill:     0.6,
 		ScaleDownIdle:   2 * time.Minute,
 		IOTimeout:       10 * time.Second,
-		ProcessingDelay: DefaultProcessingDelay,
+		ProcessingDelay: time.Second,
 		now:             time.Now,
 	}
 }
 
-// Validate checks the options as a whole.
-func (o Options) Validate() error {
+// validate checks the settings as a whole.
+func (o config) validate() error {
 	if o.Names.Prefix() == "" {
 		return fmt.Errorf("%w: Names not set (use spool.NewNames)", ErrInvalidOption)
 	}
@@ -199,24 +172,14 @@ func validateBoost(steps []BoostStep) error {
 	return nil
 }
 
-// Option changes one setting, validating it.
-type Option func(*Options) error
-
-// WithOptions replaces every setting with o (validated as a whole in New).
-func WithOptions(o Options) Option {
-	return func(dst *Options) error {
-		now := dst.now
-		*dst = o
-		if dst.now == nil {
-			dst.now = now
-		}
-		return nil
-	}
-}
+// Option changes one setting of a Worker, validating it; New fails with an
+// error wrapping ErrInvalidOption when one does not hold.
+type Option func(*config) error
 
 // WithNames sets the names (prefix) of the streams, consumers and buckets.
+// Default: spool.DefaultNames().
 func WithNames(n spool.Names) Option {
-	return func(o *Options) error {
+	return func(o *config) error {
 		if n.Prefix() == "" {
 			return fmt.Errorf("%w: zero Names (use spool.NewNames)", ErrInvalidOption)
 		}
@@ -225,9 +188,9 @@ func WithNames(n spool.Names) Option {
 	}
 }
 
-// WithLogger sets the logger.
+// WithLogger sets the logger of the worker's logs. Default: discard.
 func WithLogger(l *slog.Logger) Option {
-	return func(o *Options) error {
+	return func(o *config) error {
 		if l == nil {
 			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
 		}
@@ -236,9 +199,10 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithWorkerName names this worker in results and stats.
+// WithWorkerName names this worker in results and stats. Default:
+// <hostname>-<pid>.
 func WithWorkerName(name string) Option {
-	return func(o *Options) error {
+	return func(o *config) error {
 		if name == "" {
 			return fmt.Errorf("%w: empty worker name", ErrInvalidOption)
 		}
@@ -247,10 +211,11 @@ func WithWorkerName(name string) Option {
 	}
 }
 
-// WithConcurrency bounds the slot pool: 1 <= min <= max. min == max turns
-// autoscaling off.
+// WithConcurrency bounds the slot pool (handlers running at once): 1 <=
+// min <= max. The pool starts at min and autoscales between them; min ==
+// max turns autoscaling off. Default: 1 and 10.
 func WithConcurrency(minSlots, maxSlots int) Option {
-	return func(o *Options) error {
+	return func(o *config) error {
 		if minSlots < 1 || maxSlots < minSlots {
 			return fmt.Errorf("%w: concurrency min %d max %d: need 1 <= min <= max", ErrInvalidOption, minSlots, maxSlots)
 		}
@@ -259,9 +224,10 @@ func WithConcurrency(minSlots, maxSlots int) Option {
 	}
 }
 
-// WithWeights sets the priority weights; every weight must be positive.
+// WithWeights sets the weights that pick the priority to pull from; every
+// weight must be positive. Default: DefaultWeights().
 func WithWeights(w Weights) Option {
-	return func(o *Options) error {
+	return func(o *config) error {
 		if err := validateWeights(w); err != nil {
 			return err
 		}
@@ -271,9 +237,11 @@ func WithWeights(w Weights) Option {
 }
 
 // WithBoost sets the anti-starvation boost steps (increasing ages, factors
-// of at least 1). No steps turn the boost off.
+// of at least 1), which multiply a priority's weight by the age of its
+// oldest waiting task. No steps turn the boost off. Default: ×1.5 from 30s,
+// ×1.75 from 60s, ×2.0 from 90s (the cap).
 func WithBoost(steps ...BoostStep) Option {
-	return func(o *Options) error {
+	return func(o *config) error {
 		if err := validateBoost(steps); err != nil {
 			return err
 		}
@@ -282,18 +250,20 @@ func WithBoost(steps ...BoostStep) Option {
 	}
 }
 
-// WithStrict turns strict priority order on or off.
+// WithStrict turns strict priority order on or off: always serve the
+// highest non-empty priority, ignoring weights and boost. Default: off.
 func WithStrict(strict bool) Option {
-	return func(o *Options) error {
+	return func(o *config) error {
 		o.Strict = strict
 		return nil
 	}
 }
 
-// WithRetry sets the backoff base and cap and the default number of retries
-// after the first attempt.
+// WithRetry sets the backoff between attempts, min(base·2^(attempt-1),
+// maxDelay), and the number of retries after the first attempt for tasks
+// without a Spool-Max-Retries header. Default: 1s, 5m and 3.
 func WithRetry(base, maxDelay time.Duration, maxRetries int) Option {
-	return func(o *Options) error {
+	return func(o *config) error {
 		if base <= 0 || maxDelay < base {
 			return fmt.Errorf("%w: retry base %s max %s: need 0 < base <= max", ErrInvalidOption, base, maxDelay)
 		}
@@ -305,9 +275,10 @@ func WithRetry(base, maxDelay time.Duration, maxRetries int) Option {
 	}
 }
 
-// WithRetryJitter sets the jitter fraction, 0 to 1.
+// WithRetryJitter adds a random delay of up to frac of the backoff (0.2 =
+// up to +20%), 0 to 1. Default: 0.2.
 func WithRetryJitter(frac float64) Option {
-	return func(o *Options) error {
+	return func(o *config) error {
 		if frac < 0 || frac > 1 {
 			return fmt.Errorf("%w: retry jitter %g must be 0 to 1", ErrInvalidOption, frac)
 		}
@@ -316,9 +287,10 @@ func WithRetryJitter(frac float64) Option {
 	}
 }
 
-// WithTaskTimeout sets the default per-attempt deadline.
+// WithTaskTimeout sets the per-attempt deadline of tasks without a
+// Spool-Timeout header. Default: 30m.
 func WithTaskTimeout(d time.Duration) Option {
-	return func(o *Options) error {
+	return func(o *config) error {
 		if d <= 0 || d > spool.MaxTimeout {
 			return fmt.Errorf("%w: task timeout %s must be positive and at most %s", ErrInvalidOption, d, spool.MaxTimeout)
 		}
@@ -327,9 +299,10 @@ func WithTaskTimeout(d time.Duration) Option {
 	}
 }
 
-// WithShutdownTimeout sets how long Stop lets running handlers finish.
+// WithShutdownTimeout sets how long Stop lets running handlers finish
+// before cancelling them and handing their tasks back. Default: 30s.
 func WithShutdownTimeout(d time.Duration) Option {
-	return func(o *Options) error {
+	return func(o *config) error {
 		if d < 0 {
 			return fmt.Errorf("%w: shutdown timeout %s is negative", ErrInvalidOption, d)
 		}
@@ -338,9 +311,13 @@ func WithShutdownTimeout(d time.Duration) Option {
 	}
 }
 
-// WithPolling sets the long-poll wait and the refresh interval.
+// WithPolling sets how long one long-poll pull waits on an empty priority
+// before it is renewed (it also bounds how long Stop waits for outstanding
+// pulls), at least 10ms, and how often the backlog and the oldest waiting
+// task of priorities without a long-poll are read and autoscaling is
+// reconsidered, at least 1ms. Default: 1s and 1s.
 func WithPolling(pollWait, refresh time.Duration) Option {
-	return func(o *Options) error {
+	return func(o *config) error {
 		if pollWait < 10*time.Millisecond {
 			return fmt.Errorf("%w: poll wait %s must be at least 10ms", ErrInvalidOption, pollWait)
 		}
@@ -352,10 +329,12 @@ func WithPolling(pollWait, refresh time.Duration) Option {
 	}
 }
 
-// WithAutoscale sets the scale-up fill fraction and the scale-down idle
-// period.
+// WithAutoscale sets the busy fraction of the slots at or above which the
+// pool grows by one slot while a backlog waits, in (0, 1], and how long
+// slots must go unused before the pool shrinks to the most slots used in
+// that period (not below the minimum). Default: 0.6 and 2m.
 func WithAutoscale(upFill float64, downIdle time.Duration) Option {
-	return func(o *Options) error {
+	return func(o *config) error {
 		if upFill <= 0 || upFill > 1 {
 			return fmt.Errorf("%w: scale-up fill %g must be in (0, 1]", ErrInvalidOption, upFill)
 		}
@@ -367,15 +346,13 @@ func WithAutoscale(upFill float64, downIdle time.Duration) Option {
 	}
 }
 
-// DefaultProcessingDelay is how long an attempt runs before its
-// "processing" state is written, unless WithProcessingDelay says otherwise.
-const DefaultProcessingDelay = time.Second
-
-// WithProcessingDelay writes the "processing" state only for attempts
-// still running after d (default DefaultProcessingDelay; 0: as every
-// attempt starts).
+// WithProcessingDelay defers the "processing" result write until the
+// attempt has run for d: a shorter attempt goes straight to its next state
+// (completed, retrying, dead; its document still records when it started)
+// and saves one JetStream write, a third of the server's work per task with
+// fast handlers. 0 writes "processing" as every attempt starts. Default: 1s.
 func WithProcessingDelay(d time.Duration) Option {
-	return func(o *Options) error {
+	return func(o *config) error {
 		if d < 0 {
 			return fmt.Errorf("%w: processing delay %s is negative", ErrInvalidOption, d)
 		}
@@ -383,3 +360,23 @@ func WithProcessingDelay(d time.Duration) Option {
 		return nil
 	}
 }
+
+// WithIOTimeout bounds each result, dead-letter and ack write of the
+// worker. Default: 10s.
+func WithIOTimeout(d time.Duration) Option {
+	return func(o *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: I/O timeout %s must be positive", ErrInvalidOption, d)
+		}
+		o.IOTimeout = d
+		return nil
+	}
+}
+
+// Name returns the worker's name, as it appears in result documents and
+// stats (WithWorkerName).
+func (w *Worker) Name() string { return w.o.WorkerName }
+
+// Names returns the names (prefix) of the topology the worker serves
+// (WithNames).
+func (w *Worker) Names() spool.Names { return w.o.Names }

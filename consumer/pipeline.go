@@ -40,13 +40,13 @@ type pipeline struct {
 	room chan struct{} // one token per completion in flight
 
 	// What the pipeline needs of the worker (see newPipeline).
-	log       *slog.Logger
-	timeout   time.Duration                // IOTimeout: for each result write
-	ackWait   [numPriorities]time.Duration // of the priority consumers
-	putPrefix string                       // subject of a task's result: putPrefix + id
-	encode    func(dst []byte, doc *spool.Result) ([]byte, error)
-	attempts  *sync.WaitGroup // counts each completion until it is settled
-	rec       *recorder
+	log      *slog.Logger
+	timeout  time.Duration                // IOTimeout: for each result write
+	ackWait  [numPriorities]time.Duration // of the priority consumers
+	subject  func(id string) string       // of a task's result in the bucket
+	encode   func(dst []byte, doc *spool.Result) ([]byte, error)
+	attempts *sync.WaitGroup // counts each completion until it is settled
+	rec      *recorder
 	// lost NAKs a completed task whose result could not be stored, for a
 	// retry.
 	lost func(a attemptInfo, o outcome, err error)
@@ -104,8 +104,8 @@ func newPipeline(w *Worker) (*pipeline, error) {
 		log:       w.log,
 		timeout:   w.o.IOTimeout,
 		ackWait:   w.ackWait,
-		putPrefix: w.results.putPrefix,
-		encode:    w.results.encodeInto,
+		subject:   w.results.Subject,
+		encode:    w.results.Encode,
 		attempts:  &w.attempts,
 		rec:       w.rec,
 		lost:      w.resultLost,
@@ -193,7 +193,7 @@ func (p *pipeline) writeLoop() {
 		p.queue = p.spare
 		p.mu.Unlock()
 		for i, wr := range q {
-			if err := p.pub.Publish(p.putPrefix+wr.id, wr.data, wr.tok); err != nil {
+			if err := p.pub.Publish(p.subject(wr.id), wr.data, wr.tok); err != nil {
 				if c := p.take(wr.tok); c != nil {
 					p.lost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w", wr.id, err))
 					p.done()

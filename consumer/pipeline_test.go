@@ -13,6 +13,7 @@ import (
 	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 // The completion pipeline acks a task only once its completed result is
@@ -55,19 +56,21 @@ func TestPipelineAcksOnlyStoredResults(t *testing.T) {
 			mux.HandleFunc("job", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
 				return []byte(`{"ok":true}`), nil
 			})
-			o := consumer.DefaultOptions()
-			o.Logger = testLogger(t)
-			o.MinConcurrency, o.MaxConcurrency = 32, 32
-			o.PollWait, o.RefreshInterval = 100*time.Millisecond, 50*time.Millisecond
-			o.IOTimeout = 2 * time.Second // bounds the wait for writes a closed connection never answers
-			w, err := consumer.New(nc, mux, consumer.WithOptions(o))
+			w, err := consumer.New(nc, mux, consumer.WithLogger(testLogger(t)), consumer.WithConcurrency(32, 32),
+				consumer.WithPolling(100*time.Millisecond, 50*time.Millisecond),
+				consumer.WithIOTimeout(2*time.Second)) // bounds the wait for writes a closed connection never answers
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := w.Start(testCtx(t)); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 30*time.Second, "some tasks completed", func() bool { return w.Stats().Total().Completed >= 50 })
+			streamstest.WaitFor(t, 30*time.Second, func() error {
+				if w.Stats().Total().Completed < 50 {
+					return errors.New("some tasks completed")
+				}
+				return nil
+			})
 			if how == "close" {
 				nc.Close()
 			}
@@ -101,8 +104,11 @@ func TestPipelineAcksOnlyStoredResults(t *testing.T) {
 			if how == "stop" {
 				// Every completion counted was acked before Stop returned:
 				// wait for the server to have applied the acks.
-				waitFor(t, 10*time.Second, "acks applied", func() bool {
-					return uint64(n)-e.taskMsgs() >= completed
+				streamstest.WaitFor(t, 10*time.Second, func() error {
+					if uint64(n)-e.taskMsgs() < completed {
+						return errors.New("acks applied")
+					}
+					return nil
 				})
 			}
 		})

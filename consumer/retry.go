@@ -5,10 +5,10 @@ import (
 	"time"
 )
 
-// Backoff is the delay before the attempt after failed attempt number
+// backoff is the delay before the attempt after failed attempt number
 // attempt (counting from 1): min(base·2^(attempt-1), maxDelay). It never
 // overflows.
-func Backoff(base, maxDelay time.Duration, attempt int) time.Duration {
+func backoff(base, maxDelay time.Duration, attempt int) time.Duration {
 	if attempt < 1 {
 		attempt = 1
 	}
@@ -22,9 +22,9 @@ func Backoff(base, maxDelay time.Duration, attempt int) time.Duration {
 	return min(d, maxDelay)
 }
 
-// Jitter adds a uniformly random delay of [0, frac·d) to d, so retries of
+// jitter adds a uniformly random delay of [0, frac·d) to d, so retries of
 // tasks that failed together spread out. frac 0 returns d.
-func Jitter(d time.Duration, frac float64) time.Duration {
+func jitter(d time.Duration, frac float64) time.Duration {
 	if frac <= 0 || d <= 0 {
 		return d
 	}
@@ -32,6 +32,6 @@ func Jitter(d time.Duration, frac float64) time.Duration {
 }
 
 // retryDelay is the NAK delay after failed attempt number attempt.
-func (o Options) retryDelay(attempt int) time.Duration {
-	return Jitter(Backoff(o.RetryBase, o.RetryMax, attempt), o.RetryJitter)
+func (o config) retryDelay(attempt int) time.Duration {
+	return jitter(backoff(o.RetryBase, o.RetryMax, attempt), o.RetryJitter)
 }

@@ -1,10 +1,8 @@
-package consumer_test
+package consumer
 
 import (
 	"testing"
 	"time"
-
-	"github.com/spoolq/spool/consumer"
 )
 
 func TestBackoff(t *testing.T) {
@@ -25,7 +23,7 @@ func TestBackoff(t *testing.T) {
 		{time.Hour, 24 * time.Hour, 64, 24 * time.Hour},
 	}
 	for _, tc := range tests {
-		if got := consumer.Backoff(tc.base, tc.max, tc.attempt); got != tc.want {
+		if got := backoff(tc.base, tc.max, tc.attempt); got != tc.want {
 			t.Errorf("Backoff(%s, %s, %d) = %s, want %s", tc.base, tc.max, tc.attempt, got, tc.want)
 		}
 	}
@@ -36,7 +34,7 @@ func TestJitterBounds(t *testing.T) {
 	d := time.Second
 	seenAbove := false
 	for range 1000 {
-		j := consumer.Jitter(d, 0.2)
+		j := jitter(d, 0.2)
 		if j < d || j >= d+200*time.Millisecond {
 			t.Fatalf("Jitter(1s, 0.2) = %s, want [1s, 1.2s)", j)
 		}
@@ -45,7 +43,7 @@ func TestJitterBounds(t *testing.T) {
 	if !seenAbove {
 		t.Error("jitter never added anything")
 	}
-	if got := consumer.Jitter(d, 0); got != d {
+	if got := jitter(d, 0); got != d {
 		t.Errorf("Jitter(1s, 0) = %s", got)
 	}
 }

@@ -18,8 +18,9 @@ func (w *Worker) pendingLocked(p spool.Priority, pending uint64) { w.prio[p].pen
 func (w *Worker) emptyLocked(p spool.Priority) { w.prio[p].pending, w.prio[p].maybe = 0, false }
 
 // admitLocked counts an attempt about to start; false once Stop was
-// called. w.mu is held: Stop closes stopping under it, so an attempt
-// either is counted before shutdown waits or is not started.
+// called. w.mu is held: shutdown takes it after stopping closed, so an
+// attempt admitted before has done its attempts.Add, and later ones see
+// stopping.
 func (w *Worker) admitLocked() bool {
 	if w.isStopping() {
 		return false

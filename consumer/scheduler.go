@@ -30,7 +30,7 @@ type scheduler struct {
 	credit  [numPriorities]float64
 }
 
-func newScheduler(o Options) *scheduler {
+func newScheduler(o config) *scheduler {
 	return &scheduler{weights: o.Weights, boost: o.Boost, strict: o.Strict}
 }
 

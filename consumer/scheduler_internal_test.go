@@ -13,7 +13,7 @@ import (
 func TestSchedulerWeightedShares(t *testing.T) {
 	t.Parallel()
 	for _, batch := range []int{1, 3, 10} {
-		s := newScheduler(DefaultOptions())
+		s := newScheduler(defaultConfig())
 		caps := [numPriorities]int{1000, 1000, 1000, 1000, 1000}
 		eff := [numPriorities]float64(DefaultWeights())
 		var got [numPriorities]int
@@ -57,7 +57,7 @@ func TestSchedulerCapsAndStrict(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			o := DefaultOptions()
+			o := defaultConfig()
 			o.Strict = tc.strict
 			got := newScheduler(o).allocate(tc.n, tc.caps, [numPriorities]float64(DefaultWeights()))
 			if got != tc.want {
@@ -69,7 +69,7 @@ func TestSchedulerCapsAndStrict(t *testing.T) {
 
 func TestBoostFor(t *testing.T) {
 	t.Parallel()
-	steps := DefaultBoost()
+	steps := defaultBoost()
 	tests := []struct {
 		age  time.Duration
 		want float64
@@ -82,7 +82,7 @@ func TestBoostFor(t *testing.T) {
 			t.Errorf("boostFor(%s) = %g, want %g", tc.age, got, tc.want)
 		}
 	}
-	s := newScheduler(DefaultOptions())
+	s := newScheduler(defaultConfig())
 	now := time.Now()
 	eff := s.effective(now, [numPriorities]time.Time{now.Add(-time.Minute), {}, {}, {}, now.Add(-2 * time.Minute)})
 	if eff[spool.Critical] != 1.75 || eff[spool.High] != 0.7 || math.Abs(eff[spool.Idle]-0.2) > 1e-9 {

@@ -146,7 +146,7 @@ func TestScaleDownAfterIdle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const idle = 30 * time.Second
 		w := &Worker{
-			o:     Options{MinConcurrency: 1, MaxConcurrency: 8, ScaleDownIdle: idle},
+			o:     config{MinConcurrency: 1, MaxConcurrency: 8, ScaleDownIdle: idle},
 			log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 			slots: newSlots(1, 8),
 		}

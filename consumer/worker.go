@@ -11,7 +11,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spoolq/spool/consumer/internal/results"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/lifecycle"
 	"github.com/spoolq/spool/streams"
 )
 
@@ -34,7 +36,7 @@ const (
 type Worker struct {
 	nc    *nats.Conn
 	h     Handler
-	o     Options
+	o     config
 	log   *slog.Logger
 	sched *scheduler
 	rec   *recorder
@@ -46,14 +48,13 @@ type Worker struct {
 	maxDeliver [numPriorities]int // 0: unlimited
 	maxAckPend [numPriorities]int // 0: unlimited
 	ackWait    [numPriorities]time.Duration
-	results    *Results
+	results    *results.Store
 	ioCtx      context.Context // values of Start's ctx, never cancelled
 
-	startOnce sync.Once
-	startErr  error
-	stopOnce  sync.Once
-	// stopping is closed by Stop: no more pulls.
-	stopping chan struct{}
+	// life runs Start and Stop; stopping is its Stopping channel, closed
+	// by Stop: no more pulls.
+	life     *lifecycle.Lifecycle
+	stopping <-chan struct{}
 	// hardCtx is the parent of every handler context; hardCancel ends
 	// running handlers when the shutdown timeout runs out.
 	hardCtx    context.Context
@@ -61,8 +62,6 @@ type Worker struct {
 	// watches are the running attempts' timers, for cancelHandlers.
 	watchMu sync.Mutex
 	watches map[*watch]struct{}
-	// stopped is closed when every goroutine has ended.
-	stopped chan struct{}
 	// wake nudges the dispatcher (capacity 1, never closed).
 	wake chan struct{}
 	// loops counts the dispatcher and refresher goroutines; pulls counts
@@ -113,7 +112,7 @@ func New(nc *nats.Conn, h Handler, opts ...Option) (*Worker, error) {
 	if h == nil {
 		return nil, fmt.Errorf("%w: nil handler", ErrInvalidOption)
 	}
-	o := DefaultOptions()
+	o := defaultConfig()
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
@@ -122,9 +121,10 @@ func New(nc *nats.Conn, h Handler, opts ...Option) (*Worker, error) {
 	if o.now == nil {
 		o.now = time.Now
 	}
-	if err := o.Validate(); err != nil {
+	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	life := new(lifecycle.Lifecycle)
 	w := &Worker{
 		nc:       nc,
 		h:        h,
@@ -132,8 +132,8 @@ func New(nc *nats.Conn, h Handler, opts ...Option) (*Worker, error) {
 		log:      o.Logger.With("worker", o.WorkerName),
 		sched:    newScheduler(o),
 		rec:      newRecorder(),
-		stopping: make(chan struct{}),
-		stopped:  make(chan struct{}),
+		life:     life,
+		stopping: life.Stopping(),
 		runq:     make(chan job),
 		wake:     make(chan struct{}, 1),
 		watches:  make(map[*watch]struct{}),
@@ -143,21 +143,16 @@ func New(nc *nats.Conn, h Handler, opts ...Option) (*Worker, error) {
 	return w, nil
 }
 
-// Options returns the worker's settings after defaults.
-func (w *Worker) Options() Options { return w.o }
-
 // Start binds the task stream, the five priority consumers and the buckets,
 // then starts pulling. ctx bounds start-up only; the worker runs until
 // Stop. Start is idempotent: later calls return the first call's result.
 // After Stop it returns ErrStopped.
 func (w *Worker) Start(ctx context.Context) error {
-	select {
-	case <-w.stopping:
+	err := w.life.Start(ctx, w.start)
+	if errors.Is(err, lifecycle.ErrStopped) || err == nil && w.isStopping() {
 		return ErrStopped
-	default:
 	}
-	w.startOnce.Do(func() { w.startErr = w.start(ctx) })
-	return w.startErr
+	return err
 }
 
 func (w *Worker) start(ctx context.Context) error {
@@ -193,7 +188,7 @@ func (w *Worker) start(ctx context.Context) error {
 			w.maxAckPend[p] = cfg.MaxAckPending
 		}
 	}
-	if w.results, err = NewResults(ctx, js, names, w.o.WorkerName); err != nil {
+	if w.results, err = results.New(ctx, js, names, w.o.WorkerName); err != nil {
 		return err
 	}
 	w.ioCtx = context.WithoutCancel(ctx)
@@ -206,12 +201,6 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 
 	w.mu.Lock()
-	if w.state != WorkerNew {
-		w.mu.Unlock()
-		w.pl.close()
-		w.pipe.close()
-		return ErrStopped // Stop won the race with Start
-	}
 	w.hardCtx, w.hardCancel = context.WithCancel(w.ioCtx)
 	w.state = WorkerIdle
 	w.slots.startWindow(time.Now())
@@ -237,43 +226,20 @@ func (w *Worker) start(ctx context.Context) error {
 // once. Stop is idempotent and safe before Start; it never closes the
 // connection.
 func (w *Worker) Stop(ctx context.Context) error {
-	w.stopOnce.Do(func() {
-		// Closed under the lock: a pull that starts attempts (under the
-		// lock) either sees it or finishes its attempts.Add first.
-		w.mu.Lock()
-		close(w.stopping)
-		started := w.state != WorkerNew
-		if started {
-			w.state = WorkerStopping
-		} else {
-			w.state = WorkerStopped
-		}
-		w.mu.Unlock()
-		if !started {
-			close(w.stopped)
-			return
-		}
-		go w.shutdown()
-	})
-	select {
-	case <-w.stopped:
-		return nil
-	case <-ctx.Done():
-		w.mu.Lock()
-		started := w.hardCancel != nil
-		w.mu.Unlock()
-		if started {
-			w.cancelHandlers()
-		}
-		return ctx.Err()
-	}
+	return w.life.Stop(ctx, w.shutdown, w.cancelHandlers)
 }
 
 // Stopped is closed once the worker has stopped.
-func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
+func (w *Worker) Stopped() <-chan struct{} { return w.life.Stopped() }
 
-// shutdown runs once, after stopping was closed.
+// shutdown runs once, after stopping was closed, on a started worker; the
+// worker has stopped when it returns.
 func (w *Worker) shutdown() {
+	// Taken after stopping closed: a pull that took a slot under the lock
+	// before has done its attempts.Add, and later pulls see stopping.
+	w.mu.Lock()
+	w.state = WorkerStopping
+	w.mu.Unlock()
 	w.loops.Wait()
 	// No request is sent any more: give up the outstanding ones (a task
 	// one still brings is handed back at once).
@@ -313,7 +279,6 @@ func (w *Worker) shutdown() {
 	w.state = WorkerStopped
 	w.mu.Unlock()
 	w.log.Info("worker stopped")
-	close(w.stopped)
 }
 
 // State returns the lifecycle state.
@@ -324,6 +289,9 @@ func (w *Worker) State() WorkerState {
 }
 
 func (w *Worker) stateLocked() WorkerState {
+	if w.state == WorkerNew && w.isStopping() {
+		return WorkerStopped // stopped before it started
+	}
 	if w.state == WorkerIdle && w.slots.busy > 0 {
 		return WorkerBusy
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/demo"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/streamstest"
@@ -33,7 +34,12 @@ func TestPlainPublishCompletes(t *testing.T) {
 	})
 	w := e.worker(mux)
 	// Wait until the worker idles on long-polls, then publish.
-	waitFor(t, 10*time.Second, "worker idle", func() bool { return w.State() == consumer.WorkerIdle })
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		if w.State() != consumer.WorkerIdle {
+			return errors.New("worker idle")
+		}
+		return nil
+	})
 	ack, err := e.js.Publish(testCtx(t), "spool.tasks.normal.demo.echo", []byte(`{"hello":"world"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +52,12 @@ func TestPlainPublishCompletes(t *testing.T) {
 		doc.StartedAt == nil || doc.FinishedAt == nil || doc.EnqueuedAt.IsZero() {
 		t.Errorf("result document %+v", doc)
 	}
-	waitFor(t, 5*time.Second, "task removed", func() bool { return e.taskMsgs() == 0 })
+	streamstest.WaitFor(t, 5*time.Second, func() error {
+		if e.taskMsgs() != 0 {
+			return errors.New("task removed")
+		}
+		return nil
+	})
 	st := w.Stats()
 	if c := st.Priorities[spool.Normal]; c.Completed != 1 || c.Processed != 1 || c.Pickup.Count != 1 || c.Run.Count != 1 {
 		t.Errorf("normal counters %+v", c.Counters)
@@ -71,7 +82,12 @@ func TestStrictPriorityOrder(t *testing.T) {
 		return nil, nil
 	})
 	e.worker(mux, consumer.WithStrict(true), consumer.WithConcurrency(1, 1))
-	waitFor(t, 30*time.Second, "all tasks", func() bool { return order.len() == 5*perPriority })
+	streamstest.WaitFor(t, 30*time.Second, func() error {
+		if order.len() != 5*perPriority {
+			return errors.New("all tasks")
+		}
+		return nil
+	})
 	got := order.snapshot()
 	for i := 1; i < len(got); i++ {
 		if got[i] < got[i-1] {
@@ -96,14 +112,19 @@ func TestWeightedShares(t *testing.T) {
 		order.add(task.Priority)
 		return nil, nil
 	})
-	w := e.worker(mux, consumer.WithConcurrency(4, 4), consumer.WithBoost())
-	waitFor(t, 30*time.Second, "window", func() bool { return order.len() >= window })
+	e.worker(mux, consumer.WithConcurrency(4, 4), consumer.WithBoost())
+	streamstest.WaitFor(t, 30*time.Second, func() error {
+		if order.len() < window {
+			return errors.New("window")
+		}
+		return nil
+	})
 	got := order.snapshot()[:window]
 	var counts [5]int
 	for _, p := range got {
 		counts[p]++
 	}
-	weights := w.Options().Weights
+	weights := consumer.DefaultWeights() // the test leaves the weights alone
 	var sum float64
 	for _, v := range weights {
 		sum += v
@@ -155,19 +176,27 @@ func TestBoostLetsIdleThrough(t *testing.T) {
 	w := e.worker(mux, consumer.WithConcurrency(1, 1), consumer.WithWeights(weights),
 		consumer.WithBoost(consumer.BoostStep{After: time.Minute, Factor: 10000}), consumer.WithClock(clock))
 
-	waitFor(t, 10*time.Second, "first task running", func() bool { return w.Stats().Busy == 1 })
-	waitFor(t, 10*time.Second, "idle boost seen", func() bool {
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		if w.Stats().Busy != 1 {
+			return errors.New("first task running")
+		}
+		return nil
+	})
+	streamstest.WaitFor(t, 10*time.Second, func() error {
 		s := w.Stats()
-		return s.Priorities[spool.Idle].Boost == 10000 && s.Priorities[spool.Critical].Boost == 1 && s.Priorities[spool.Critical].Backlog > 0
+		if !(s.Priorities[spool.Idle].Boost == 10000 && s.Priorities[spool.Critical].Boost == 1 && s.Priorities[spool.Critical].Backlog > 0) {
+			return errors.New("idle boost seen")
+		}
+		return nil
 	})
 	close(gate)
-	waitFor(t, 30*time.Second, "idle task done", func() bool {
+	streamstest.WaitFor(t, 30*time.Second, func() error {
 		for _, p := range order.snapshot() {
 			if p == spool.Idle {
-				return true
+				return nil
 			}
 		}
-		return false
+		return errors.New("idle task done")
 	})
 	got := order.snapshot()
 	before := 0
@@ -255,8 +284,11 @@ func TestBackoffDoesNotBlockFresh(t *testing.T) {
 	for i := range 20 {
 		e.publishID(spool.Normal, "fail", "fail-"+itoa(i), nil, nil)
 	}
-	waitFor(t, 20*time.Second, "failing tasks in backoff", func() bool {
-		return w.Stats().Priorities[spool.Normal].Retried == 20
+	streamstest.WaitFor(t, 20*time.Second, func() error {
+		if w.Stats().Priorities[spool.Normal].Retried != 20 {
+			return errors.New("failing tasks in backoff")
+		}
+		return nil
 	})
 	for i := range 20 {
 		e.publishID(spool.Normal, "ok", "ok-"+itoa(i), nil, nil)
@@ -265,8 +297,11 @@ func TestBackoffDoesNotBlockFresh(t *testing.T) {
 		e.waitResult("ok-"+itoa(i), spool.StateCompleted, 20*time.Second)
 	}
 	// Results are stored before the ack: wait for the acks to land.
-	waitFor(t, 10*time.Second, "only the 20 tasks in backoff ack-pending", func() bool {
-		return e.consumerInfo(spool.Normal).NumAckPending == 20
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		if e.consumerInfo(spool.Normal).NumAckPending != 20 {
+			return errors.New("only the 20 tasks in backoff ack-pending")
+		}
+		return nil
 	})
 	doc, _ := e.result("fail-0")
 	if doc.State != spool.StateRetrying || doc.NextAttempt == nil || time.Until(*doc.NextAttempt) < 50*time.Minute {
@@ -333,8 +368,11 @@ func TestTimeoutHeartbeatPanic(t *testing.T) {
 	if c := w.Stats().Types["panicky"]; c.Failed != 1 || c.Retried != 1 || c.Completed != 1 {
 		t.Errorf("panicky counters %+v", c)
 	}
-	waitFor(t, 10*time.Second, "every task settled", func() bool {
-		return e.consumerInfo(spool.Normal).NumAckPending == 0 && e.taskMsgs() == 0
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		if !(e.consumerInfo(spool.Normal).NumAckPending == 0 && e.taskMsgs() == 0) {
+			return errors.New("every task settled")
+		}
+		return nil
 	})
 }
 
@@ -381,13 +419,13 @@ func TestDeadLetterInProcess(t *testing.T) {
 			seq := e.publishID(spool.High, tc.typ, tc.id, []byte("payload"), hdr)
 			subject := "spool.dlq.high." + tc.typ
 			var got *jetstream.RawStreamMsg
-			waitFor(t, 20*time.Second, "dead letter on "+subject, func() bool {
+			streamstest.WaitFor(t, 20*time.Second, func() error {
 				m, err := dlq.GetLastMsgForSubject(testCtx(t), subject)
 				if err != nil || m.Header.Get(spool.HeaderOriginalSeq) != fmt.Sprint(seq) {
-					return false
+					return errors.New("dead letter on " + subject)
 				}
 				got = m
-				return true
+				return nil
 			})
 			h := got.Header
 			checks := map[string]string{
@@ -431,9 +469,12 @@ func TestDeadLetterInProcess(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 10*time.Second, "original removed", func() bool {
+			streamstest.WaitFor(t, 10*time.Second, func() error {
 				_, err := tasks.GetMsg(testCtx(t), seq)
-				return errors.Is(err, jetstream.ErrMsgNotFound)
+				if !errors.Is(err, jetstream.ErrMsgNotFound) {
+					return errors.New("original removed")
+				}
+				return nil
 			})
 		})
 	}
@@ -473,7 +514,12 @@ func TestUniqueKeyReleased(t *testing.T) {
 			})
 			e.waitResult(tc.id, tc.state, 10*time.Second)
 			// The key is released before the task is removed.
-			waitFor(t, 10*time.Second, "task removed", func() bool { return e.taskMsgs() == 0 })
+			streamstest.WaitFor(t, 10*time.Second, func() error {
+				if e.taskMsgs() != 0 {
+					return errors.New("task removed")
+				}
+				return nil
+			})
 			entry, err := kv.Get(testCtx(t), spool.UniqueKVKey(tc.key))
 			switch {
 			case tc.wantKept && (err != nil || string(entry.Value()) != tc.holder):
@@ -551,7 +597,12 @@ func TestGracefulStopHandsBack(t *testing.T) {
 	for i := range n {
 		e.waitResult("job-"+itoa(i), spool.StateCompleted, 20*time.Second) // AckWait is 1m
 	}
-	waitFor(t, 10*time.Second, "queue empty", func() bool { return e.taskMsgs() == 0 })
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		if e.taskMsgs() != 0 {
+			return errors.New("queue empty")
+		}
+		return nil
+	})
 }
 
 // Stop lets running handlers finish within the shutdown timeout.
@@ -595,7 +646,12 @@ func TestGracefulStopFinishes(t *testing.T) {
 	}
 	stopErr := make(chan error, 1)
 	go func() { stopErr <- w.Stop(testCtx(t)) }()
-	waitFor(t, 10*time.Second, "stopping", func() bool { return w.State() == consumer.WorkerStopping })
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		if w.State() != consumer.WorkerStopping {
+			return errors.New("stopping")
+		}
+		return nil
+	})
 	close(release)
 	if err := <-stopErr; err != nil {
 		t.Fatal(err)
@@ -624,13 +680,26 @@ func TestAutoscale(t *testing.T) {
 		t.Fatalf("starts with %d slots, want the minimum 1", s.Slots)
 	}
 	e.publishMany(spool.Normal, "job", 20, nil)
-	waitFor(t, 20*time.Second, "scaled up to 4 busy slots", func() bool {
+	streamstest.WaitFor(t, 20*time.Second, func() error {
 		s := w.Stats()
-		return s.Slots == 4 && s.Busy == 4
+		if !(s.Slots == 4 && s.Busy == 4) {
+			return errors.New("scaled up to 4 busy slots")
+		}
+		return nil
 	})
 	close(gate)
-	waitFor(t, 20*time.Second, "all done", func() bool { return done.Load() == 20 })
-	waitFor(t, 20*time.Second, "scaled down to 1 slot", func() bool { return w.Stats().Slots == 1 })
+	streamstest.WaitFor(t, 20*time.Second, func() error {
+		if done.Load() != 20 {
+			return errors.New("all done")
+		}
+		return nil
+	})
+	streamstest.WaitFor(t, 20*time.Second, func() error {
+		if w.Stats().Slots != 1 {
+			return errors.New("scaled down to 1 slot")
+		}
+		return nil
+	})
 	s := w.Stats()
 	if s.ScaleUps == 0 || s.ScaleDowns == 0 || s.Total().Completed != 20 {
 		t.Errorf("stats %+v", s)
@@ -682,7 +751,7 @@ func TestDemoHandlers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, streams.Settings{})
 	mux := consumer.NewMux()
-	consumer.RegisterDemo(mux)
+	demo.Register(mux)
 	e.worker(mux, consumer.WithRetry(10*time.Millisecond, 10*time.Millisecond, 3))
 	tests := []struct {
 		typ, id, payload string
@@ -690,12 +759,12 @@ func TestDemoHandlers(t *testing.T) {
 		want             string
 		attempts         int
 	}{
-		{consumer.DemoEcho, "echo-1", `{"a":1}`, spool.StateCompleted, `{"a":1}`, 1},
-		{consumer.DemoEcho, "echo-2", `plain text`, spool.StateCompleted, `"plain text"`, 1},
-		{consumer.DemoSleep, "sleep-1", `{"ms":20}`, spool.StateCompleted, `{"slept_ms":20}`, 1},
-		{consumer.DemoFail, "fail-1", `{"fail_times":2}`, spool.StateCompleted, `{"attempts":3}`, 3},
-		{consumer.DemoFail, "fail-2", `{"fail_times":9}`, spool.StateDead, ``, 4},
-		{consumer.DemoSleep, "sleep-bad", `{"ms":"x"}`, spool.StateDead, ``, 1},
+		{demo.Echo, "echo-1", `{"a":1}`, spool.StateCompleted, `{"a":1}`, 1},
+		{demo.Echo, "echo-2", `plain text`, spool.StateCompleted, `"plain text"`, 1},
+		{demo.Sleep, "sleep-1", `{"ms":20}`, spool.StateCompleted, `{"slept_ms":20}`, 1},
+		{demo.Fail, "fail-1", `{"fail_times":2}`, spool.StateCompleted, `{"attempts":3}`, 3},
+		{demo.Fail, "fail-2", `{"fail_times":9}`, spool.StateDead, ``, 4},
+		{demo.Sleep, "sleep-bad", `{"ms":"x"}`, spool.StateDead, ``, 1},
 	}
 	for _, tc := range tests {
 		e.publishID(spool.Normal, tc.typ, tc.id, []byte(tc.payload), nil)
@@ -771,15 +840,18 @@ func TestMaxDeliverAdvisoryWhileIdle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "MAX_DELIVERIES advisory", func() bool {
+	streamstest.WaitFor(t, 15*time.Second, func() error {
 		m, err := adv.GetLastMsgForSubject(testCtx(t), "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.SPOOL_TASKS.spool-low")
 		if err != nil {
-			return false
+			return errors.New("MAX_DELIVERIES advisory")
 		}
 		var a struct {
 			StreamSeq uint64 `json:"stream_seq"`
 		}
-		return json.Unmarshal(m.Data, &a) == nil && a.StreamSeq == seq
+		if !(json.Unmarshal(m.Data, &a) == nil && a.StreamSeq == seq) {
+			return errors.New("MAX_DELIVERIES advisory")
+		}
+		return nil
 	})
 	if ran.Load() != 0 {
 		t.Errorf("the worker ran a task past MaxDeliver %d times", ran.Load())
@@ -808,7 +880,12 @@ func TestHandlerIgnoringDeadline(t *testing.T) {
 		t.Errorf("%d busy slots while the stubborn handler runs, want 1", s.Busy)
 	}
 	close(release)
-	waitFor(t, 10*time.Second, "slot freed", func() bool { return w.Stats().Busy == 0 })
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		if w.Stats().Busy != 0 {
+			return errors.New("slot freed")
+		}
+		return nil
+	})
 	if doc, _ := e.result("stubborn-1"); doc.State != spool.StateDead {
 		t.Errorf("the late return overwrote the dead document: %+v", doc)
 	}
@@ -821,14 +898,14 @@ func TestWorkerOnCluster(t *testing.T) {
 	t.Parallel()
 	e := newClusterEnv(t, streams.Settings{})
 	mux := consumer.NewMux()
-	consumer.RegisterDemo(mux)
+	demo.Register(mux)
 	w1 := e.worker(mux, consumer.WithRetry(20*time.Millisecond, 20*time.Millisecond, 1))
 	const n = 40
 	for i := range n {
-		e.publishID(spool.Priorities[i%5], consumer.DemoEcho, "c-"+itoa(i), []byte(`{"i":`+itoa(i)+`}`), nil)
+		e.publishID(spool.Priorities[i%5], demo.Echo, "c-"+itoa(i), []byte(`{"i":`+itoa(i)+`}`), nil)
 	}
-	e.publishID(spool.High, consumer.DemoFail, "c-retry", []byte(`{"fail_times":1}`), nil)
-	e.publishID(spool.High, consumer.DemoFail, "c-dead", []byte(`{"fail_times":5}`), nil)
+	e.publishID(spool.High, demo.Fail, "c-retry", []byte(`{"fail_times":1}`), nil)
+	e.publishID(spool.High, demo.Fail, "c-dead", []byte(`{"fail_times":5}`), nil)
 	for i := range n {
 		doc := e.waitResult("c-"+itoa(i), spool.StateCompleted, 30*time.Second)
 		if string(doc.Result) != `{"i":`+itoa(i)+`}` {
@@ -845,10 +922,15 @@ func TestWorkerOnCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Tasks published while no worker runs wait; a new worker takes them.
-	e.publishID(spool.Low, consumer.DemoEcho, "c-late", []byte(`"late"`), nil)
+	e.publishID(spool.Low, demo.Echo, "c-late", []byte(`"late"`), nil)
 	e.worker(mux)
 	e.waitResult("c-late", spool.StateCompleted, 30*time.Second)
-	waitFor(t, 10*time.Second, "queue empty", func() bool { return e.taskMsgs() == 0 })
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		if e.taskMsgs() != 0 {
+			return errors.New("queue empty")
+		}
+		return nil
+	})
 }
 
 // A pull that fails (here: the priority's consumer is gone, so the
@@ -869,14 +951,20 @@ func TestPullFailureRestsAndRecovers(t *testing.T) {
 	if err := e.js.DeleteConsumer(testCtx(t), e.names.TaskStream(), e.names.Consumer(spool.Low)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "a failed pull logged", func() bool {
-		return strings.Contains(logs.String(), "pull failed")
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		if !strings.Contains(logs.String(), "pull failed") {
+			return errors.New("a failed pull logged")
+		}
+		return nil
 	})
 	// Let a few rest periods pass: the failures come one per rest, not in a
 	// loop.
 	since := time.Now()
-	waitFor(t, 10*time.Second, "three failed pulls", func() bool {
-		return strings.Count(logs.String(), "pull failed") >= 3
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		if strings.Count(logs.String(), "pull failed") < 3 {
+			return errors.New("three failed pulls")
+		}
+		return nil
 	})
 	failures := strings.Count(logs.String(), "pull failed")
 	if perSecond := float64(failures) / time.Since(since).Seconds(); failures > 3 && perSecond > 20 {

@@ -33,8 +33,9 @@ type EnqueueResult struct {
 // has one, and publishes it, waiting for JetStream's ack. A context without
 // a deadline gets the client's default timeout.
 //
-// Errors: validation errors (*InvalidTaskError wrapping ErrInvalidType,
-// ErrInvalidPriority, ...) before anything is published;
+// Errors: validation errors (*spool.FieldError, naming the field and its
+// code, wrapping ErrInvalidType, ErrInvalidPriority, ...) before anything
+// is published;
 // *UniqueConflictError when another task holds the unique key; ErrQueueFull
 // when JetStream's storage is exhausted; ErrNotProvisioned when the task
 // stream is missing. On any error the task is not enqueued (a publish whose

@@ -9,8 +9,9 @@ import (
 	spool "github.com/spoolq/spool/shared"
 )
 
-// Validation errors, returned before anything is published. Each comes
-// wrapped in an *InvalidTaskError naming the field; match with errors.Is.
+// Validation errors, returned before anything is published: the rules and
+// sentinels of spool.TaskFields. Each comes wrapped in a *spool.FieldError
+// (InvalidTaskError) naming the field and its code; match with errors.Is.
 var (
 	// ErrInvalidPriority: the priority is not one of the five.
 	ErrInvalidPriority = spool.ErrInvalidPriority
@@ -23,19 +24,19 @@ var (
 	// header errors too: errors.Is(err, ErrInvalidHeader) holds for them.
 	ErrInvalidHeader = spool.ErrInvalidHeader
 	// ErrInvalidMaxRetries: max retries is outside 0 to spool.MaxMaxRetries.
-	ErrInvalidMaxRetries = errors.New("invalid max retries")
+	ErrInvalidMaxRetries = spool.ErrInvalidMaxRetries
 	// ErrInvalidTimeout: the per-attempt timeout is negative or above
 	// spool.MaxTimeout.
-	ErrInvalidTimeout = errors.New("invalid timeout")
+	ErrInvalidTimeout = spool.ErrInvalidTimeout
 	// ErrInvalidUnique: a unique key is too long, or its TTL is missing,
 	// under 1s or given without a key.
-	ErrInvalidUnique = errors.New("invalid unique key")
+	ErrInvalidUnique = spool.ErrInvalidUnique
 	// ErrInvalidDelay: the delay is negative, or both a delay and a
 	// process-at time are set.
-	ErrInvalidDelay = errors.New("invalid delay")
+	ErrInvalidDelay = spool.ErrInvalidDelay
 	// ErrPayloadTooLarge: payload plus headers exceed the task stream's
 	// maximum message size (or the server's maximum payload).
-	ErrPayloadTooLarge = errors.New("task too large")
+	ErrPayloadTooLarge = spool.ErrPayloadTooLarge
 )
 
 // Errors from JetStream, translated.
@@ -56,21 +57,15 @@ var (
 	ErrNotProvisioned = errors.New("spool streams not provisioned")
 )
 
-// InvalidTaskError says which field of a task failed validation. Field is
-// the JSON name used by the HTTP API (type, priority, id, payload,
-// max_retries, timeout, unique_key, unique_ttl, process_at, delay, headers,
-// traceparent, tracestate). Err wraps one of the validation sentinels.
-type InvalidTaskError struct {
-	Field string
-	Err   error
-}
+// InvalidTaskError is the validation error of a task: spool.FieldError,
+// whose Field is the JSON name used by the HTTP API (type, priority, id,
+// payload, max_retries, timeout, unique_key, unique_ttl, process_at, delay,
+// headers, traceparent, tracestate), Code the broker's error code for it,
+// and Err one of the validation sentinels.
+type InvalidTaskError = spool.FieldError
 
-func (e *InvalidTaskError) Error() string { return e.Field + ": " + e.Err.Error() }
-
-// Unwrap returns the underlying validation error.
-func (e *InvalidTaskError) Unwrap() error { return e.Err }
-
-func invalid(field string, err error) error { return &InvalidTaskError{Field: field, Err: err} }
+// invalid returns the validation error of field, coded after its sentinel.
+func invalid(field string, err error) error { return spool.NewFieldError(field, err) }
 
 // UniqueConflictError is returned when a live task already holds a unique
 // key. errors.Is(err, ErrUniqueConflict) holds.

@@ -53,13 +53,6 @@ func startEnv(t testing.TB) *env {
 	return newEnv(t, embedded.Options{}, streams.Settings{})
 }
 
-// waitFor calls f until it returns nil or timeout passes, then fails t with
-// f's last error.
-func waitFor(t testing.TB, timeout time.Duration, f func() error) {
-	t.Helper()
-	streamstest.WaitFor(t, timeout, f)
-}
-
 // subjectCount returns how many messages of the task stream match filter.
 func (e *env) subjectCount(t testing.TB, filter string) uint64 {
 	t.Helper()

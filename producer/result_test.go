@@ -9,6 +9,7 @@ import (
 
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 // putResult writes a result document as a consumer would.
@@ -62,7 +63,7 @@ func TestWaitReturnsAtTerminalState(t *testing.T) {
 	}()
 	// Wait until the watcher is subscribed: the results stream sees an
 	// extra consumer (the ordered consumer behind the watch).
-	waitFor(t, 5*time.Second, func() error {
+	streamstest.WaitFor(t, 5*time.Second, func() error {
 		s, err := e.js.Stream(ctx, "KV_"+e.names.ResultsBucket())
 		if err != nil {
 			return err
@@ -121,7 +122,7 @@ func TestWaitLeavesNoConsumer(t *testing.T) {
 	if _, err := e.client.Wait(ctx, "x"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() error {
+	streamstest.WaitFor(t, 5*time.Second, func() error {
 		s, err := e.js.Stream(ctx, "KV_"+e.names.ResultsBucket())
 		if err != nil {
 			return err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 func TestDelayedTaskFiresAtItsTime(t *testing.T) {
@@ -45,7 +46,7 @@ func TestDelayedTaskFiresAtItsTime(t *testing.T) {
 
 	// Deliverable after it, on the target subject with its id intact.
 	var fired bool
-	waitFor(t, 10*time.Second, func() error {
+	streamstest.WaitFor(t, 10*time.Second, func() error {
 		if e.subjectCount(t, "spool.tasks.low.>") == 0 {
 			return errors.New("not fired yet")
 		}
@@ -147,7 +148,7 @@ func TestCancelKeepsAUniqueKeyHeldByAnotherTask(t *testing.T) {
 	}
 	// The key expires and another task takes it before the cancel.
 	var other producer.EnqueueResult
-	waitFor(t, 10*time.Second, func() error {
+	streamstest.WaitFor(t, 10*time.Second, func() error {
 		other, err = e.client.Enqueue(ctx, producer.NewTask("report", nil), producer.Unique("k", time.Hour))
 		return err
 	})

@@ -1,8 +1,6 @@
 package producer
 
 import (
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -55,9 +53,6 @@ func NewTask(typ string, payload []byte) Task {
 	return Task{Type: typ, Priority: spool.Normal, Payload: payload}
 }
 
-// maxTraceLen bounds traceparent and tracestate values.
-const maxTraceLen = 512
-
 // prepared is a validated task ready to publish.
 type prepared struct {
 	id        string
@@ -94,47 +89,8 @@ func (c *Client) taskSubject(p spool.Priority, typ string, last *lastSubject) (s
 // last (may be nil) remembers the previous task's subject.
 func (c *Client) prepare(t Task, now time.Time, limit int, last *lastSubject) (prepared, error) {
 	var p prepared
-	if !t.Priority.Valid() {
-		return p, invalid("priority", fmt.Errorf("%w: %d (want spool.Critical to spool.Idle)", ErrInvalidPriority, int(t.Priority)))
-	}
-	subject, err := c.taskSubject(t.Priority, t.Type, last) // validates the type
-	if err != nil {
-		return p, invalid("type", err)
-	}
-	p.id = t.ID
-	if p.id == "" {
-		p.id = spool.NewID()
-	} else if err := spool.ValidateID(p.id); err != nil {
-		return p, invalid("id", err)
-	}
-	if t.MaxRetries != nil && (*t.MaxRetries < 0 || *t.MaxRetries > spool.MaxMaxRetries) {
-		return p, invalid("max_retries", fmt.Errorf("%w: %w: %d must be 0 to %d",
-			ErrInvalidMaxRetries, ErrInvalidHeader, *t.MaxRetries, spool.MaxMaxRetries))
-	}
-	if t.Timeout < 0 || t.Timeout > spool.MaxTimeout {
-		return p, invalid("timeout", fmt.Errorf("%w: %w: %s must be positive and at most %s",
-			ErrInvalidTimeout, ErrInvalidHeader, t.Timeout, spool.MaxTimeout))
-	}
-	if err := validateUnique(t); err != nil {
-		return p, err
-	}
-	if err := validateTrace(t); err != nil {
-		return p, err
-	}
-	switch {
-	case t.Delay < 0:
-		return p, invalid("delay", fmt.Errorf("%w: %s is negative", ErrInvalidDelay, t.Delay))
-	case t.Delay > 0 && !t.ProcessAt.IsZero():
-		return p, invalid("delay", fmt.Errorf("%w: set a delay or a process-at time, not both", ErrInvalidDelay))
-	case t.Delay > 0:
-		p.processAt = now.Add(t.Delay)
-	case !t.ProcessAt.IsZero():
-		p.processAt = t.ProcessAt
-	}
-	p.scheduled = p.processAt.After(now)
-
 	meta := spool.Meta{
-		ID:          p.id,
+		ID:          t.ID,
 		MaxRetries:  t.MaxRetries,
 		Timeout:     t.Timeout,
 		UniqueKey:   t.UniqueKey,
@@ -142,6 +98,26 @@ func (c *Client) prepare(t Task, now time.Time, limit int, last *lastSubject) (p
 		TraceParent: t.TraceParent,
 		TraceState:  t.TraceState,
 	}
+	fields := spool.TaskFields{Type: t.Type, Priority: t.Priority, Meta: meta, Delay: t.Delay, ProcessAt: t.ProcessAt, Headers: t.Headers}
+	if err := fields.Validate(); err != nil {
+		return p, err
+	}
+	if meta.ID == "" {
+		meta.ID = spool.NewID() // valid by construction
+	}
+	p.id = meta.ID
+	subject, err := c.taskSubject(t.Priority, t.Type, last)
+	if err != nil {
+		return p, invalid("type", err)
+	}
+	switch {
+	case t.Delay > 0:
+		p.processAt = now.Add(t.Delay)
+	case !t.ProcessAt.IsZero():
+		p.processAt = t.ProcessAt
+	}
+	p.scheduled = p.processAt.After(now)
+
 	var h nats.Header
 	if !p.scheduled && len(t.Headers) == 0 && meta == (spool.Meta{ID: p.id}) {
 		// The common task: its id (validated above) is all there is.
@@ -149,13 +125,10 @@ func (c *Client) prepare(t Task, now time.Time, limit int, last *lastSubject) (p
 	} else {
 		h = make(nats.Header, len(t.Headers)+2)
 		for k, v := range t.Headers {
-			if err := validateExtraHeader(k, v); err != nil {
-				return p, invalid("headers", err)
-			}
 			h.Set(k, v)
 		}
 		if err := meta.Encode(h); err != nil {
-			return p, invalid("headers", err)
+			return p, err
 		}
 	}
 	msg := &nats.Msg{Subject: subject, Header: h, Data: t.Payload}
@@ -176,84 +149,10 @@ func (c *Client) prepare(t Task, now time.Time, limit int, last *lastSubject) (p
 		// Nats-Msg-Id from the message the schedule fires.
 		delete(h, spool.HeaderTaskID)
 	}
-	if size := msgSize(msg); size > limit {
-		return p, invalid("payload", fmt.Errorf("%w: %d bytes of payload and %d of headers exceed the limit of %d bytes",
-			ErrPayloadTooLarge, len(msg.Data), size-len(msg.Data), limit))
+	if err := spool.ValidateMsgSize(msg, limit); err != nil {
+		return p, err
 	}
 	p.msg = msg
 	p.uniqueKey, p.uniqueTTL = t.UniqueKey, t.UniqueTTL
 	return p, nil
-}
-
-func validateUnique(t Task) error {
-	switch {
-	case len(t.UniqueKey) > spool.MaxUniqueKeyLen:
-		return invalid("unique_key", fmt.Errorf("%w: %w: %d bytes, at most %d",
-			ErrInvalidUnique, ErrInvalidHeader, len(t.UniqueKey), spool.MaxUniqueKeyLen))
-	case strings.ContainsAny(t.UniqueKey, "\r\n"):
-		return invalid("unique_key", fmt.Errorf("%w: %w: contains CR or LF", ErrInvalidUnique, ErrInvalidHeader))
-	case t.UniqueTTL < 0:
-		return invalid("unique_ttl", fmt.Errorf("%w: %w: %s is negative", ErrInvalidUnique, ErrInvalidHeader, t.UniqueTTL))
-	case t.UniqueTTL > 0 && t.UniqueKey == "":
-		return invalid("unique_key", fmt.Errorf("%w: %w: a unique TTL needs a unique key", ErrInvalidUnique, ErrInvalidHeader))
-	case t.UniqueKey != "" && t.UniqueTTL < time.Second:
-		return invalid("unique_ttl", fmt.Errorf("%w: %w: a unique key needs a TTL of at least 1s, got %s",
-			ErrInvalidUnique, ErrInvalidHeader, t.UniqueTTL))
-	}
-	return nil
-}
-
-func validateTrace(t Task) error {
-	for _, f := range []struct{ name, v string }{{"traceparent", t.TraceParent}, {"tracestate", t.TraceState}} {
-		if len(f.v) > maxTraceLen {
-			return invalid(f.name, fmt.Errorf("%w: %s is %d bytes, at most %d", ErrInvalidHeader, f.name, len(f.v), maxTraceLen))
-		}
-		if strings.ContainsAny(f.v, "\r\n") {
-			return invalid(f.name, fmt.Errorf("%w: %s contains CR or LF", ErrInvalidHeader, f.name))
-		}
-	}
-	return nil
-}
-
-// validateExtraHeader checks one caller-supplied header.
-func validateExtraHeader(k, v string) error {
-	if k == "" {
-		return fmt.Errorf("%w: empty header name", ErrInvalidHeader)
-	}
-	for i := 0; i < len(k); i++ {
-		if !isHeaderNameChar(k[i]) {
-			return fmt.Errorf("%w: header name %q has %q (allowed: letters, digits and !#$%%&'*+-.^_`|~)", ErrInvalidHeader, k, k[i])
-		}
-	}
-	lk := strings.ToLower(k)
-	if strings.HasPrefix(lk, "nats-") || strings.HasPrefix(lk, "spool-") || lk == spool.HeaderTraceParent || lk == spool.HeaderTraceState {
-		return fmt.Errorf("%w: header %q is reserved (Nats-*, Spool-*, traceparent and tracestate are set from task fields)", ErrInvalidHeader, k)
-	}
-	if strings.ContainsAny(v, "\r\n") {
-		return fmt.Errorf("%w: value of header %q contains CR or LF", ErrInvalidHeader, k)
-	}
-	return nil
-}
-
-func isHeaderNameChar(c byte) bool {
-	if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-		return true
-	}
-	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
-}
-
-// msgSize is the size JetStream checks against the stream's max message
-// size: the encoded headers plus the payload.
-func msgSize(m *nats.Msg) int {
-	n := len(m.Data)
-	if len(m.Header) == 0 {
-		return n
-	}
-	n += len("NATS/1.0\r\n") + len("\r\n")
-	for k, vs := range m.Header {
-		for _, v := range vs {
-			n += len(k) + len(": ") + len(v) + len("\r\n")
-		}
-	}
-	return n
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spoolq/spool/producer"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 func TestUniqueKeyBlocksAndReleases(t *testing.T) {
@@ -50,7 +51,7 @@ func TestUniqueKeyExpires(t *testing.T) {
 	if _, err := e.client.Enqueue(ctx, producer.NewTask("ping", nil), producer.Unique("short", time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() error {
+	streamstest.WaitFor(t, 10*time.Second, func() error {
 		_, err := e.client.Enqueue(ctx, producer.NewTask("ping", nil), producer.Unique("short", time.Second))
 		return err
 	})

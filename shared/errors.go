@@ -2,13 +2,35 @@ package spool
 
 import "errors"
 
-// Validation errors. Each is wrapped with the offending value, so match them
-// with errors.Is.
+// Validation errors. Each is wrapped with the offending value, and task
+// field errors come in a *FieldError naming the field; match them with
+// errors.Is.
 var (
 	ErrInvalidPriority = errors.New("invalid priority")
 	ErrInvalidType     = errors.New("invalid task type")
 	ErrInvalidID       = errors.New("invalid task id")
 	ErrInvalidSubject  = errors.New("invalid subject")
 	ErrInvalidPrefix   = errors.New("invalid prefix")
-	ErrInvalidHeader   = errors.New("invalid header")
+	// ErrInvalidHeader: a header name or value is malformed or reserved.
+	// ErrInvalidMaxRetries, ErrInvalidTimeout and ErrInvalidUnique are
+	// header errors too: errors.Is(err, ErrInvalidHeader) holds for them.
+	ErrInvalidHeader = errors.New("invalid header")
+	// ErrInvalidMaxRetries: max retries is not a whole number from 0 to
+	// MaxMaxRetries.
+	ErrInvalidMaxRetries = errors.New("invalid max retries")
+	// ErrInvalidTimeout: the per-attempt timeout is not a duration, is
+	// negative or is above MaxTimeout.
+	ErrInvalidTimeout = errors.New("invalid timeout")
+	// ErrInvalidUnique: a unique key is too long or holds CR or LF, or its
+	// TTL is missing, under 1s or given without a key.
+	ErrInvalidUnique = errors.New("invalid unique key")
+	// ErrInvalidDelay: the delay or process-at time is malformed or
+	// negative, or both are set.
+	ErrInvalidDelay = errors.New("invalid delay")
+	// ErrInvalidPayload: the payload is malformed for its encoding (the
+	// HTTP API's payload and payload_base64).
+	ErrInvalidPayload = errors.New("invalid payload")
+	// ErrPayloadTooLarge: payload plus headers exceed the task stream's
+	// maximum message size (or the server's maximum payload).
+	ErrPayloadTooLarge = errors.New("task too large")
 )

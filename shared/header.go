@@ -78,32 +78,22 @@ type Meta struct {
 	TraceState  string
 }
 
-// Validate checks every set field against the contract.
+// Validate checks every set field against the contract, with the rules
+// and codes of TaskFields.Validate, and returns a *FieldError for the first
+// one at fault. The trace context is not checked: it is passed on as given.
 func (m Meta) Validate() error {
 	if m.ID != "" {
 		if err := ValidateID(m.ID); err != nil {
-			return err
+			return NewFieldError(fieldID, err)
 		}
 	}
-	if m.MaxRetries != nil && (*m.MaxRetries < 0 || *m.MaxRetries > MaxMaxRetries) {
-		return fmt.Errorf("%w: %s %d must be 0 to %d", ErrInvalidHeader, HeaderMaxRetries, *m.MaxRetries, MaxMaxRetries)
+	if err := validateMaxRetries(m.MaxRetries); err != nil {
+		return err
 	}
-	if m.Timeout < 0 || m.Timeout > MaxTimeout {
-		return fmt.Errorf("%w: %s %s must be positive and at most %s", ErrInvalidHeader, HeaderTimeout, m.Timeout, MaxTimeout)
+	if err := validateTimeout(m.Timeout); err != nil {
+		return err
 	}
-	if len(m.UniqueKey) > MaxUniqueKeyLen {
-		return fmt.Errorf("%w: %s is %d bytes, at most %d", ErrInvalidHeader, HeaderUniqueKey, len(m.UniqueKey), MaxUniqueKeyLen)
-	}
-	if m.UniqueTTL < 0 {
-		return fmt.Errorf("%w: %s %s is negative", ErrInvalidHeader, HeaderUniqueTTL, m.UniqueTTL)
-	}
-	if m.UniqueTTL > 0 && m.UniqueKey == "" {
-		return fmt.Errorf("%w: %s without %s", ErrInvalidHeader, HeaderUniqueTTL, HeaderUniqueKey)
-	}
-	if m.UniqueKey != "" && m.UniqueTTL < time.Second {
-		return fmt.Errorf("%w: %s needs %s of at least 1s", ErrInvalidHeader, HeaderUniqueKey, HeaderUniqueTTL)
-	}
-	return nil
+	return validateUnique(m.UniqueKey, m.UniqueTTL)
 }
 
 // Encode validates m and writes its set fields into h. ID goes into both
@@ -137,8 +127,9 @@ func (m Meta) Encode(h nats.Header) error {
 // DecodeMeta reads and validates the metadata headers of a task. Header
 // names match in any case. The id falls back from Spool-Task-Id to
 // Nats-Msg-Id; it is empty when neither is set, and the caller then uses the
-// stream sequence. Errors wrap ErrInvalidHeader or ErrInvalidID and name the
-// header.
+// stream sequence. Errors are the *FieldError that TaskFields.Validate
+// returns for the same value (a bad Spool-Timeout is an invalid_timeout of
+// the timeout field); they wrap ErrInvalidHeader or ErrInvalidID.
 func DecodeMeta(h nats.Header) (Meta, error) {
 	var m Meta
 	m.ID = headerValue(h, HeaderTaskID)
@@ -148,24 +139,41 @@ func DecodeMeta(h nats.Header) (Meta, error) {
 	if v := headerValue(h, HeaderMaxRetries); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return m, fmt.Errorf("%w: %s %q is not a whole number", ErrInvalidHeader, HeaderMaxRetries, v)
+			return m, NewFieldError(fieldMaxRetries, fmt.Errorf("%w: %w: %s %q is not a whole number",
+				ErrInvalidMaxRetries, ErrInvalidHeader, HeaderMaxRetries, v))
 		}
 		m.MaxRetries = &n
 	}
+	timeout := headerValue(h, HeaderTimeout)
 	var err error
-	if m.Timeout, err = parseDurationHeader(h, HeaderTimeout); err != nil {
+	if m.Timeout, err = ParseDuration(fieldTimeout, timeout); err != nil {
 		return m, err
 	}
-	if m.Timeout == 0 && headerValue(h, HeaderTimeout) != "" {
-		return m, fmt.Errorf("%w: %s must be positive", ErrInvalidHeader, HeaderTimeout)
+	if m.Timeout == 0 && timeout != "" {
+		return m, NewFieldError(fieldTimeout, fmt.Errorf("%w: %w: %s must be positive", ErrInvalidTimeout, ErrInvalidHeader, HeaderTimeout))
 	}
 	m.UniqueKey = headerValue(h, HeaderUniqueKey)
-	if m.UniqueTTL, err = parseDurationHeader(h, HeaderUniqueTTL); err != nil {
+	if m.UniqueTTL, err = ParseDuration(fieldUniqueTTL, headerValue(h, HeaderUniqueTTL)); err != nil {
 		return m, err
 	}
 	m.TraceParent = headerValue(h, HeaderTraceParent)
 	m.TraceState = headerValue(h, HeaderTraceState)
 	return m, m.Validate()
+}
+
+// TaskID returns the id of a task, as the wire contract falls back:
+// Spool-Task-Id, else Nats-Msg-Id, else (or when that id is not a valid task
+// id) the stream sequence seq as a decimal string. It is the task's key in
+// the results bucket.
+func TaskID(h nats.Header, seq uint64) string {
+	id := h.Get(HeaderTaskID)
+	if id == "" {
+		id = h.Get(HeaderMsgID)
+	}
+	if id == "" || ValidateID(id) != nil {
+		return strconv.FormatUint(seq, 10)
+	}
+	return id
 }
 
 // headerValue returns the first value of key, matching the exact name first
@@ -181,18 +189,6 @@ func headerValue(h nats.Header, key string) string {
 		}
 	}
 	return ""
-}
-
-func parseDurationHeader(h nats.Header, key string) (time.Duration, error) {
-	v := headerValue(h, key)
-	if v == "" {
-		return 0, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %s %q is not a Go duration such as 30s or 5m", ErrInvalidHeader, key, v)
-	}
-	return d, nil
 }
 
 // FormatScheduleAt renders the Nats-Schedule value for a one-shot schedule

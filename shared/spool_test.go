@@ -248,49 +248,6 @@ func TestMetaRoundTrip(t *testing.T) {
 	}
 }
 
-func TestDecodeMeta(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name    string
-		h       nats.Header
-		wantID  string
-		wantErr error
-	}{
-		{"empty", nats.Header{}, "", nil},
-		{"msg id fallback", nats.Header{"Nats-Msg-Id": {"m1"}}, "m1", nil},
-		{"task id wins", nats.Header{"Nats-Msg-Id": {"m1"}, "Spool-Task-Id": {"t1"}}, "t1", nil},
-		{"bad id", nats.Header{"Spool-Task-Id": {"a.b"}}, "", spool.ErrInvalidID},
-		{"retries not a number", nats.Header{"Spool-Max-Retries": {"three"}}, "", spool.ErrInvalidHeader},
-		{"retries negative", nats.Header{"Spool-Max-Retries": {"-1"}}, "", spool.ErrInvalidHeader},
-		{"retries too many", nats.Header{"Spool-Max-Retries": {"1001"}}, "", spool.ErrInvalidHeader},
-		{"timeout not a duration", nats.Header{"Spool-Timeout": {"soon"}}, "", spool.ErrInvalidHeader},
-		{"timeout zero", nats.Header{"Spool-Timeout": {"0s"}}, "", spool.ErrInvalidHeader},
-		{"timeout too long", nats.Header{"Spool-Timeout": {"25h"}}, "", spool.ErrInvalidHeader},
-		{"unique ttl without key", nats.Header{"Spool-Unique-Ttl": {"1h"}}, "", spool.ErrInvalidHeader},
-		{"unique key without ttl", nats.Header{"Spool-Unique-Key": {"k"}}, "", spool.ErrInvalidHeader},
-		{"unique ok", nats.Header{"Spool-Unique-Key": {"k"}, "Spool-Unique-Ttl": {"1m"}}, "", nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			// nats.Header is a map; canonicalise keys as the client does on the wire.
-			h := nats.Header{}
-			for k, v := range tt.h {
-				h[k] = v
-			}
-			m, err := spool.DecodeMeta(h)
-			if tt.wantErr != nil {
-				if !errors.Is(err, tt.wantErr) {
-					t.Fatalf("want %v, got %v", tt.wantErr, err)
-				}
-				return
-			}
-			if err != nil || m.ID != tt.wantID {
-				t.Fatalf("got %+v, %v", m, err)
-			}
-		})
-	}
-}
-
 func TestFormatScheduleAt(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 1, 2, 3, 4, 5, 600_000_000, time.FixedZone("x", 3600))

@@ -1,6 +1,6 @@
 // Package metrics exposes a Spool worker to Prometheus. Its Collector reads
-// Worker.Stats() (and, when given, Router.Stats() and the dead-letter count)
-// when scraped: nothing is added to the task path.
+// Worker.Stats() (and, when given, the DLQ router's Stats() and the
+// dead-letter count) when scraped: nothing is added to the task path.
 //
 // Every metric is listed in Names; the README documents them. Counters and
 // histograms are cumulative since the worker started; the histograms use the
@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/dlqrouter"
 	"github.com/spoolq/spool/shared/fleet"
 )
 
@@ -34,7 +35,7 @@ const (
 type Option func(*Collector)
 
 // WithRouter adds the DLQ router's counters.
-func WithRouter(r *consumer.Router) Option { return func(c *Collector) { c.router = r } }
+func WithRouter(r *dlqrouter.Router) Option { return func(c *Collector) { c.router = r } }
 
 // WithDeadLetters adds the spool_dlq_messages gauge, read with count (for
 // instance dlq.New(js, names).Size) at most once per DefaultDLQCacheTTL and
@@ -56,7 +57,7 @@ func WithLogger(l *slog.Logger) Option {
 type Collector struct {
 	ctx      context.Context
 	w        *consumer.Worker
-	router   *consumer.Router
+	router   *dlqrouter.Router
 	dlqCount func(context.Context) (uint64, error)
 	logger   *slog.Logger
 	now      func() time.Time

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/dlqrouter"
 	"github.com/spoolq/spool/consumer/metrics"
 	"github.com/spoolq/spool/shared/fleet"
 	"github.com/spoolq/spool/streams"
@@ -86,7 +87,7 @@ func TestCollectorReadsTheWorker(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	router, err := consumer.NewRouter(env.Connect(t), consumer.WithRouterLogger(streamstest.Logger(t)))
+	router, err := dlqrouter.New(env.Connect(t), dlqrouter.WithLogger(streamstest.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

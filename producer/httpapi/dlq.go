@@ -15,7 +15,6 @@ import (
 // routeDLQ adds the dead-letter routes, behind the token like the task
 // routes.
 func (h *handler) routeDLQ(mux *http.ServeMux) {
-	h.dlq = dlq.New(h.client.JetStream(), h.client.Names())
 	mux.Handle("GET /v1/dlq", h.auth(h.dlqList))
 	mux.Handle("DELETE /v1/dlq", h.auth(h.dlqPurge))
 	mux.Handle("GET /v1/dlq/{seq}", h.auth(h.dlqGet))
@@ -110,7 +109,7 @@ func (h *handler) dlqList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, h.logger, r, e)
 		return
 	}
-	page, err := h.dlq.List(r.Context(), f)
+	page, err := h.admin.DeadLetters(r.Context(), f)
 	if err != nil {
 		writeError(w, h.logger, r, dlqError(err))
 		return
@@ -127,7 +126,7 @@ func (h *handler) dlqGet(w http.ResponseWriter, r *http.Request) {
 		writeError(w, h.logger, r, e)
 		return
 	}
-	l, err := h.dlq.Get(r.Context(), seq)
+	l, err := h.admin.DeadLetter(r.Context(), seq)
 	if err != nil {
 		writeError(w, h.logger, r, dlqError(err))
 		return
@@ -141,7 +140,7 @@ func (h *handler) dlqReplay(w http.ResponseWriter, r *http.Request) {
 		writeError(w, h.logger, r, e)
 		return
 	}
-	res, err := h.dlq.Replay(r.Context(), seq)
+	res, err := h.admin.Replay(r.Context(), seq)
 	if err != nil {
 		writeError(w, h.logger, r, dlqError(err))
 		return
@@ -169,7 +168,7 @@ func (h *handler) dlqPurge(w http.ResponseWriter, r *http.Request) {
 		writeError(w, h.logger, r, newError(http.StatusBadRequest, CodeInvalidFilter, "all", "all=true and a filter exclude each other"))
 		return
 	}
-	n, err := h.dlq.Purge(r.Context(), f, all)
+	n, err := h.admin.Purge(r.Context(), f, all)
 	if err != nil {
 		writeError(w, h.logger, r, dlqError(err))
 		return

@@ -22,6 +22,11 @@
 //	GET    /v1/overview          what the dashboard shows  200, 503 unavailable
 //	GET    /ui/                  the web dashboard (static files; the page asks for the token)
 //
+// Publishing and results go through a producer.Client; the dashboard, the
+// queue figures on /metrics and the dead-letter routes read through a
+// streams/admin Client. The broker caches what many callers poll: one
+// overview per OverviewCacheTTL, one queue status per StatusCacheTTL.
+//
 // Errors are JSON: {"error":{"code":"invalid_priority","message":"...","field":"priority"}}
 // with a stable code (see the Code constants), and for a unique-key conflict
 // the holder's id in "existing_id". A known path with a method it does not

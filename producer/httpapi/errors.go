@@ -8,22 +8,25 @@ import (
 	"strconv"
 
 	"github.com/spoolq/spool/producer"
+	spool "github.com/spoolq/spool/shared"
 )
 
 // Error codes of the API. They are stable: clients may switch on them.
+// The codes of task fields are spool's, the same in the Go library, the
+// CLI and the consumer.
 const (
 	CodeInvalidJSON       = "invalid_json"
-	CodeInvalidPriority   = "invalid_priority"
-	CodeInvalidType       = "invalid_type"
-	CodeInvalidID         = "invalid_id"
-	CodeInvalidHeader     = "invalid_header"
-	CodeInvalidMaxRetries = "invalid_max_retries"
-	CodeInvalidTimeout    = "invalid_timeout"
-	CodeInvalidUnique     = "invalid_unique"
-	CodeInvalidDelay      = "invalid_delay"
-	CodeInvalidPayload    = "invalid_payload"
+	CodeInvalidPriority   = spool.CodeInvalidPriority
+	CodeInvalidType       = spool.CodeInvalidType
+	CodeInvalidID         = spool.CodeInvalidID
+	CodeInvalidHeader     = spool.CodeInvalidHeader
+	CodeInvalidMaxRetries = spool.CodeInvalidMaxRetries
+	CodeInvalidTimeout    = spool.CodeInvalidTimeout
+	CodeInvalidUnique     = spool.CodeInvalidUnique
+	CodeInvalidDelay      = spool.CodeInvalidDelay
+	CodeInvalidPayload    = spool.CodeInvalidPayload
 	CodeInvalidWait       = "invalid_wait"
-	CodePayloadTooLarge   = "payload_too_large"
+	CodePayloadTooLarge   = spool.CodePayloadTooLarge
 	CodeBodyTooLarge      = "body_too_large"
 	CodeBatchTooLarge     = "batch_too_large"
 	CodeUnauthorized      = "unauthorized"
@@ -58,28 +61,21 @@ func newError(status int, code, field, msg string) *apiError {
 	return &apiError{Status: status, Code: code, Field: field, Message: msg}
 }
 
-// sentinelCodes maps the library's validation sentinels to codes, most
-// specific first (the header kinds also match ErrInvalidHeader).
+// sentinelCodes maps the library's errors that are not about a task's
+// fields to codes.
 var sentinelCodes = []struct {
 	err    error
 	status int
 	code   string
 }{
-	{producer.ErrInvalidPriority, http.StatusBadRequest, CodeInvalidPriority},
-	{producer.ErrInvalidType, http.StatusBadRequest, CodeInvalidType},
-	{producer.ErrInvalidID, http.StatusBadRequest, CodeInvalidID},
-	{producer.ErrInvalidMaxRetries, http.StatusBadRequest, CodeInvalidMaxRetries},
-	{producer.ErrInvalidTimeout, http.StatusBadRequest, CodeInvalidTimeout},
-	{producer.ErrInvalidUnique, http.StatusBadRequest, CodeInvalidUnique},
-	{producer.ErrInvalidDelay, http.StatusBadRequest, CodeInvalidDelay},
-	{producer.ErrInvalidHeader, http.StatusBadRequest, CodeInvalidHeader},
-	{producer.ErrPayloadTooLarge, http.StatusRequestEntityTooLarge, CodePayloadTooLarge},
 	{producer.ErrQueueFull, http.StatusServiceUnavailable, CodeQueueFull},
 	{producer.ErrTaskNotFound, http.StatusNotFound, CodeNotFound},
 	{producer.ErrNotProvisioned, http.StatusServiceUnavailable, CodeUnavailable},
 }
 
-// fromError turns a library error into an API error.
+// fromError turns a library error into an API error. A task field at fault
+// keeps the field and code the library gave it (400, or 413 for a task too
+// large).
 func fromError(err error) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {
@@ -91,14 +87,21 @@ func fromError(err error) *apiError {
 		e.ExistingID = conflict.ExistingID
 		return e
 	}
-	field := ""
-	var inv *producer.InvalidTaskError
-	if errors.As(err, &inv) {
-		field = inv.Field
+	if code := spool.ErrorCode(err); code != "" {
+		field := ""
+		var fe *spool.FieldError
+		if errors.As(err, &fe) {
+			field = fe.Field
+		}
+		status := http.StatusBadRequest
+		if code == CodePayloadTooLarge {
+			status = http.StatusRequestEntityTooLarge
+		}
+		return newError(status, code, field, err.Error())
 	}
 	for _, s := range sentinelCodes {
 		if errors.Is(err, s.err) {
-			return newError(s.status, s.code, field, err.Error())
+			return newError(s.status, s.code, "", err.Error())
 		}
 	}
 	return newError(http.StatusServiceUnavailable, CodeUnavailable, "", err.Error())

@@ -2,12 +2,10 @@ package httpapi_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,13 +18,15 @@ import (
 	"github.com/spoolq/spool/producer"
 	"github.com/spoolq/spool/producer/httpapi"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/lifecycle"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/streams/embedded"
 )
 
 // Example runs the broker in-process against an embedded server and
 // enqueues a task over HTTP. In a real process, serve the handler with
-// httpapi.NewServer(addr, h, logger).ListenAndServe().
+// httpapi.NewServer (see ExampleNewServer).
 func Example() {
 	dir, err := os.MkdirTemp("", "spool-httpapi-example")
 	if err != nil {
@@ -59,7 +59,11 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	broker := httptest.NewServer(httpapi.NewHandler(client, httpapi.Options{}))
+	adm, err := admin.New(nc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	broker := httptest.NewServer(httpapi.NewHandler(client, adm, httpapi.Options{}))
 	defer broker.Close()
 
 	resp, err := http.Post(broker.URL+"/v1/tasks", "application/json",
@@ -106,22 +110,24 @@ func ExampleNewServer() {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	h := httpapi.NewHandler(client, httpapi.Options{Logger: logger}) // Token: "…" requires a bearer token
-	srv := httpapi.NewServer("127.0.0.1:8080", h, logger)
-	ln, err := net.Listen("tcp", srv.Addr)
+	adm, err := admin.New(nc, admin.WithLogger(logger)) // the dashboard, /metrics and the dead-letter routes
 	if err != nil {
 		log.Fatal(err)
 	}
-	go func() {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("http broker stopped", "error", err)
-		}
-	}()
+	h := httpapi.NewHandler(client, adm, httpapi.Options{Logger: logger}) // Token: "…" requires a bearer token
+	srv := lifecycle.NewHTTPServer(httpapi.NewServer("127.0.0.1:8080", h, logger))
+	if err := srv.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
 
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-srv.Stopped():
+		logger.Error("http broker stopped", "error", srv.Err())
+	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
+	if err := srv.Stop(sctx); err != nil {
 		logger.Error("stopping the http broker", "error", err)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	spool "github.com/spoolq/spool/shared"
 )
 
 // requestCodes are the codes a request decoder may answer with.
@@ -44,14 +46,17 @@ func request() *http.Request {
 	return r
 }
 
-// checkAPIError fails unless err is an *apiError a client can act on: a
-// 4xx status, a known code and a message.
+// checkAPIError fails unless err is an *apiError or a *spool.FieldError
+// that answers as one a client can act on: a 4xx status, a known code and a
+// message.
 func checkAPIError(t *testing.T, what string, body []byte, err error) {
 	t.Helper()
 	var ae *apiError
-	if !errors.As(err, &ae) {
-		t.Fatalf("%s of %q: %T %v is not an *apiError", what, body, err, err)
+	var fe *spool.FieldError
+	if !errors.As(err, &ae) && !errors.As(err, &fe) {
+		t.Fatalf("%s of %q: %T %v is neither an *apiError nor a *spool.FieldError", what, body, err, err)
 	}
+	ae = fromError(err)
 	if ae.Status != http.StatusBadRequest && ae.Status != http.StatusRequestEntityTooLarge {
 		t.Fatalf("%s of %q: status %d", what, body, ae.Status)
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
-	"github.com/spoolq/spool/streams/dlq"
+	"github.com/spoolq/spool/streams/admin"
 )
 
 //go:embed openapi.json
@@ -81,18 +81,26 @@ type enqueuer interface {
 }
 
 type handler struct {
-	client  *producer.Client
-	dlq     *dlq.DLQ
-	metrics *brokerMetrics
-	tasks   enqueuer
-	opts    Options
-	logger  *slog.Logger
+	client    *producer.Client
+	admin     *admin.Client
+	overviews *cached[admin.Overview]
+	metrics   *brokerMetrics
+	tasks     enqueuer
+	opts      Options
+	logger    *slog.Logger
 }
 
-// NewHandler returns the broker's routes on client (which must not be nil).
-func NewHandler(client *producer.Client, opts Options) http.Handler {
+// NewHandler returns the broker's routes: client publishes tasks and reads
+// their results, adm serves the dashboard, the queue metrics and the
+// dead-letter routes. Neither may be nil; build both on the same
+// connection and names.
+func NewHandler(client *producer.Client, adm *admin.Client, opts Options) http.Handler {
+	if client == nil || adm == nil {
+		panic("httpapi: NewHandler needs a producer client and an admin client")
+	}
 	opts = opts.withDefaults()
-	h := &handler{client: client, tasks: client, opts: opts, logger: opts.Logger}
+	h := &handler{client: client, admin: adm, tasks: client, opts: opts, logger: opts.Logger}
+	h.overviews = newCached(OverviewCacheTTL, overviewTimeout, adm.Overview)
 	if opts.TracerProvider != nil {
 		h.tasks = producer.Traced(client, opts.TracerProvider)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/spoolq/spool/producer"
 	"github.com/spoolq/spool/producer/httpapi"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/streams/embedded"
 )
 
@@ -278,7 +279,11 @@ func TestHealthReadyAndOpenAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := newTestServer(t, httpapi.NewHandler(client, httpapi.Options{Logger: testLogger(t)}))
+	adm, err := admin.New(b.nc, admin.WithPrefix("missing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newTestServer(t, httpapi.NewHandler(client, adm, httpapi.Options{Logger: testLogger(t)}))
 	nb := &broker{url: srv}
 	if r := nb.do(t, "GET", "/healthz", "", nil); r.status != 200 {
 		t.Errorf("healthz %d", r.status)

@@ -18,6 +18,7 @@ import (
 	"github.com/spoolq/spool/producer/httpapi"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/streams/embedded"
 	"github.com/spoolq/spool/streams/streamstest"
 )
@@ -51,7 +52,11 @@ func startBroker(t *testing.T, so embedded.Options, opts httpapi.Options) *broke
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)
 	}
-	srv := httptest.NewServer(httpapi.NewHandler(client, opts))
+	adm, err := admin.New(nc, admin.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(httpapi.NewHandler(client, adm, opts))
 	t.Cleanup(srv.Close)
 	return &broker{url: srv.URL, js: js, tasks: tasks, nc: nc}
 }

@@ -5,23 +5,12 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/spoolq/spool/producer"
-	"github.com/spoolq/spool/streams"
-)
-
-// Queue figures on /metrics.
-const (
-	// StatusCacheTTL is how long one read of the queue's status
-	// (streams.ReadStatus) serves scrapes.
-	StatusCacheTTL = time.Second
-	// StatusTimeout bounds one read of the queue's status.
-	StatusTimeout = 2 * time.Second
+	"github.com/spoolq/spool/streams/admin"
 )
 
 // brokerMetrics are the broker's request metrics.
@@ -49,7 +38,7 @@ func (h *handler) routeMetrics(mux *http.ServeMux) {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18), // 100µs to ~13s
 		}, []string{"route"}),
 	}
-	reg.MustRegister(h.metrics.requests, h.metrics.duration, newQueueCollector(h.client, h.logger))
+	reg.MustRegister(h.metrics.requests, h.metrics.duration, newQueueCollector(h.admin, h.logger))
 	mux.Handle("GET /metrics", h.auth(promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:      slog.NewLogLogger(h.logger.Handler(), slog.LevelWarn),
 		ErrorHandling: promhttp.ContinueOnError,
@@ -72,21 +61,21 @@ func (h *handler) instrument(next http.Handler) http.Handler {
 	})
 }
 
-// queueCollector exports streams.ReadStatus, read at most once per
+// queueCollector exports the admin client's Status, read at most once per
 // StatusCacheTTL.
 type queueCollector struct {
-	client *producer.Client
-	logger *slog.Logger
-
-	mu  sync.Mutex
-	at  time.Time
-	st  streams.Status
-	ok  bool
-	now func() time.Time
+	status *cached[admin.Status]
 }
 
-func newQueueCollector(client *producer.Client, logger *slog.Logger) *queueCollector {
-	return &queueCollector{client: client, logger: logger, now: time.Now}
+func newQueueCollector(adm *admin.Client, logger *slog.Logger) *queueCollector {
+	read := func(ctx context.Context) (admin.Status, error) {
+		st, err := adm.Status(ctx)
+		if err != nil {
+			logger.DebugContext(ctx, "reading the queue status for metrics", "error", err)
+		}
+		return st, err
+	}
+	return &queueCollector{status: newCached(StatusCacheTTL, StatusTimeout, read)}
 }
 
 var (
@@ -109,11 +98,12 @@ func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
-	st, ok := c.status()
+	// A scrape has no context; the read is bounded by StatusTimeout.
+	st, err := c.status.get(context.Background())
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	if !ok {
+	if err != nil {
 		gauge(queueUpDesc, 0)
 		return
 	}
@@ -129,23 +119,4 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(queueDLQDesc, float64(st.DeadLetters))
 	gauge(queueResultsDesc, float64(st.Results))
 	gauge(queueBytesDesc, float64(st.StoreBytes))
-}
-
-// status returns the cached status, reading it again when stale. Scrapes
-// are serialised: one read at a time.
-func (c *queueCollector) status() (streams.Status, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.at.IsZero() && c.now().Sub(c.at) < StatusCacheTTL {
-		return c.st, c.ok
-	}
-	// A scrape has no context; the read is bounded by StatusTimeout.
-	ctx, cancel := context.WithTimeout(context.Background(), StatusTimeout)
-	defer cancel()
-	st, err := streams.ReadStatus(ctx, c.client.JetStream(), c.client.Names())
-	c.at, c.st, c.ok = c.now(), st, err == nil
-	if err != nil {
-		c.logger.Debug("reading the queue status for metrics", "error", err)
-	}
-	return c.st, c.ok
 }

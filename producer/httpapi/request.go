@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
@@ -53,7 +52,9 @@ type BatchRequest struct {
 	Tasks []json.RawMessage `json:"tasks"`
 }
 
-// task converts the request into a producer.Task, naming the field at fault.
+// task converts the request into a producer.Task. A malformed field is a
+// *spool.FieldError naming it, with the code the library gives the same
+// value; the library checks the rest when it enqueues.
 func (tr TaskRequest) task(r *http.Request) (producer.Task, error) {
 	t := producer.Task{
 		Type:        tr.Type,
@@ -71,52 +72,36 @@ func (tr TaskRequest) task(r *http.Request) (producer.Task, error) {
 	if tr.Priority != "" {
 		p, err := spool.ParsePriority(tr.Priority)
 		if err != nil {
-			return t, newError(http.StatusBadRequest, CodeInvalidPriority, "priority", err.Error())
+			return t, spool.NewFieldError("priority", err)
 		}
 		t.Priority = p
 	}
 	if len(tr.Payload) > 0 && tr.PayloadBase64 != nil {
-		return t, newError(http.StatusBadRequest, CodeInvalidPayload, "payload", "set payload or payload_base64, not both")
+		return t, spool.NewFieldError("payload", fmt.Errorf("%w: set payload or payload_base64, not both", spool.ErrInvalidPayload))
 	}
 	if tr.PayloadBase64 != nil {
 		b, err := base64.StdEncoding.DecodeString(*tr.PayloadBase64)
 		if err != nil {
-			return t, newError(http.StatusBadRequest, CodeInvalidPayload, "payload_base64", "not standard base64: "+err.Error())
+			return t, spool.NewFieldError("payload_base64", fmt.Errorf("%w: not standard base64: %w", spool.ErrInvalidPayload, err))
 		}
 		t.Payload = b
 	} else if len(tr.Payload) > 0 && !bytes.Equal(tr.Payload, []byte("null")) {
 		t.Payload = []byte(tr.Payload)
 	}
 	var err error
-	if t.Timeout, err = duration(tr.Timeout, "timeout", CodeInvalidTimeout); err != nil {
+	if t.Timeout, err = spool.ParseDuration("timeout", tr.Timeout); err != nil {
 		return t, err
 	}
-	if t.UniqueTTL, err = duration(tr.UniqueTTL, "unique_ttl", CodeInvalidUnique); err != nil {
+	if t.UniqueTTL, err = spool.ParseDuration("unique_ttl", tr.UniqueTTL); err != nil {
 		return t, err
 	}
-	if t.Delay, err = duration(tr.Delay, "delay", CodeInvalidDelay); err != nil {
+	if t.Delay, err = spool.ParseDuration("delay", tr.Delay); err != nil {
 		return t, err
 	}
-	if tr.ProcessAt != "" {
-		at, err := time.Parse(time.RFC3339Nano, tr.ProcessAt)
-		if err != nil {
-			return t, newError(http.StatusBadRequest, CodeInvalidDelay, "process_at",
-				fmt.Sprintf("%q is not an RFC 3339 time such as 2026-01-02T15:04:05Z", tr.ProcessAt))
-		}
-		t.ProcessAt = at
+	if t.ProcessAt, err = spool.ParseProcessAt(tr.ProcessAt); err != nil {
+		return t, err
 	}
 	return t, nil
-}
-
-func duration(s, field, code string) (time.Duration, error) {
-	if s == "" {
-		return 0, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, newError(http.StatusBadRequest, code, field, fmt.Sprintf("%q is not a duration such as 30s or 5m", s))
-	}
-	return d, nil
 }
 
 // decodeJSON decodes exactly one JSON value from data into v, rejecting

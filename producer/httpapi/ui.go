@@ -29,8 +29,7 @@ const uiContentSecurityPolicy = "default-src 'self'; img-src 'self' data:; style
 // page asks for the token when an API call answers 401 and keeps it in
 // sessionStorage for the tab's life.
 func (h *handler) registerUI(mux *http.ServeMux) {
-	d := newDashboard(h.client, h.logger)
-	mux.Handle("GET /v1/overview", h.auth(d.overview))
+	mux.Handle("GET /v1/overview", h.auth(h.overview))
 	static, err := fs.Sub(uiFiles, "ui")
 	if err != nil {
 		panic("httpapi: embedded ui folder: " + err.Error()) // the embed directive guarantees it
@@ -62,4 +61,16 @@ func (h *handler) registerUI(mux *http.ServeMux) {
 			h.logger.DebugContext(r.Context(), "writing a dashboard file", "file", name, "error", err)
 		}
 	})
+}
+
+// overview serves GET /v1/overview: admin.Overview's document, read at most
+// once per OverviewCacheTTL.
+func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
+	ov, err := h.overviews.get(r.Context())
+	if err != nil {
+		writeError(w, h.logger, r, newError(http.StatusServiceUnavailable, CodeUnavailable, "", err.Error()))
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, h.logger, r, http.StatusOK, ov)
 }

@@ -1,6 +1,14 @@
-// Package dlq manages Spool's dead-letter stream (SPOOL_DLQ): list dead
-// letters with filters, page after page, show one, replay one to the subject
-// it died on, and purge.
+// Package dlq is the one home of Spool's dead-letter stream (SPOOL_DLQ):
+// publish a dead letter (the worker and the DLQ router), list dead letters
+// with filters, page after page, show one, replay one to the subject it died
+// on, and purge.
+//
+// Publish stores a Message under spool.dlq.<priority>.<type> (SubjectFor)
+// with the original headers minus JetStream's Nats-* ones, plus the
+// Spool-Error, Spool-Reason, Spool-Attempts, Spool-Failed-At,
+// Spool-Original-Subject and Spool-Original-Seq headers (Header) and
+// Nats-Msg-Id dlq-<taskstream>-<seq> (MsgID), so the same task dead-lettered
+// twice is stored once within the stream's duplicate window.
 //
 // Listing never loads the whole stream: it narrows by subject
 // (spool.dlq.<priority>.<type>) on the server, starts at a sequence or a time,

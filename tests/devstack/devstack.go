@@ -22,11 +22,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/demo"
+	"github.com/spoolq/spool/consumer/dlqrouter"
 	"github.com/spoolq/spool/consumer/metrics"
+	"github.com/spoolq/spool/consumer/service"
 	"github.com/spoolq/spool/producer"
 	"github.com/spoolq/spool/producer/httpapi"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/lifecycle"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/streams/dlq"
 	"github.com/spoolq/spool/streams/embedded"
 )
@@ -72,7 +77,7 @@ type Stack struct {
 	// the worker's NATS micro service (spool-consumer), so `nats micro ls`
 	// lists it.
 	Worker  *consumer.Worker
-	Router  *consumer.Router
+	Router  *dlqrouter.Router
 	Service micro.Service
 	// BrokerURL is the broker's base URL ("http://127.0.0.1:8080"), empty
 	// without a broker.
@@ -85,8 +90,7 @@ type Stack struct {
 	conn     *nats.Conn
 	workerNC *nats.Conn
 	client   *producer.Client
-	broker   *http.Server
-	served   chan struct{}
+	broker   *lifecycle.HTTPServer
 	metrics  *http.Server
 	scraped  chan struct{}
 }
@@ -136,7 +140,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		}
 	}
 	if o.BrokerAddr != "" {
-		if err := st.startBroker(o); err != nil {
+		if err := st.startBroker(ctx, o); err != nil {
 			st.Stop()
 			return nil, err
 		}
@@ -153,7 +157,7 @@ func (s *Stack) startWorker(ctx context.Context, o Options) error {
 		return fmt.Errorf("connecting the worker: %w", err)
 	}
 	mux := consumer.NewMux()
-	consumer.RegisterDemo(mux)
+	demo.Register(mux)
 	opts := append([]consumer.Option{
 		consumer.WithNames(s.Names),
 		consumer.WithLogger(s.logger.With("component", "worker")),
@@ -165,10 +169,10 @@ func (s *Stack) startWorker(ctx context.Context, o Options) error {
 	if err := s.Worker.Start(ctx); err != nil {
 		return fmt.Errorf("starting the worker: %w", err)
 	}
-	s.Router, err = consumer.NewRouter(s.workerNC,
-		consumer.WithRouterNames(s.Names),
-		consumer.WithRouterLogger(s.logger),
-		consumer.WithRouterWorker("spool-dev-worker/dlq-router"),
+	s.Router, err = dlqrouter.New(s.workerNC,
+		dlqrouter.WithNames(s.Names),
+		dlqrouter.WithLogger(s.logger),
+		dlqrouter.WithWorker("spool-dev-worker/dlq-router"),
 	)
 	if err != nil {
 		return fmt.Errorf("creating the dlq router: %w", err)
@@ -176,15 +180,15 @@ func (s *Stack) startWorker(ctx context.Context, o Options) error {
 	if err := s.Router.Start(ctx); err != nil {
 		return fmt.Errorf("starting the dlq router: %w", err)
 	}
-	svcOpts := []consumer.ServiceOption{consumer.WithServiceRouter(s.Router)}
+	svcOpts := []service.Option{service.WithRouter(s.Router)}
 	if o.MetricsAddr != "" {
 		addr, err := s.serveMetrics(ctx, o.MetricsAddr)
 		if err != nil {
 			return err
 		}
-		svcOpts = append(svcOpts, consumer.WithServiceMetadata(map[string]string{"metrics_addr": addr}))
+		svcOpts = append(svcOpts, service.WithMetadata(map[string]string{"metrics_addr": addr}))
 	}
-	if s.Service, err = consumer.AddService(s.workerNC, s.Worker, svcOpts...); err != nil {
+	if s.Service, err = service.Add(s.workerNC, s.Worker, svcOpts...); err != nil {
 		return fmt.Errorf("registering the worker's service: %w", err)
 	}
 	return nil
@@ -219,26 +223,22 @@ func (s *Stack) serveMetrics(ctx context.Context, addr string) (string, error) {
 }
 
 // startBroker serves the HTTP broker on o.BrokerAddr.
-func (s *Stack) startBroker(o Options) error {
+func (s *Stack) startBroker(ctx context.Context, o Options) error {
 	var err error
 	s.client, err = producer.New(s.conn, producer.WithNames(s.Names), producer.WithLogger(s.logger.With("component", "broker")))
 	if err != nil {
 		return fmt.Errorf("creating the producer client: %w", err)
 	}
-	h := httpapi.NewHandler(s.client, httpapi.Options{Token: o.BrokerToken, Logger: s.logger.With("component", "broker")})
-	s.broker = httpapi.NewServer(o.BrokerAddr, h, s.logger.With("component", "broker"))
-	ln, err := net.Listen("tcp", o.BrokerAddr)
+	adm, err := admin.New(s.conn, admin.WithNames(s.Names), admin.WithLogger(s.logger.With("component", "broker")))
 	if err != nil {
-		return fmt.Errorf("listening for the broker on %s: %w", o.BrokerAddr, err)
+		return fmt.Errorf("creating the admin client: %w", err)
 	}
-	s.BrokerURL = "http://" + ln.Addr().String()
-	s.served = make(chan struct{})
-	go func() {
-		defer close(s.served)
-		if err := s.broker.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			s.logger.Error("http broker stopped", "error", err)
-		}
-	}()
+	h := httpapi.NewHandler(s.client, adm, httpapi.Options{Token: o.BrokerToken, Logger: s.logger.With("component", "broker")})
+	s.broker = lifecycle.NewHTTPServer(httpapi.NewServer(o.BrokerAddr, h, s.logger.With("component", "broker")))
+	if err := s.broker.Start(ctx); err != nil {
+		return fmt.Errorf("starting the broker: %w", err)
+	}
+	s.BrokerURL = "http://" + s.broker.Addr()
 	return nil
 }
 
@@ -253,10 +253,9 @@ func (s *Stack) Stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), StopTimeout)
 	defer cancel()
 	if s.broker != nil {
-		if err := s.broker.Shutdown(ctx); err != nil {
+		if err := s.broker.Stop(ctx); err != nil {
 			s.logger.Warn("stopping the broker", "error", err)
 		}
-		<-s.served
 	}
 	if s.client != nil {
 		s.client.Close()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams/streamstest"
 	"github.com/spoolq/spool/tests/devstack"
 )
 
@@ -49,7 +50,7 @@ func TestDevStackEndToEnd(t *testing.T) {
 		t.Fatalf("POST /v1/tasks: status %d, id %q", status, enq.ID)
 	}
 	var res spool.Result
-	waitFor(t, 20*time.Second, func() error {
+	streamstest.WaitFor(t, 20*time.Second, func() error {
 		if code := httpJSON(t, ctx, http.MethodGet, st.BrokerURL+"/v1/tasks/"+enq.ID+"?wait=2s", "", &res); code != http.StatusOK {
 			return fmt.Errorf("GET status %d", code)
 		}
@@ -82,7 +83,7 @@ func TestDevStackEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, func() error {
+	streamstest.WaitFor(t, 20*time.Second, func() error {
 		e, err := kv.Get(ctx, "raw-1")
 		if err != nil {
 			return err
@@ -112,7 +113,7 @@ func TestDevStackEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dead *jetstream.RawStreamMsg
-	waitFor(t, 20*time.Second, func() error {
+	streamstest.WaitFor(t, 20*time.Second, func() error {
 		dead, err = dlq.GetLastMsgForSubject(ctx, "spool.dlq.low.demo.fail")
 		return err
 	})
@@ -125,7 +126,7 @@ func TestDevStackEndToEnd(t *testing.T) {
 	if got := dead.Header.Get("Spool-Task-Id"); got != "fails-1" {
 		t.Errorf("Spool-Task-Id %q, want fails-1", got)
 	}
-	waitFor(t, 10*time.Second, func() error {
+	streamstest.WaitFor(t, 10*time.Second, func() error {
 		e, err := kv.Get(ctx, "fails-1")
 		if err != nil {
 			return err
@@ -183,22 +184,4 @@ func httpJSON(t *testing.T, ctx context.Context, method, url, body string, out a
 		t.Fatalf("%s %s: status %d, body %q: %v", method, url, resp.StatusCode, b, err)
 	}
 	return resp.StatusCode
-}
-
-// waitFor polls cond until it returns nil or the timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met after %s: %v", timeout, err)
-		}
-		<-tick.C
-	}
 }

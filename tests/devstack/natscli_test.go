@@ -20,6 +20,7 @@ import (
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/fleet"
 	"github.com/spoolq/spool/streams/dlq"
+	"github.com/spoolq/spool/streams/streamstest"
 	"github.com/spoolq/spool/tests/devstack"
 )
 
@@ -91,7 +92,7 @@ func TestNATSCLIEquivalents(t *testing.T) {
 		}
 		return doc, nil
 	}
-	waitFor(t, 20*time.Second, func() error {
+	streamstest.WaitFor(t, 20*time.Second, func() error {
 		doc, err := kvGet("welcome-ada")
 		if err != nil {
 			return err
@@ -124,7 +125,7 @@ func TestNATSCLIEquivalents(t *testing.T) {
 		return msgs, batch.Error()
 	}
 	var dead jetstream.Msg
-	waitFor(t, 20*time.Second, func() error {
+	streamstest.WaitFor(t, 20*time.Second, func() error {
 		msgs, err := view()
 		if err != nil {
 			return err
@@ -143,7 +144,7 @@ func TestNATSCLIEquivalents(t *testing.T) {
 		t.Fatalf("dead letter %s %v", dead.Subject(), h)
 	}
 	// The dead result document follows the dead letter.
-	waitFor(t, 10*time.Second, func() error {
+	streamstest.WaitFor(t, 10*time.Second, func() error {
 		doc, err := kvGet("doomed-1")
 		if err == nil && doc.State != spool.StateDead {
 			err = fmt.Errorf("doomed-1 result %+v", doc)
@@ -154,18 +155,18 @@ func TestNATSCLIEquivalents(t *testing.T) {
 	// nats micro ls / info / stats spool-consumer.
 	var ping micro.Ping
 	request(t, ctx, nc, "$SRV.PING", &ping)
-	if ping.Name != consumer.ServiceName || ping.Type != micro.PingResponseType || ping.Metadata["worker"] != "spool-dev-worker" {
+	if ping.Name != fleet.ServiceName || ping.Type != micro.PingResponseType || ping.Metadata["worker"] != "spool-dev-worker" {
 		t.Errorf("$SRV.PING: %+v", ping)
 	}
 	var info micro.Info
-	request(t, ctx, nc, "$SRV.INFO."+consumer.ServiceName, &info)
+	request(t, ctx, nc, "$SRV.INFO."+fleet.ServiceName, &info)
 	if info.Type != micro.InfoResponseType || info.ID != ping.ID || len(info.Endpoints) != 1 || info.Endpoints[0].Name != "stats" ||
 		"http://"+info.Metadata["metrics_addr"]+"/metrics" != st.MetricsURL {
 		t.Errorf("$SRV.INFO.spool-consumer: %+v", info)
 	}
 	// The worker's metrics, where the service says they are.
 	var body string
-	waitFor(t, 10*time.Second, func() error {
+	streamstest.WaitFor(t, 10*time.Second, func() error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, st.MetricsURL, nil)
 		if err != nil {
 			return err
@@ -188,9 +189,9 @@ func TestNATSCLIEquivalents(t *testing.T) {
 		return nil
 	})
 	var raw []byte
-	waitFor(t, 10*time.Second, func() error {
+	streamstest.WaitFor(t, 10*time.Second, func() error {
 		var stats micro.Stats
-		raw = request(t, ctx, nc, "$SRV.STATS."+consumer.ServiceName, &stats)
+		raw = request(t, ctx, nc, "$SRV.STATS."+fleet.ServiceName, &stats)
 		var figures fleet.WorkerStats
 		if len(stats.Endpoints) != 1 || json.Unmarshal(stats.Endpoints[0].Data, &figures) != nil {
 			return fmt.Errorf("$SRV.STATS.spool-consumer: %s", raw)
@@ -215,7 +216,7 @@ func TestNATSCLIEquivalents(t *testing.T) {
 	if code := httpJSON(t, ctx, http.MethodPost, url, "", &rep); code != http.StatusOK || rep.TaskID != "doomed-1" || rep.Replays != 1 {
 		t.Fatalf("replay: %d %+v", code, rep)
 	}
-	waitFor(t, 20*time.Second, func() error {
+	streamstest.WaitFor(t, 20*time.Second, func() error {
 		msgs, err := view()
 		if err != nil {
 			return err

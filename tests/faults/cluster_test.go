@@ -12,6 +12,7 @@ import (
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams/embedded"
+	"github.com/spoolq/spool/streams/streamstest"
 	"github.com/spoolq/spool/tests/checker"
 )
 
@@ -65,20 +66,25 @@ func TestNodeLoss(t *testing.T) {
 	loseLeader := func(what string, leader func(context.Context) (string, error)) {
 		t.Helper()
 		var old string
-		waitFor(t, 30*time.Second, 100*time.Millisecond, what+" leader", func() error {
+		streamstest.WaitFor(t, 30*time.Second, func() error {
 			var err error
-			old, err = leader(ctx)
-			return err
+			if old, err = leader(ctx); err != nil {
+				return fmt.Errorf("%s leader: %w", what, err)
+			}
+			return nil
 		})
 		i := index(old)
 		c.Stop(i)
 		stopped := time.Now()
-		waitFor(t, time.Minute, 100*time.Millisecond, "a new "+what+" leader", func() error {
+		streamstest.WaitFor(t, time.Minute, func() error {
 			l, err := leader(ctx)
 			if err == nil && (l == "" || l == old) {
 				err = fmt.Errorf("leader %q", l)
 			}
-			return err
+			if err != nil {
+				return fmt.Errorf("a new %s leader: %w", what, err)
+			}
+			return nil
 		})
 		t.Logf("%s leader %s stopped; new leader after %s", what, old, time.Since(stopped).Round(time.Millisecond))
 		if err := c.Restart(i); err != nil {

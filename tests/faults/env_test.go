@@ -123,15 +123,6 @@ func provision(t testing.TB, nc *nats.Conn, s streams.Settings) jetstream.JetStr
 	return js
 }
 
-// waitFor polls cond every interval until it returns nil or timeout
-// passes, then fails with cond's last error.
-func waitFor(t testing.TB, timeout, interval time.Duration, what string, cond func() error) {
-	t.Helper()
-	if err := poll(t.Context(), timeout, interval, cond); err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
-}
-
 // poll calls cond every interval until it returns nil, and returns cond's
 // last error when timeout passes or ctx ends first.
 func poll(ctx context.Context, timeout, interval time.Duration, cond func() error) error {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams/streamstest"
 	"github.com/spoolq/spool/tests/checker"
 )
 
@@ -66,10 +67,10 @@ func TestSlowAndStuckHandlers(t *testing.T) {
 	enqueue("paused", faultTask{SleepMS: 2 * int(ackWait/time.Millisecond)},
 		want{state: spool.StateCompleted, executions: 1, attempts: 2})
 	chk.ExpectExecutions("paused", 1) // the second run is the duplicate the pause causes
-	waitFor(t, 30*time.Second, 20*time.Millisecond, "worker A to start the task", func() error {
+	streamstest.WaitFor(t, 30*time.Second, func() error {
 		b, err := os.ReadFile(a.log)
 		if err == nil && !bytes.Contains(b, []byte("paused ")) {
-			err = errors.New("not started")
+			err = errors.New("worker A has not started the task")
 		}
 		return err
 	})
@@ -77,11 +78,11 @@ func TestSlowAndStuckHandlers(t *testing.T) {
 	chk.Faulted(a.pid, "worker paused (SIGSTOP) past AckWait")
 	b := fl.start()
 	var doc spool.Result
-	waitFor(t, 30*time.Second, 50*time.Millisecond, "worker B to complete the paused worker's task", func() error {
+	streamstest.WaitFor(t, 30*time.Second, func() error {
 		var err error
 		doc, err = result(ctx, kv, "paused")
 		if err == nil && (doc.State != spool.StateCompleted || doc.Worker != b.pid) {
-			err = fmt.Errorf("state %s by worker %s", doc.State, doc.Worker)
+			err = fmt.Errorf("paused task: state %s by worker %s, want completed by worker B %s", doc.State, doc.Worker, b.pid)
 		}
 		return err
 	})
@@ -106,11 +107,11 @@ func TestSlowAndStuckHandlers(t *testing.T) {
 		want{state: spool.StateCompleted, executions: 3, attempts: 3})
 
 	for id, w := range cases {
-		waitFor(t, time.Minute, 50*time.Millisecond, id+" to end", func() error {
+		streamstest.WaitFor(t, time.Minute, func() error {
 			var err error
 			doc, err = result(ctx, kv, id)
 			if err == nil && !doc.State.Terminal() {
-				err = fmt.Errorf("state %s", doc.State)
+				err = fmt.Errorf("%s: state %s", id, doc.State)
 			}
 			return err
 		})

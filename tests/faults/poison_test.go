@@ -21,6 +21,7 @@ import (
 	"github.com/spoolq/spool/producer"
 	"github.com/spoolq/spool/producer/httpapi"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/tests/checker"
 )
 
@@ -77,7 +78,7 @@ func TestPoisonInput(t *testing.T) {
 
 	var got []accepted
 	t.Run("raw NATS", func(t *testing.T) { got = append(got, poisonRaw(t, js)...) })
-	t.Run("HTTP broker", func(t *testing.T) { got = append(got, poisonHTTP(t, client)...) })
+	t.Run("HTTP broker", func(t *testing.T) { got = append(got, poisonHTTP(t, client, nc)...) })
 	t.Run("producer library", func(t *testing.T) { got = append(got, poisonLibrary(t, client)...) })
 
 	// A normal task right after the poison is picked up as usual.
@@ -218,8 +219,12 @@ func poisonRaw(t *testing.T, js jetstream.JetStream) []accepted {
 }
 
 // poisonHTTP posts to the real broker handler.
-func poisonHTTP(t *testing.T, client *producer.Client) []accepted {
-	srv := httptest.NewServer(httpapi.NewHandler(client, httpapi.Options{Logger: slog.New(slog.DiscardHandler)}))
+func poisonHTTP(t *testing.T, client *producer.Client, nc *nats.Conn) []accepted {
+	adm, err := admin.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(httpapi.NewHandler(client, adm, httpapi.Options{Logger: slog.New(slog.DiscardHandler)}))
 	t.Cleanup(srv.Close)
 	b64 := base64.StdEncoding.EncodeToString(binaryPayload())
 	big := `"` + strings.Repeat("p", 3<<19) + `"` // 1.5 MiB: under the body limit, over the task limit

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/tracing"
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
@@ -40,7 +41,7 @@ func TestAttemptSpansAreChildrenOfTheEnqueueSpan(t *testing.T) {
 	})
 
 	mux := consumer.NewMux()
-	mux.Use(consumer.Tracing(consumerTP))
+	mux.Use(tracing.Middleware(consumerTP))
 	mux.HandleFunc("report.build", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
 		if task.Attempt < 2 {
 			return nil, errors.New("not yet")

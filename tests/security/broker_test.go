@@ -13,9 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/service"
 	"github.com/spoolq/spool/producer"
 	"github.com/spoolq/spool/producer/httpapi"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/streams/dlq"
 )
 
@@ -43,7 +45,7 @@ func TestBrokerRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := consumer.AddService(cons.nc, w)
+	svc, err := service.Add(cons.nc, w)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +57,11 @@ func TestBrokerRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(client.Close)
-	srv := httptest.NewServer(httpapi.NewHandler(client, httpapi.Options{Logger: testLogger(t), Registry: prometheus.NewRegistry()}))
+	adm, err := admin.New(b.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(httpapi.NewHandler(client, adm, httpapi.Options{Logger: testLogger(t), Registry: prometheus.NewRegistry()}))
 	t.Cleanup(srv.Close)
 	call := func(method, path, body string) (int, string) {
 		t.Helper()

@@ -17,6 +17,7 @@ import (
 
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 // freePorts reserves n distinct loopback ports by listening and closing.
@@ -76,7 +77,7 @@ func startAuthCluster(t *testing.T) (urls []string, passwords map[string]string)
 			t.Fatalf("node %d not accepting clients after %s", i+1, waitTimeout)
 		}
 	}
-	waitFor(t, 30*time.Second, func() error {
+	streamstest.WaitFor(t, 30*time.Second, func() error {
 		leaders := 0
 		for i, s := range servers {
 			if n := s.NumRoutes(); n < 2 {
@@ -99,26 +100,6 @@ func startAuthCluster(t *testing.T) (urls []string, passwords map[string]string)
 		return nil
 	})
 	return urls, passwords
-}
-
-// waitFor polls cond until it returns nil or d passes.
-func waitFor(t *testing.T, d time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		select {
-		case <-deadline.C:
-			t.Fatalf("not ready after %s: %v", d, err)
-		case <-tick.C:
-		}
-	}
 }
 
 // TestClusterRoles runs the roles on the 3-node cluster configurations: the

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/service"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
 )
@@ -502,7 +503,7 @@ func TestConsumerRole(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				svc, err := consumer.AddService(c.nc, w)
+				svc, err := service.Add(c.nc, w)
 				if err != nil {
 					return err
 				}

@@ -24,11 +24,15 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/demo"
+	"github.com/spoolq/spool/consumer/dlqrouter"
 	"github.com/spoolq/spool/consumer/metrics"
-	"github.com/spoolq/spool/consumer/telemetry"
+	"github.com/spoolq/spool/consumer/service"
+	"github.com/spoolq/spool/consumer/tracing"
 	"github.com/spoolq/spool/shared/config"
 	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/shared/natsconn"
+	"github.com/spoolq/spool/shared/telemetry"
 	"github.com/spoolq/spool/streams/dlq"
 )
 
@@ -51,7 +55,7 @@ func main() {
 func run(ctx context.Context, args []string, stderr io.Writer) error {
 	flags := flag.NewFlagSet("spool-consumer", flag.ContinueOnError)
 	flags.SetOutput(stderr)
-	demo := flags.Bool("demo", false, "register the demo handlers demo.echo, demo.sleep and demo.fail")
+	withDemo := flags.Bool("demo", false, "register the demo handlers demo.echo, demo.sleep and demo.fail")
 	flags.Usage = func() {
 		fmt.Fprintf(stderr, "usage: spool-consumer [--demo]\n\nEnvironment:\n%s\nTracing (OpenTelemetry, off unless an exporter or endpoint is set):\n  OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL,\n  OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, OTEL_SDK_DISABLED\n", config.Usage(&Config{}))
 	}
@@ -92,9 +96,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer nc.Close()
 
 	mux := consumer.NewMux()
-	mux.Use(consumer.Tracing(tp))
-	if *demo {
-		consumer.RegisterDemo(mux)
+	mux.Use(tracing.Middleware(tp))
+	if *withDemo {
+		demo.Register(mux)
 	}
 	if len(mux.Types()) == 0 {
 		logger.Warn("no handlers registered: every task will be dead-lettered with reason no_handler (run with --demo for the demo handlers)")
@@ -121,9 +125,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var router *consumer.Router
+	var router *dlqrouter.Router
 	if cfg.DLQRouter {
-		router, err = startRouter(ctx, nc, cfg, w.Options().WorkerName, logger)
+		router, err = startRouter(ctx, nc, cfg, w.Name(), logger)
 		if err != nil {
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 			defer cancel()
@@ -166,11 +170,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 // startRouter starts the DLQ router that moves tasks whose deliveries ran
 // out to the dead-letter stream.
-func startRouter(ctx context.Context, nc *nats.Conn, cfg Config, worker string, logger *slog.Logger) (*consumer.Router, error) {
-	r, err := consumer.NewRouter(nc,
-		consumer.WithRouterNames(cfg.Names()),
-		consumer.WithRouterLogger(logger),
-		consumer.WithRouterWorker(worker+"/dlq-router"),
+func startRouter(ctx context.Context, nc *nats.Conn, cfg Config, worker string, logger *slog.Logger) (*dlqrouter.Router, error) {
+	r, err := dlqrouter.New(nc,
+		dlqrouter.WithNames(cfg.Names()),
+		dlqrouter.WithLogger(logger),
+		dlqrouter.WithWorker(worker+"/dlq-router"),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("creating the dlq router: %w", err)
@@ -185,25 +189,25 @@ func startRouter(ctx context.Context, nc *nats.Conn, cfg Config, worker string, 
 
 // observe registers the worker's metrics and its NATS micro service
 // (spool-consumer), which advertises the metrics address.
-func observe(ctx context.Context, nc *nats.Conn, w *consumer.Worker, router *consumer.Router, obs *observer, cfg Config) (micro.Service, error) {
+func observe(ctx context.Context, nc *nats.Conn, w *consumer.Worker, router *dlqrouter.Router, obs *observer, cfg Config) (micro.Service, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("opening JetStream: %w", err)
 	}
 	opts := []metrics.Option{metrics.WithDeadLetters(dlq.New(js, cfg.Names()).Size), metrics.WithLogger(obs.logger)}
-	var svcOpts []consumer.ServiceOption
+	var svcOpts []service.Option
 	if router != nil {
 		opts = append(opts, metrics.WithRouter(router))
-		svcOpts = append(svcOpts, consumer.WithServiceRouter(router))
+		svcOpts = append(svcOpts, service.WithRouter(router))
 	}
 	// Scrapes go on while the worker drains after SIGTERM.
 	if err := obs.reg.Register(metrics.New(context.WithoutCancel(ctx), w, opts...)); err != nil {
 		return nil, fmt.Errorf("registering the worker metrics: %w", err)
 	}
 	if obs.addr != "" {
-		svcOpts = append(svcOpts, consumer.WithServiceMetadata(map[string]string{"metrics_addr": obs.addr}))
+		svcOpts = append(svcOpts, service.WithMetadata(map[string]string{"metrics_addr": obs.addr}))
 	}
-	return consumer.AddService(nc, w, svcOpts...)
+	return service.Add(nc, w, svcOpts...)
 }
 
 // summarize logs the one-line summary every interval until ctx ends.

@@ -79,7 +79,7 @@ func TestRunServesMetricsHealthAndService(t *testing.T) {
 	var infos []micro.Info
 	streamstest.WaitFor(t, 15*time.Second, func() error {
 		infos = infos[:0]
-		for _, m := range collect(t, nc, "$SRV.INFO."+consumer.ServiceName, 2, time.Second) {
+		for _, m := range collect(t, nc, "$SRV.INFO."+fleet.ServiceName, 2, time.Second) {
 			var info micro.Info
 			if err := json.Unmarshal(m.Data, &info); err != nil {
 				return err
@@ -118,7 +118,7 @@ func TestRunServesMetricsHealthAndService(t *testing.T) {
 	var statsJSON []byte
 	streamstest.WaitFor(t, 15*time.Second, func() error {
 		var completed uint64
-		for _, m := range collect(t, nc, "$SRV.STATS."+consumer.ServiceName, 2, time.Second) {
+		for _, m := range collect(t, nc, "$SRV.STATS."+fleet.ServiceName, 2, time.Second) {
 			var st micro.Stats
 			if err := json.Unmarshal(m.Data, &st); err != nil {
 				return err
@@ -181,7 +181,7 @@ func TestRunServesMetricsHealthAndService(t *testing.T) {
 			t.Fatalf("run: %v", err)
 		}
 	}
-	if pings := collect(t, nc, "$SRV.PING."+consumer.ServiceName, 1, 200*time.Millisecond); len(pings) != 0 {
+	if pings := collect(t, nc, "$SRV.PING."+fleet.ServiceName, 1, 200*time.Millisecond); len(pings) != 0 {
 		t.Errorf("%d instances still answer after stopping", len(pings))
 	}
 	for addr := range addrs {

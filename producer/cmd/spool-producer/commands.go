@@ -112,6 +112,22 @@ func (f *priorityFlag) Set(s string) error {
 	return nil
 }
 
+// durationFlag parses a task field's duration with the library's rule.
+type durationFlag struct {
+	field string
+	d     time.Duration
+}
+
+func (f *durationFlag) String() string { return f.d.String() }
+func (f *durationFlag) Set(s string) error {
+	d, err := spool.ParseDuration(f.field, s)
+	if err != nil {
+		return err
+	}
+	f.d = d
+	return nil
+}
+
 func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) error {
 	fs, url := newFlagSet("enqueue", env)
 	pri := &priorityFlag{p: spool.Normal}
@@ -122,16 +138,19 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 		payloadFile = fs.String("payload-file", "", `read the payload from this file; "-" reads stdin`)
 		id          = fs.String("id", "", "task id (default: a new time-ordered id)")
 		maxRetries  = fs.Int("max-retries", -1, "retries after the first attempt (default: the consumer's, 3)")
-		timeout     = fs.Duration("timeout", 0, "per-attempt handler deadline, e.g. 30s (default: the consumer's)")
 		uniqueKey   = fs.String("unique-key", "", "refuse the task while another with this key lives")
-		uniqueTTL   = fs.Duration("unique-ttl", 0, "how long the unique key lives, at least 1s (required with --unique-key)")
 		processAt   = fs.String("process-at", "", "run at this RFC 3339 time")
-		delay       = fs.Duration("delay", 0, "run after this delay, e.g. 10m")
 		traceparent = fs.String("traceparent", "", "W3C traceparent")
 		tracestate  = fs.String("tracestate", "", "W3C tracestate")
 		asJSON      = fs.Bool("json", false, "print the result as JSON")
 	)
+	timeout := &durationFlag{field: "timeout"}
+	uniqueTTL := &durationFlag{field: "unique_ttl"}
+	delay := &durationFlag{field: "delay"}
 	fs.Var(pri, "priority", "critical, high, normal, low or idle")
+	fs.Var(timeout, "timeout", "per-attempt handler deadline, e.g. 30s (default: the consumer's)")
+	fs.Var(uniqueTTL, "unique-ttl", "how long the unique key lives, at least 1s (required with --unique-key)")
+	fs.Var(delay, "delay", "run after this delay, e.g. 10m")
 	fs.Var(headers, "header", "extra header Name=Value (repeatable)")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -144,8 +163,8 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 		return errors.New("--type is required")
 	}
 	task := producer.Task{
-		Type: *typ, Priority: pri.p, ID: *id, Timeout: *timeout,
-		UniqueKey: *uniqueKey, UniqueTTL: *uniqueTTL, Delay: *delay,
+		Type: *typ, Priority: pri.p, ID: *id, Timeout: timeout.d,
+		UniqueKey: *uniqueKey, UniqueTTL: uniqueTTL.d, Delay: delay.d,
 		TraceParent: *traceparent, TraceState: *tracestate,
 	}
 	if len(headers) > 0 {
@@ -154,12 +173,8 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 	if *maxRetries != -1 {
 		task.MaxRetries = maxRetries
 	}
-	if *processAt != "" {
-		at, err := time.Parse(time.RFC3339Nano, *processAt)
-		if err != nil {
-			return fmt.Errorf("--process-at %q is not an RFC 3339 time such as 2026-01-02T15:04:05Z", *processAt)
-		}
-		task.ProcessAt = at
+	if task.ProcessAt, err = spool.ParseProcessAt(*processAt); err != nil {
+		return flagError(err)
 	}
 	switch {
 	case *payload != "" && *payloadFile != "":
@@ -198,9 +213,10 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 	return nil
 }
 
-// flagError names the flag behind a task validation error.
+// flagError names the flag behind a task validation error: the flag of
+// the field spool.FieldError names.
 func flagError(err error) error {
-	var inv *producer.InvalidTaskError
+	var inv *spool.FieldError
 	if errors.As(err, &inv) {
 		name := strings.ReplaceAll(inv.Field, "_", "-")
 		if inv.Field == "headers" {

@@ -299,7 +299,7 @@ func TestServeCommand(t *testing.T) {
 		done <- run(ctx, []string{"serve", "--url", s.url, "--addr", "127.0.0.1:0"}, strings.NewReader(""), &stdout, t.Output())
 	}()
 	var base string
-	waitFor(t, 10*time.Second, func() error {
+	streamstest.WaitFor(t, 10*time.Second, func() error {
 		line, _, _ := strings.Cut(stdout.String(), "\n")
 		addr, ok := strings.CutPrefix(line, "listening on ")
 		if !ok {
@@ -358,22 +358,5 @@ func TestConfigValidation(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 			t.Errorf("%s: want %s, got %v", tt.name, tt.wantErr, err)
 		}
-	}
-}
-
-func waitFor(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met after %s: %v", timeout, err)
-		}
-		<-tick.C
 	}
 }

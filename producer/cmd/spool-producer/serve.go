@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -14,7 +11,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/spoolq/spool/producer/httpapi"
-	"github.com/spoolq/spool/producer/telemetry"
+	"github.com/spoolq/spool/shared/lifecycle"
+	"github.com/spoolq/spool/shared/telemetry"
+	"github.com/spoolq/spool/streams/admin"
 )
 
 // shutdownTimeout bounds a graceful stop of the broker.
@@ -62,35 +61,33 @@ func runServe(ctx context.Context, cfg Config, env *cmdEnv, args []string) error
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	h := httpapi.NewHandler(s.client, httpapi.Options{
+	adm, err := admin.New(s.nc, admin.WithNames(cfg.Names()), admin.WithLogger(s.logger))
+	if err != nil {
+		return err
+	}
+	h := httpapi.NewHandler(s.client, adm, httpapi.Options{
 		Token:          cfg.HTTPToken,
 		MaxBody:        cfg.HTTPMaxBody,
 		Logger:         s.logger,
 		Registry:       reg,
 		TracerProvider: tracing,
 	})
-	srv := httpapi.NewServer(cfg.HTTPAddr, h, s.logger)
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", cfg.HTTPAddr, err)
+	srv := lifecycle.NewHTTPServer(httpapi.NewServer(cfg.HTTPAddr, h, s.logger))
+	if err := srv.Start(ctx); err != nil {
+		return err
 	}
-	s.logger.InfoContext(ctx, "http broker listening", "addr", ln.Addr().String(), "auth", cfg.HTTPToken != "")
-	fmt.Fprintf(env.stdout, "listening on http://%s\n", ln.Addr())
+	s.logger.InfoContext(ctx, "http broker listening", "addr", srv.Addr(), "auth", cfg.HTTPToken != "")
+	fmt.Fprintf(env.stdout, "listening on http://%s\n", srv.Addr())
 
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
 	select {
-	case err := <-errc:
-		return fmt.Errorf("http broker: %w", err)
+	case <-srv.Stopped():
+		return fmt.Errorf("http broker: %w", srv.Err())
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
+	if err := srv.Stop(sctx); err != nil {
 		return fmt.Errorf("stopping the http broker: %w", err)
-	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("http broker: %w", err)
 	}
 	s.logger.InfoContext(ctx, "http broker stopped")
 	return nil

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/streams/dlq"
 )
 
@@ -170,18 +171,18 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer sess.nc.Close()
-	d := dlq.New(sess.js, sess.cfg.Names())
+	d := sess.admin
 	out := output{w: stdout, json: *f.asJSON}
 
 	switch cmd {
 	case "list":
-		page, err := d.List(ctx, flt)
+		page, err := d.DeadLetters(ctx, flt)
 		if err != nil {
 			return err
 		}
 		return out.page(page)
 	case "show":
-		l, err := d.Get(ctx, seqs[0])
+		l, err := d.DeadLetter(ctx, seqs[0])
 		if err != nil {
 			return err
 		}
@@ -233,11 +234,11 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // matching lists the sequences of every dead letter f selects, page by page.
-func matching(ctx context.Context, d *dlq.DLQ, f dlq.Filter) ([]uint64, error) {
+func matching(ctx context.Context, d *admin.Client, f dlq.Filter) ([]uint64, error) {
 	f.Limit = dlq.MaxLimit
 	var seqs []uint64
 	for {
-		page, err := d.List(ctx, f)
+		page, err := d.DeadLetters(ctx, f)
 		if err != nil {
 			return nil, err
 		}

@@ -30,6 +30,7 @@ import (
 	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/shared/natsconn"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/admin"
 )
 
 // Config is spool-admin's configuration.
@@ -124,7 +125,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			names.TaskStream(), names.DLQStream(), names.AdvisoryStream(), names.ResultsBucket(), names.UniqueBucket())
 		return nil
 	default: // status
-		st, err := streams.ReadStatus(ctx, js, names)
+		st, err := sess.admin.Status(ctx)
 		if err != nil {
 			return err
 		}
@@ -142,6 +143,7 @@ type session struct {
 	cfg    Config
 	nc     *nats.Conn
 	js     jetstream.JetStream
+	admin  *admin.Client
 	logger *slog.Logger
 }
 
@@ -171,10 +173,15 @@ func open(ctx context.Context, url string, stderr io.Writer) (*session, error) {
 		nc.Close()
 		return nil, fmt.Errorf("opening JetStream: %w", err)
 	}
-	return &session{cfg: cfg, nc: nc, js: js, logger: logger}, nil
+	adm, err := admin.New(nc, admin.WithNames(cfg.Names()), admin.WithLogger(logger))
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return &session{cfg: cfg, nc: nc, js: js, admin: adm, logger: logger}, nil
 }
 
-func printStatus(w io.Writer, st streams.Status) error {
+func printStatus(w io.Writer, st admin.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "priority\tpending\tin flight\tredelivered\toldest wait\t")
 	for _, p := range st.Priorities {

@@ -8,7 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/streams/embedded"
 )
 
@@ -36,7 +36,7 @@ func TestProvisionThenStatus(t *testing.T) {
 	if err := run(t.Context(), []string{"status", "--json", "--url", s.ClientURL()}, &out, &errOut); err != nil {
 		t.Fatalf("status: %v\n%s", err, errOut.String())
 	}
-	var st streams.Status
+	var st admin.Status
 	if err := json.Unmarshal(out.Bytes(), &st); err != nil {
 		t.Fatalf("status --json is not JSON: %v\n%s", err, out.String())
 	}
@@ -98,7 +98,7 @@ func TestStatusCountsTasks(t *testing.T) {
 	if err := run(t.Context(), []string{"status", "--json", "--url", s.ClientURL()}, &out, &errOut); err != nil {
 		t.Fatal(err)
 	}
-	var st streams.Status
+	var st admin.Status
 	if err := json.Unmarshal(out.Bytes(), &st); err != nil {
 		t.Fatal(err)
 	}

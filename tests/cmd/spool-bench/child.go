@@ -115,7 +115,7 @@ func consumeChild(ctx context.Context, args []string) error {
 	fs.StringVar(&f.task, "task", "drain", "drain, pickup or shares")
 	fs.IntVar(&f.n, "n", 1000, "tasks to measure")
 	fs.IntVar(&f.conc, "conc", 10, "concurrency")
-	fs.DurationVar(&f.pdelay, "pdelay", consumer.DefaultProcessingDelay, "spool: WithProcessingDelay")
+	fs.DurationVar(&f.pdelay, "pdelay", time.Second, "spool: WithProcessingDelay (the worker's default is 1s)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile of the run to this file")
 	if err := fs.Parse(args); err != nil {

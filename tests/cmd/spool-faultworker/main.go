@@ -1,5 +1,5 @@
 // Command spool-faultworker is spool-consumer for fault tests: the same
-// worker and DLQ router (consumer.New, consumer.NewRouter), configured by
+// worker and DLQ router (consumer.New, dlqrouter.New), configured by
 // SPOOL_* variables, with handlers that append one line per execution to an
 // execution log (SPOOL_FAULT_LOG) with a single O_APPEND write, so the log
 // survives SIGKILL. The tests in tests/faults build it, run several, and
@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/dlqrouter"
 	"github.com/spoolq/spool/shared/config"
 	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/shared/natsconn"
@@ -150,13 +151,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var router *consumer.Router
+	var router *dlqrouter.Router
 	if cfg.DLQRouter {
-		router, err = consumer.NewRouter(nc,
-			consumer.WithRouterNames(cfg.Names()),
-			consumer.WithRouterLogger(logger),
-			consumer.WithRouterWorker(pid+"/dlq-router"),
-			consumer.WithRouterFetchWait(500*time.Millisecond),
+		router, err = dlqrouter.New(nc,
+			dlqrouter.WithNames(cfg.Names()),
+			dlqrouter.WithLogger(logger),
+			dlqrouter.WithWorker(pid+"/dlq-router"),
+			dlqrouter.WithFetchWait(500*time.Millisecond),
 		)
 		if err == nil {
 			startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -1,0 +1,9 @@
+// Package demo holds the demo handlers of spool-consumer --demo:
+// demo.echo returns its payload, demo.sleep sleeps for {"ms":N}
+// milliseconds, demo.fail fails its first {"fail_times":N} attempts. They
+// exercise the worker (results, retries, dead letters, shutdown) without
+// writing a handler.
+//
+//	mux := consumer.NewMux()
+//	demo.Register(mux)
+package demo

@@ -1,0 +1,325 @@
+package results
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams/dlq"
+)
+
+// Store writes result documents to the results bucket and releases
+// unique keys. The worker uses one; the DLQ router makes its own and calls
+// Dead after dlq.Publish. It is safe for concurrent use.
+type Store struct {
+	js      jetstream.JetStream
+	names   spool.Names
+	results jetstream.KeyValue
+	unique  jetstream.KeyValue
+	worker  string
+	// putPrefix is the subject prefix of a put to the results bucket, for
+	// writes that do not wait ($KV.<bucket>.).
+	putPrefix string
+}
+
+// New binds the results and unique-key buckets of names. worker names the
+// writer in every document (host-pid, "dlq-router", ...).
+func New(ctx context.Context, js jetstream.JetStream, names spool.Names, worker string) (*Store, error) {
+	results, err := js.KeyValue(ctx, names.ResultsBucket())
+	if err != nil {
+		return nil, fmt.Errorf("binding results bucket %q: %w", names.ResultsBucket(), err)
+	}
+	unique, err := js.KeyValue(ctx, names.UniqueBucket())
+	if err != nil {
+		return nil, fmt.Errorf("binding unique bucket %q: %w", names.UniqueBucket(), err)
+	}
+	return &Store{
+		js:        js,
+		names:     names,
+		results:   results,
+		unique:    unique,
+		worker:    worker,
+		putPrefix: "$KV." + names.ResultsBucket() + ".",
+	}, nil
+}
+
+// Subject is the subject a put of the result of task id is published to
+// ($KV.<bucket>.<id>), for callers that publish encoded documents
+// themselves (the worker's completion pipeline).
+func (r *Store) Subject(id string) string { return r.putPrefix + id }
+
+// Put stores doc under doc.ID and waits for the bucket's acknowledgement.
+// The worker name is filled in when empty.
+func (r *Store) Put(ctx context.Context, doc spool.Result) error {
+	b, err := r.encode(&doc)
+	if err != nil {
+		return err
+	}
+	if _, err := r.results.Put(ctx, doc.ID, b); err != nil {
+		return fmt.Errorf("writing %s result of task %s: %w", doc.State, doc.ID, err)
+	}
+	return nil
+}
+
+// PutAsync stores doc without waiting for the acknowledgement; failures
+// reach the JetStream context's async error handler. Writes from one
+// connection are stored in order, so a later Put of the same key wins.
+func (r *Store) PutAsync(doc spool.Result) error {
+	b, err := r.encode(&doc)
+	if err != nil {
+		return err
+	}
+	if _, err := r.js.PublishAsync(r.putPrefix+doc.ID, b); err != nil {
+		return fmt.Errorf("writing %s result of task %s: %w", doc.State, doc.ID, err)
+	}
+	return nil
+}
+
+// PutUnacked publishes doc to the bucket without asking for an
+// acknowledgement: the server stores it and sends nothing back, so a lost
+// write goes unnoticed. The worker writes the advisory processing state
+// this way (writes from one connection are stored in order, so the final
+// state, written later and acknowledged, still wins).
+func (r *Store) PutUnacked(doc spool.Result) error {
+	b, err := r.encode(&doc)
+	if err != nil {
+		return err
+	}
+	if err := r.js.Conn().Publish(r.putPrefix+doc.ID, b); err != nil {
+		return fmt.Errorf("writing %s result of task %s: %w", doc.State, doc.ID, err)
+	}
+	return nil
+}
+
+func (r *Store) encode(doc *spool.Result) ([]byte, error) {
+	return r.Encode(make([]byte, 0, 384+len(doc.Result)+len(doc.Error)), doc)
+}
+
+// Encode encodes doc, appending to buf when it can, and fills in the
+// worker name when empty.
+func (r *Store) Encode(buf []byte, doc *spool.Result) ([]byte, error) {
+	if doc.Worker == "" {
+		doc.Worker = r.worker
+	}
+	if b, ok := appendResult(buf, doc); ok {
+		return b, nil
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("encoding result of task %s: %w", doc.ID, err)
+	}
+	return b, nil
+}
+
+// Get reads the result document of id; the error wraps
+// jetstream.ErrKeyNotFound when there is none.
+func (r *Store) Get(ctx context.Context, id string) (spool.Result, error) {
+	var doc spool.Result
+	e, err := r.results.Get(ctx, id)
+	if err != nil {
+		return doc, fmt.Errorf("reading result of task %s: %w", id, err)
+	}
+	if err := json.Unmarshal(e.Value(), &doc); err != nil {
+		return doc, fmt.Errorf("decoding result of task %s: %w", id, err)
+	}
+	return doc, nil
+}
+
+// Dead records a task that went to the dead-letter stream: it writes the
+// dead result document (waiting for it) and releases the task's unique key.
+// Call it after dlq.Publish succeeded and before removing the
+// original. The type and priority come from m.Subject when it parses.
+func (r *Store) Dead(ctx context.Context, m dlq.Message) error {
+	id := spool.TaskID(m.Header, m.Seq)
+	finished := m.FailedAt
+	if finished.IsZero() {
+		finished = time.Now()
+	}
+	doc := spool.Result{
+		ID:          id,
+		State:       spool.StateDead,
+		Attempts:    m.Attempts,
+		Error:       m.Err,
+		Reason:      m.Reason,
+		EnqueuedAt:  m.EnqueuedAt,
+		FinishedAt:  &finished,
+		TraceParent: m.Header.Get(spool.HeaderTraceParent),
+	}
+	if !m.StartedAt.IsZero() {
+		s := m.StartedAt
+		doc.StartedAt = &s
+	}
+	if p, typ, err := r.names.ParseTaskSubject(m.Subject); err == nil {
+		doc.Priority, doc.Type = p, typ
+	}
+	if err := r.Put(ctx, doc); err != nil {
+		return err
+	}
+	return r.ReleaseUnique(ctx, m.Header.Get(spool.HeaderUniqueKey), id)
+}
+
+// ReleaseUnique deletes the unique key key (the Spool-Unique-Key value,
+// stored under spool.UniqueKVKey(key)) from the unique bucket if it still
+// belongs to task id, so a new task with the same key can be enqueued. A
+// key that is gone, expired or taken by another task is left alone. An
+// empty key is a no-op.
+func (r *Store) ReleaseUnique(ctx context.Context, key, id string) error {
+	if key == "" {
+		return nil
+	}
+	kvKey := spool.UniqueKVKey(key)
+	e, err := r.unique.Get(ctx, kvKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading unique key %q of task %s: %w", key, id, err)
+	}
+	if string(e.Value()) != id {
+		return nil
+	}
+	err = r.unique.Delete(ctx, kvKey, jetstream.LastRevision(e.Revision()))
+	if err != nil && !isWrongLastSequence(err) {
+		return fmt.Errorf("releasing unique key %q of task %s: %w", key, id, err)
+	}
+	return nil
+}
+
+// isWrongLastSequence reports the error of a conditional write that lost a
+// race: another writer changed the key since we read it.
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// appendResult appends doc encoded exactly as json.Marshal encodes it,
+// without reflection: the worker writes one or two documents per task,
+// and reflection plus the stack growth of json.Marshal's recursion in a
+// fresh attempt goroutine were the largest CPU cost of a fast task. ok is
+// false when doc holds something this encoder leaves to json.Marshal
+// (characters that need escaping, a result that is not compact JSON, a
+// time json.Marshal rejects, an invalid priority).
+func appendResult(b []byte, doc *spool.Result) (_ []byte, ok bool) {
+	if !doc.Priority.Valid() {
+		return nil, false
+	}
+	b = append(b, `{"id":`...)
+	if b, ok = appendPlainString(b, doc.ID); !ok {
+		return nil, false
+	}
+	b = append(b, `,"type":`...)
+	if b, ok = appendPlainString(b, doc.Type); !ok {
+		return nil, false
+	}
+	b = append(b, `,"priority":"`...)
+	b = append(b, doc.Priority.String()...)
+	b = append(b, `","state":`...)
+	if b, ok = appendPlainString(b, string(doc.State)); !ok {
+		return nil, false
+	}
+	b = append(b, `,"attempts":`...)
+	b = strconv.AppendInt(b, int64(doc.Attempts), 10)
+	if len(doc.Result) > 0 {
+		if !plainJSON(doc.Result) {
+			return nil, false
+		}
+		b = append(b, `,"result":`...)
+		b = append(b, doc.Result...)
+	}
+	if doc.Error != "" {
+		b = append(b, `,"error":`...)
+		if b, ok = appendPlainString(b, doc.Error); !ok {
+			return nil, false
+		}
+	}
+	if doc.Reason != "" {
+		b = append(b, `,"reason":`...)
+		if b, ok = appendPlainString(b, string(doc.Reason)); !ok {
+			return nil, false
+		}
+	}
+	if doc.NextAttempt != nil {
+		if b, ok = appendTime(append(b, `,"next_attempt_at":`...), *doc.NextAttempt); !ok {
+			return nil, false
+		}
+	}
+	if b, ok = appendTime(append(b, `,"enqueued_at":`...), doc.EnqueuedAt); !ok {
+		return nil, false
+	}
+	if doc.StartedAt != nil {
+		if b, ok = appendTime(append(b, `,"started_at":`...), *doc.StartedAt); !ok {
+			return nil, false
+		}
+	}
+	if doc.FinishedAt != nil {
+		if b, ok = appendTime(append(b, `,"finished_at":`...), *doc.FinishedAt); !ok {
+			return nil, false
+		}
+	}
+	if doc.Worker != "" {
+		b = append(b, `,"worker":`...)
+		if b, ok = appendPlainString(b, doc.Worker); !ok {
+			return nil, false
+		}
+	}
+	if doc.TraceParent != "" {
+		b = append(b, `,"traceparent":`...)
+		if b, ok = appendPlainString(b, doc.TraceParent); !ok {
+			return nil, false
+		}
+	}
+	if doc.Replays != 0 {
+		b = append(b, `,"replays":`...)
+		b = strconv.AppendInt(b, int64(doc.Replays), 10)
+	}
+	if doc.ReplayedAt != nil {
+		if b, ok = appendTime(append(b, `,"replayed_at":`...), *doc.ReplayedAt); !ok {
+			return nil, false
+		}
+	}
+	return append(b, '}'), true
+}
+
+// appendPlainString appends s quoted when no character of it needs
+// escaping in json.Marshal's output (printable ASCII except ", \, <, >
+// and &); ok is false otherwise.
+func appendPlainString(b []byte, s string) ([]byte, bool) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return nil, false
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"'), true
+}
+
+// plainJSON reports whether raw (valid JSON, as spool.ResultValue makes
+// it) is printed unchanged by json.Marshal: no whitespace to compact and
+// nothing to escape.
+func plainJSON(raw []byte) bool {
+	for _, c := range raw {
+		if c <= ' ' || c > 0x7e || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return json.Valid(raw)
+}
+
+// appendTime appends t as time.Time.MarshalJSON does (RFC 3339 with
+// nanoseconds, quoted); ok is false for years it rejects.
+func appendTime(b []byte, t time.Time) ([]byte, bool) {
+	if y := t.Year(); y < 0 || y > 9999 {
+		return nil, false
+	}
+	b = append(b, '"')
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"'), true
+}

@@ -1,0 +1,35 @@
+package admin
+
+import (
+	"context"
+
+	"github.com/spoolq/spool/streams/dlq"
+)
+
+// The dead-letter operations are package dlq's on the client's connection
+// and names; their errors are dlq's (dlq.ErrNotFound, dlq.ErrInvalidFilter,
+// dlq.ErrNoFilter, dlq.ErrNotReplayable).
+
+// DeadLetters returns the first page of dead letters matching f, oldest
+// first; f.After pages on (dlq.Page.Next).
+func (c *Client) DeadLetters(ctx context.Context, f dlq.Filter) (dlq.Page, error) {
+	return c.dlq.List(ctx, f)
+}
+
+// DeadLetter returns the dead letter with DLQ sequence seq.
+func (c *Client) DeadLetter(ctx context.Context, seq uint64) (dlq.Letter, error) {
+	return c.dlq.Get(ctx, seq)
+}
+
+// Replay sends dead letter seq back to the subject it died on, its
+// attempts reset, and removes it from the dead-letter stream.
+func (c *Client) Replay(ctx context.Context, seq uint64) (dlq.Replayed, error) {
+	return c.dlq.Replay(ctx, seq)
+}
+
+// Purge deletes the dead letters matching f, or every one when all is set,
+// and returns how many it deleted; f must select something unless all is
+// set.
+func (c *Client) Purge(ctx context.Context, f dlq.Filter, all bool) (uint64, error) {
+	return c.dlq.Purge(ctx, f, all)
+}

@@ -1,0 +1,103 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
+)
+
+// PriorityStatus describes one priority's queue.
+type PriorityStatus struct {
+	Priority spool.Priority `json:"priority"`
+	// Pending counts tasks not yet delivered to any worker.
+	Pending uint64 `json:"pending"`
+	// InFlight counts tasks delivered and not yet acked: running, or
+	// waiting in retry backoff.
+	InFlight int `json:"in_flight"`
+	// Redelivered counts in-flight tasks delivered more than once.
+	Redelivered int `json:"redelivered"`
+	// OldestWait is the age of the oldest task not yet delivered; zero when
+	// none waits.
+	OldestWait time.Duration `json:"oldest_wait_ns"`
+}
+
+// Status is a snapshot of the whole queue.
+type Status struct {
+	// Priorities has one entry per priority, most urgent first.
+	Priorities []PriorityStatus `json:"priorities"`
+	// Scheduled counts delayed tasks whose time has not come.
+	Scheduled uint64 `json:"scheduled"`
+	// DeadLetters is the number of messages in the DLQ stream.
+	DeadLetters uint64 `json:"dead_letters"`
+	// Results is the number of result documents kept.
+	Results uint64 `json:"results"`
+	// StoreBytes is the task stream's size on the server.
+	StoreBytes uint64 `json:"store_bytes"`
+}
+
+// Status reads the queue's status: a few JetStream requests per priority,
+// whatever the backlog.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	return read(ctx, c, c.status)
+}
+
+func (c *Client) status(ctx context.Context) (Status, error) {
+	var st Status
+	names := c.names
+	tasks, err := c.js.Stream(ctx, names.TaskStream())
+	if err != nil {
+		return st, fmt.Errorf("reading stream %q: %w", names.TaskStream(), err)
+	}
+	now := time.Now()
+	for _, p := range spool.Priorities {
+		cons, err := tasks.Consumer(ctx, names.Consumer(p))
+		if err != nil {
+			return st, fmt.Errorf("reading consumer %q: %w", names.Consumer(p), err)
+		}
+		info := cons.CachedInfo()
+		ps := PriorityStatus{
+			Priority:    p,
+			Pending:     info.NumPending,
+			InFlight:    info.NumAckPending,
+			Redelivered: info.NumRedelivered,
+		}
+		if ps.Pending > 0 {
+			oldest, err := streams.OldestWaiting(ctx, tasks, names, p, info)
+			if err != nil {
+				return st, err
+			}
+			if !oldest.IsZero() {
+				ps.OldestWait = now.Sub(oldest)
+			}
+		}
+		st.Priorities = append(st.Priorities, ps)
+	}
+	info, err := tasks.Info(ctx, jetstream.WithSubjectFilter(names.SchedFilter()))
+	if err != nil {
+		return st, fmt.Errorf("reading stream %q: %w", names.TaskStream(), err)
+	}
+	for _, n := range info.State.Subjects {
+		st.Scheduled += n
+	}
+	st.StoreBytes = info.State.Bytes
+	if st.DeadLetters, err = c.streamMsgs(ctx, names.DLQStream()); err != nil {
+		return st, err
+	}
+	if st.Results, err = c.streamMsgs(ctx, "KV_"+names.ResultsBucket()); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+func (c *Client) streamMsgs(ctx context.Context, name string) (uint64, error) {
+	s, err := c.js.Stream(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("reading stream %q: %w", name, err)
+	}
+	return s.CachedInfo().State.Msgs, nil
+}
