@@ -64,10 +64,11 @@ func (e *UnavailableError) Unwrap() []error { return []error{ErrUnavailable, e.E
 // Retryable reports whether err is one that retrying can cure: a request
 // that timed out or found no responder, a lost or reconnecting
 // connection, a publish no stream answered, or a JetStream API error that
-// says the cluster is between leaders (503, "not leader"). A caller's own
+// says the cluster is between leaders ("temporarily unavailable", "not
+// leader", offline). A full store (also a 503) is not. A caller's own
 // cancellation is not retryable; a per-try deadline is.
 func Retryable(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) {
+	if err == nil || errors.Is(err, context.Canceled) || NotFound(err) {
 		return false
 	}
 	switch {
@@ -77,14 +78,22 @@ func Retryable(err error) bool {
 		errors.Is(err, nats.ErrConnectionReconnecting),
 		errors.Is(err, nats.ErrDisconnected),
 		errors.Is(err, jetstream.ErrNoStreamResponse),
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout),
 		errors.Is(err, jetstream.ErrJetStreamNotEnabled):
 		return true
 	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
-		return apiErr.Code == 503 || clusterErrorCodes[apiErr.ErrorCode]
+		return clusterErrorCodes[apiErr.ErrorCode]
 	}
 	return false
+}
+
+// NotFound reports a real 404: the stream, consumer or bucket does not
+// exist. It fails at once, whatever else the error says.
+func NotFound(err error) bool {
+	return errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, jetstream.ErrBucketNotFound)
 }
 
 // clusterErrorCodes are the JetStream error codes of a cluster between

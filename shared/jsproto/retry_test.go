@@ -28,8 +28,10 @@ func TestRetryable(t *testing.T) {
 		{jetstream.ErrJetStreamNotEnabled, true},
 		{&jetstream.APIError{Code: 500, ErrorCode: 10009}, true},
 		{&jetstream.APIError{Code: 503, ErrorCode: 10008}, true},
+		{&jetstream.APIError{Code: 503, ErrorCode: 10047}, false}, // storage full
 		{jetstream.ErrStreamNotFound, false},
 		{jetstream.ErrConsumerNotFound, false},
+		{fmt.Errorf("%w: %w", jetstream.ErrNoStreamResponse, jetstream.ErrStreamNotFound), false},
 		{jetstream.ErrKeyNotFound, false},
 		{errors.New("bad request"), false},
 	} {

@@ -45,7 +45,7 @@ func New(ctx context.Context, js jetstream.JetStream, names spool.Names, worker 
 		results:   results,
 		unique:    unique,
 		worker:    worker,
-		putPrefix: "$KV." + names.ResultsBucket() + ".",
+		putPrefix: names.ResultSubject(""),
 	}, nil
 }
 
