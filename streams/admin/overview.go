@@ -25,7 +25,7 @@ type Overview struct {
 // fleet. It fails when the status cannot be read; a fleet that cannot be
 // asked is reported in FleetError.
 func (c *Client) Overview(ctx context.Context) (Overview, error) {
-	return read(ctx, c, c.overview)
+	return call(ctx, c, "reading the queue's status", c.overview)
 }
 
 func (c *Client) overview(ctx context.Context) (Overview, error) {

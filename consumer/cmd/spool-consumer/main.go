@@ -119,7 +119,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			logger.Warn("stopping the metrics listener", "error", err)
 		}
 	}()
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// Start-up rides out an election: the worker's look-ups are retried
+	// until the cluster answers or SPOOL_STARTUP_TIMEOUT passes.
+	startCtx, cancel := context.WithTimeout(ctx, cfg.Startup())
 	err = w.Start(startCtx)
 	cancel()
 	if err != nil {
@@ -179,7 +181,9 @@ func startRouter(ctx context.Context, nc *nats.Conn, cfg Config, worker string, 
 	if err != nil {
 		return nil, fmt.Errorf("creating the dlq router: %w", err)
 	}
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// Start-up rides out an election: the worker's look-ups are retried
+	// until the cluster answers or SPOOL_STARTUP_TIMEOUT passes.
+	startCtx, cancel := context.WithTimeout(ctx, cfg.StartupTimeout)
 	defer cancel()
 	if err := r.Start(startCtx); err != nil {
 		return nil, fmt.Errorf("starting the dlq router: %w", err)
