@@ -181,9 +181,9 @@ func startRouter(ctx context.Context, nc *nats.Conn, cfg Config, worker string, 
 	if err != nil {
 		return nil, fmt.Errorf("creating the dlq router: %w", err)
 	}
-	// Start-up rides out an election: the worker's look-ups are retried
+	// Start-up rides out an election: the router's look-ups are retried
 	// until the cluster answers or SPOOL_STARTUP_TIMEOUT passes.
-	startCtx, cancel := context.WithTimeout(ctx, cfg.StartupTimeout)
+	startCtx, cancel := context.WithTimeout(ctx, cfg.Startup())
 	defer cancel()
 	if err := r.Start(startCtx); err != nil {
 		return nil, fmt.Errorf("starting the dlq router: %w", err)
