@@ -71,6 +71,9 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 		a.maxAttempts = md
 	}
 	a.uniqueKey = meta.UniqueKey
+	if a.attempt > 1 && w.storedAlready(a) {
+		return
+	}
 	timeout := w.o.TaskTimeout
 	if meta.Timeout > 0 {
 		timeout = meta.Timeout
@@ -95,6 +98,29 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 		w.putProcessing(a)
 	}
 	w.run(a, task, timeout, outcome{pickup: pickup})
+}
+
+// storedAlready settles a redelivered task whose completed result is
+// stored already: an attempt finished, its result was stored, and its ack
+// was lost (a consumer leader change, a connection lost after the result
+// write). It acks the task instead of running it again; the outcome stands
+// as it was stored, never recomputed. The document must be of this very
+// message (its enqueue time is the message's), so a task enqueued again
+// under the same id, or replayed, still runs. Only redeliveries pay the
+// read, bounded by the per-try timeout; a read that fails runs the task.
+func (w *Worker) storedAlready(a attemptInfo) bool {
+	ctx, cancel := context.WithTimeout(w.ioCtx, w.pipe.timeout)
+	defer cancel()
+	doc, err := w.results.Get(ctx, a.id)
+	if err != nil || doc.State != spool.StateCompleted || !doc.EnqueuedAt.Equal(a.enq) {
+		return false
+	}
+	if err := a.msg.Ack(); err != nil {
+		w.log.Warn("acking a redelivered task whose result is stored", "task_id", a.id, "error", err)
+	}
+	w.log.Info("redelivered task was completed already; acked without running it", "task_id", a.id, "attempt", a.attempt)
+	w.rec.recordAcked(a.p, a.typ)
+	return true
 }
 
 func (w *Worker) putProcessing(a attemptInfo) {

@@ -28,6 +28,10 @@ type Counters struct {
 	// after a try the cluster did not answer (a leader election); a write
 	// stored on a later try counts here and nowhere else.
 	WriteRetries uint64
+	// AckedStored counts redelivered tasks acked without running because
+	// their completed result was stored already (an ack lost in a leader
+	// change).
+	AckedStored uint64
 	// Dead counts tasks sent to the dead-letter stream.
 	Dead uint64
 	// Returned counts tasks handed back unfinished at shutdown.
@@ -44,6 +48,7 @@ func (c *Counters) add(o *Counters) {
 	c.Failed += o.Failed
 	c.Retried += o.Retried
 	c.WriteRetries += o.WriteRetries
+	c.AckedStored += o.AckedStored
 	c.Dead += o.Dead
 	c.Returned += o.Returned
 	c.Pickup = c.Pickup.Clone()
@@ -191,6 +196,17 @@ func (r *recorder) writeRetry(p spool.Priority, typ string) {
 		tc.WriteRetries++
 	} else if tc := r.byType["other"]; tc != nil && len(r.byType) >= maxTypes {
 		tc.WriteRetries++
+	}
+}
+
+// recordAcked counts a redelivered task acked because its completed
+// result was stored already.
+func (r *recorder) recordAcked(p spool.Priority, typ string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.byPrio[p].AckedStored++
+	if tc := r.byType[typ]; tc != nil {
+		tc.AckedStored++
 	}
 }
 

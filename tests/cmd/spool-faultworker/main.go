@@ -145,7 +145,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	startCtx, cancel := context.WithTimeout(ctx, cfg.Startup())
 	err = w.Start(startCtx)
 	cancel()
 	if err != nil {
@@ -160,7 +160,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			dlqrouter.WithFetchWait(500*time.Millisecond),
 		)
 		if err == nil {
-			startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			startCtx, cancel := context.WithTimeout(ctx, cfg.Startup())
 			err = router.Start(startCtx)
 			cancel()
 		}
