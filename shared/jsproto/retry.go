@@ -150,7 +150,10 @@ func (r Retry) Do(ctx context.Context, what string, fn func(ctx context.Context)
 		if err == nil {
 			return nil
 		}
-		if !Retryable(err) {
+		// A try cancelled while the caller's context is not: nats.go
+		// cancels a request whose connection changed under it.
+		triedAgain := Retryable(err) || ctx.Err() == nil && errors.Is(err, context.Canceled) && !NotFound(err)
+		if !triedAgain {
 			return err
 		}
 		if ctx.Err() != nil {

@@ -51,45 +51,9 @@ func TestNodeLoss(t *testing.T) {
 	// About 500 tasks a second, so the producer runs across both faults.
 	go func() { produced <- gen.enqueue(ctx, tasks, values, 50, 100*time.Millisecond) }()
 
-	// index maps a server name to its node.
-	index := func(name string) int {
-		for i, s := range c.Servers() {
-			if s.Name() == name {
-				return i
-			}
-		}
-		t.Fatalf("no node named %q", name)
-		return -1
-	}
-	// loseLeader stops the node that leads what leader reads, waits for
-	// another node to lead, and restarts the stopped one.
 	loseLeader := func(what string, leader func(context.Context) (string, error)) {
 		t.Helper()
-		var old string
-		streamstest.WaitFor(t, 30*time.Second, func() error {
-			var err error
-			if old, err = leader(ctx); err != nil {
-				return fmt.Errorf("%s leader: %w", what, err)
-			}
-			return nil
-		})
-		i := index(old)
-		c.Stop(i)
-		stopped := time.Now()
-		streamstest.WaitFor(t, time.Minute, func() error {
-			l, err := leader(ctx)
-			if err == nil && (l == "" || l == old) {
-				err = fmt.Errorf("leader %q", l)
-			}
-			if err != nil {
-				return fmt.Errorf("a new %s leader: %w", what, err)
-			}
-			return nil
-		})
-		t.Logf("%s leader %s stopped; new leader after %s", what, old, time.Since(stopped).Round(time.Millisecond))
-		if err := c.Restart(i); err != nil {
-			t.Fatal(err)
-		}
+		loseLeader(t, ctx, c, what, leader)
 	}
 	streamLeader := func(ctx context.Context) (string, error) {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -146,6 +110,48 @@ func TestNodeLoss(t *testing.T) {
 	if r.Completed != r.Tasks {
 		t.Errorf("%d of %d tasks completed; dead: %s", r.Completed, r.Tasks, r.DeadSummary())
 	}
+}
+
+// loseLeader stops the node that leads what leader reads, waits for
+// another node to lead, and restarts the stopped one. It returns when the
+// node was stopped and how long the election took.
+func loseLeader(t testing.TB, ctx context.Context, c *embedded.Cluster, what string, leader func(context.Context) (string, error)) (stopped time.Time, election time.Duration) {
+	t.Helper()
+	var old string
+	streamstest.WaitFor(t, 30*time.Second, func() error {
+		var err error
+		if old, err = leader(ctx); err != nil {
+			return fmt.Errorf("%s leader: %w", what, err)
+		}
+		return nil
+	})
+	i := -1
+	for j, s := range c.Servers() {
+		if s.Name() == old {
+			i = j
+		}
+	}
+	if i < 0 {
+		t.Fatalf("no node named %q", old)
+	}
+	c.Stop(i)
+	stopped = time.Now()
+	streamstest.WaitFor(t, time.Minute, func() error {
+		l, err := leader(ctx)
+		if err == nil && (l == "" || l == old) {
+			err = fmt.Errorf("leader %q", l)
+		}
+		if err != nil {
+			return fmt.Errorf("a new %s leader: %w", what, err)
+		}
+		return nil
+	})
+	election = time.Since(stopped)
+	t.Logf("%s leader %s stopped; new leader after %s", what, old, election.Round(time.Millisecond))
+	if err := c.Restart(i); err != nil {
+		t.Fatal(err)
+	}
+	return stopped, election
 }
 
 // clusterLeader returns the leader named in info.

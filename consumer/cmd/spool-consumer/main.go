@@ -124,6 +124,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	startCtx, cancel := context.WithTimeout(ctx, cfg.Startup())
 	err = w.Start(startCtx)
 	cancel()
+	if err != nil && ctx.Err() != nil {
+		return nil // SIGINT or SIGTERM while waiting for the cluster
+	}
 	if err != nil {
 		return err
 	}
@@ -133,6 +136,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 			defer cancel()
+			if ctx.Err() != nil {
+				err = nil // SIGINT or SIGTERM while waiting for the cluster
+			}
 			return errors.Join(err, w.Stop(stopCtx))
 		}
 	}
