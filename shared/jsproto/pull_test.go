@@ -82,7 +82,10 @@ func TestPullStatusesFromServer(t *testing.T) {
 		if _, err := js.Publish(ctx, "DELIVER.a", []byte("task")); err != nil {
 			t.Fatal(err)
 		}
-		m := pull(t, nc, "DELIVER", "c", jsproto.PullRequest{Batch: 1, NoWait: true}.AppendJSON(nil), timeout)
+		// A waiting pull, not a no-wait one: the consumer learns of a stored
+		// message asynchronously, so a no-wait pull sent right after the
+		// publish's ack can still be answered 404.
+		m := pull(t, nc, "DELIVER", "c", jsproto.PullRequest{Batch: 1, Expires: 5 * time.Second}.AppendJSON(nil), timeout)
 		if _, ok := jsproto.CheckStatus(m); ok {
 			t.Fatalf("a delivered message read as a status: %+v", m.Header)
 		}
@@ -193,7 +196,9 @@ func TestPullStatusesFromServer(t *testing.T) {
 		if _, err := js.Publish(ctx, "BIG.a", make([]byte, 1000)); err != nil {
 			t.Fatal(err)
 		}
-		m := pull(t, nc, "BIG", "c", []byte(`{"batch":1,"max_bytes":10,"no_wait":true}`), timeout)
+		// A waiting pull, as for a delivered message above: a no-wait one can
+		// reach the consumer before it has learnt of the stored message.
+		m := pull(t, nc, "BIG", "c", []byte(`{"batch":1,"max_bytes":10,"expires":5000000000}`), timeout)
 		wantStatus(t, m, "409", jsproto.Done, jetstream.ErrMaxBytesExceeded)
 	})
 	t.Run("400 bad request", func(t *testing.T) {
