@@ -189,24 +189,25 @@ func (r *recorder) record(p spool.Priority, typ string, o outcome) {
 // writeRetry counts a settling write of a task of priority p and type typ
 // sent again.
 func (r *recorder) writeRetry(p spool.Priority, typ string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.byPrio[p].WriteRetries++
-	if tc := r.byType[typ]; tc != nil {
-		tc.WriteRetries++
-	} else if tc := r.byType["other"]; tc != nil && len(r.byType) >= maxTypes {
-		tc.WriteRetries++
-	}
+	r.count(p, typ, func(c *Counters) { c.WriteRetries++ })
 }
 
 // recordAcked counts a redelivered task acked because its completed
 // result was stored already.
 func (r *recorder) recordAcked(p spool.Priority, typ string) {
+	r.count(p, typ, func(c *Counters) { c.AckedStored++ })
+}
+
+// count applies inc to the counters of priority p and of type typ (or
+// "other", when typ has none because the type table is full).
+func (r *recorder) count(p spool.Priority, typ string, inc func(*Counters)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.byPrio[p].AckedStored++
+	inc(&r.byPrio[p])
 	if tc := r.byType[typ]; tc != nil {
-		tc.AckedStored++
+		inc(tc)
+	} else if tc := r.byType["other"]; tc != nil {
+		inc(tc)
 	}
 }
 

@@ -28,7 +28,7 @@ type electionFault struct {
 }
 
 var electionFaults = []electionFault{
-	{"meta leader", func(_ context.Context, c *embedded.Cluster, _ jetstream.JetStream) (string, error) {
+	{"meta", func(_ context.Context, c *embedded.Cluster, _ jetstream.JetStream) (string, error) {
 		for _, s := range c.Servers() {
 			if s.Running() && s.JetStreamIsLeader() {
 				return s.Name(), nil
@@ -36,10 +36,10 @@ var electionFaults = []electionFault{
 		}
 		return "", errors.New("no meta leader")
 	}},
-	{"task stream leader", func(ctx context.Context, _ *embedded.Cluster, js jetstream.JetStream) (string, error) {
+	{"task stream", func(ctx context.Context, _ *embedded.Cluster, js jetstream.JetStream) (string, error) {
 		return streamLeaderOf(ctx, js, names.TaskStream())
 	}},
-	{"results bucket leader", func(ctx context.Context, _ *embedded.Cluster, js jetstream.JetStream) (string, error) {
+	{"results bucket", func(ctx context.Context, _ *embedded.Cluster, js jetstream.JetStream) (string, error) {
 		return streamLeaderOf(ctx, js, "KV_"+names.ResultsBucket())
 	}},
 }
@@ -68,6 +68,22 @@ func electionCluster(t *testing.T) (*embedded.Cluster, string, *nats.Conn, jetst
 	return c, url, nc, provision(t, nc, settings(3))
 }
 
+// electionFleet starts two worker processes of 16 slots on url and
+// returns them with a producer client on nc.
+func electionFleet(t *testing.T, url string, nc *nats.Conn, chk *checker.Checker) (*fleet, *producer.Client) {
+	t.Helper()
+	fl := newFleet(t, url, chk, "SPOOL_CONCURRENCY=16")
+	for range 2 {
+		fl.start()
+	}
+	client, err := producer.New(nc, producer.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	return fl, client
+}
+
 // waitBound is how long a Wait on a 3 s task may take through an
 // election: well before the Wait's own minute. A Wait that hangs on a
 // request the election swallowed takes the whole minute.
@@ -78,19 +94,11 @@ const waitBound = 30 * time.Second
 // completed result well before its own timeout.
 func TestElectionWaits(t *testing.T) {
 	start := time.Now()
-	c, url, nc, js := electionCluster(t)
+	c, url, _, js := electionCluster(t)
 	chk := checker.New()
-	fl := newFleet(t, url, chk, "SPOOL_CONCURRENCY=16")
-	for range 2 {
-		fl.start()
-	}
 	// The client on a connection of its own, which may be the killed
 	// node's: it reconnects.
-	client, err := producer.New(connect(t, url, "faults-election-waits"), producer.WithTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
+	fl, client := electionFleet(t, url, connect(t, url, "faults-election-waits"), chk)
 	ctx := ctxFor(t, 5*time.Minute)
 	rounds := max(3, scale(3)/2)
 	for _, f := range electionFaults {
@@ -134,9 +142,8 @@ func TestElectionWaits(t *testing.T) {
 			}
 			slowest = max(slowest, slices.Max(took))
 		}
-		t.Logf("%s killed %d times while 10 Waits opened: slowest Wait %s (tasks take 3s)", f.name, rounds, slowest.Round(time.Millisecond))
+		t.Logf("%s leader killed %d times while 10 Waits opened: slowest Wait %s (tasks take 3s)", f.name, rounds, slowest.Round(time.Millisecond))
 	}
-	_ = nc
 	fl.checkAlive()
 	fl.stopAll(30 * time.Second)
 	collect(t, js, chk)
@@ -156,15 +163,7 @@ func TestElectionLoad(t *testing.T) {
 	start := time.Now()
 	c, url, nc, js := electionCluster(t)
 	chk := checker.New()
-	fl := newFleet(t, url, chk, "SPOOL_CONCURRENCY=16")
-	for range 2 {
-		fl.start()
-	}
-	client, err := producer.New(nc, producer.WithTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
+	fl, client := electionFleet(t, url, nc, chk)
 	gen := &loadGen{client: client, chk: chk}
 	tasks, values := tasksFor(t, "elect", n)
 
@@ -221,7 +220,7 @@ func TestElectionLoad(t *testing.T) {
 	done := slices.Clone(completions)
 	mu.Unlock()
 	for _, k := range kills {
-		t.Logf("%s killed: completions stopped for %s", k.fault, longestGap(done, k.at, 15*time.Second).Round(time.Millisecond))
+		t.Logf("%s leader killed: completions stopped for %s", k.fault, longestGap(done, k.at, 15*time.Second).Round(time.Millisecond))
 	}
 	r := report(t, "elections under load (3 nodes, R3)", fmt.Sprintf("%d kills of each of 3 leaders", rounds), start, chk, left)
 	if r.Completed != r.Tasks || r.Tasks != n {
@@ -233,20 +232,25 @@ func TestElectionLoad(t *testing.T) {
 }
 
 // longestGap is the longest time without a completion in the window
-// after from (times is in order of arrival).
+// after from, the window ending early with the last completion of the run
+// (times is in order of arrival).
 func longestGap(times []time.Time, from time.Time, window time.Duration) time.Duration {
+	end := from.Add(window)
+	if n := len(times); n > 0 && times[n-1].Before(end) {
+		end = times[n-1]
+	}
 	last, gap := from, time.Duration(0)
 	for _, at := range times {
 		if at.Before(from) {
 			continue
 		}
-		if at.After(from.Add(window)) {
+		if at.After(end) {
 			break
 		}
 		gap = max(gap, at.Sub(last))
 		last = at
 	}
-	return gap
+	return max(gap, end.Sub(last))
 }
 
 // TestWorkerStartsDuringElection starts a worker process right after the
