@@ -16,6 +16,7 @@ import (
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams/embedded"
+	"github.com/spoolq/spool/streams/streamstest"
 	"github.com/spoolq/spool/tests/checker"
 )
 
@@ -196,8 +197,21 @@ func TestElectionLoad(t *testing.T) {
 		at    time.Time
 	}
 	var kills []kill
+	seen := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(completions)
+	}
 	for range rounds {
 		for _, f := range electionFaults {
+			// Each kill under load: 1,000 more completions first.
+			want := seen() + 1_000
+			streamstest.WaitFor(t, time.Minute, func() error {
+				if n := seen(); n < want {
+					return fmt.Errorf("%d completions, waiting for %d", n, want)
+				}
+				return nil
+			})
 			at, _ := loseLeader(t, ctx, c, f.name, func(ctx context.Context) (string, error) { return f.leader(ctx, c, js) })
 			kills = append(kills, kill{f.name, at})
 		}
@@ -219,6 +233,7 @@ func TestElectionLoad(t *testing.T) {
 	mu.Lock()
 	done := slices.Clone(completions)
 	mu.Unlock()
+	t.Logf("%d completions seen on %s", len(done), names.ResultSubject("*"))
 	for _, k := range kills {
 		t.Logf("%s leader killed: completions stopped for %s", k.fault, longestGap(done, k.at, 15*time.Second).Round(time.Millisecond))
 	}
