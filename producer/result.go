@@ -54,7 +54,9 @@ func (c *Client) Result(ctx context.Context, id string) (spool.Result, error) {
 // core NATS first, so no write is missed, then reads the key (each read
 // bounded and retried, see jsproto.Retry), and reads it again every
 // WaitRecheck as a safety net for a write it did not see (a reconnect in
-// between). When ctx ends first, the error says the last state seen.
+// between). A terminal document seen on the subject is read back before
+// Wait returns it, so what Wait returns is stored and Result finds it.
+// When ctx ends first, the error says the last state seen.
 func (c *Client) Wait(ctx context.Context, id string) (spool.Result, error) {
 	if err := spool.ValidateID(id); err != nil {
 		return spool.Result{}, invalid("id", err)
@@ -89,6 +91,10 @@ func (c *Client) Wait(ctx context.Context, id string) (spool.Result, error) {
 	}
 	var last spool.Result
 	var lastErr error // of the last read that failed
+	// A terminal document seen on the subject is confirmed by a read
+	// before Wait returns: the publish is seen before the bucket stores
+	// it, and a Result right after Wait must find what Wait returned.
+	confirming := 0
 	recheck := time.NewTimer(0)
 	defer recheck.Stop()
 	for {
@@ -110,12 +116,12 @@ func (c *Client) Wait(ctx context.Context, id string) (spool.Result, error) {
 			if err := json.Unmarshal(m.Data, &r); err != nil {
 				return r, fmt.Errorf("decoding the result of task %q: %w", id, err)
 			}
-			if r.State.Terminal() {
-				return r, nil
-			}
 			last = r
+			if r.State.Terminal() && confirming == 0 {
+				confirming = 1
+				recheck.Reset(0)
+			}
 		case <-recheck.C:
-			recheck.Reset(WaitRecheck)
 			// One read, bounded by the recheck interval: a read the
 			// cluster does not answer is tried again at the next one,
 			// while the subscription keeps listening.
@@ -127,12 +133,18 @@ func (c *Client) Wait(ctx context.Context, id string) (spool.Result, error) {
 				lastErr = err
 			case err != nil:
 				return r, err
-			case !found:
-			case r.State.Terminal():
+			case found && r.State.Terminal():
 				return r, nil
-			default:
+			case found:
 				last = r
 			}
+			next := WaitRecheck
+			if confirming > 0 {
+				// Stored in a moment: read again soon.
+				next = min(10*time.Millisecond<<min(confirming, 7), time.Second)
+				confirming++
+			}
+			recheck.Reset(next)
 		}
 	}
 }
