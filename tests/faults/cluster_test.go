@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams/embedded"
 	"github.com/spoolq/spool/streams/streamstest"
@@ -34,15 +33,7 @@ func TestNodeLoss(t *testing.T) {
 	js := provision(t, nc, settings(3))
 	chk := checker.New()
 	chk.ExplainUnfaulted("result write or ack lost in a leader change")
-	fl := newFleet(t, url, chk, "SPOOL_CONCURRENCY=16")
-	for range 2 {
-		fl.start()
-	}
-	client, err := producer.New(nc, producer.WithTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
+	fl, client := twoWorkers(t, url, nc, chk)
 	gen := &loadGen{client: client, chk: chk}
 	tasks, values := tasksFor(t, "cluster", n)
 
@@ -88,6 +79,22 @@ func TestNodeLoss(t *testing.T) {
 		loseLeader("consumer "+names.Consumer(spool.Normal), consumerLeader)
 	}
 
+	left := finishLoad(t, ctx, start, produced, js, fl, chk, gen)
+	r := report(t, "node loss (3 nodes, R3)", fmt.Sprintf("%d stream + %d consumer leaders stopped", rounds, rounds), start, chk, left)
+	if r.Tasks != n {
+		t.Errorf("%d tasks recorded, want %d", r.Tasks, n)
+	}
+	if r.Completed != r.Tasks {
+		t.Errorf("%d of %d tasks completed; dead: %s", r.Completed, r.Tasks, r.DeadSummary())
+	}
+}
+
+// finishLoad waits for the producer (its error fails the test), for the
+// queue to settle, stops the fleet and feeds the results, dead letters and
+// execution logs to the checker; it returns the acknowledged tasks left in
+// the stream.
+func finishLoad(t testing.TB, ctx context.Context, start time.Time, produced <-chan error, js jetstream.JetStream, fl *fleet, chk *checker.Checker, gen *loadGen) []string {
+	t.Helper()
 	select {
 	case err := <-produced:
 		if err != nil {
@@ -103,13 +110,7 @@ func TestNodeLoss(t *testing.T) {
 	collect(t, js, chk)
 	fl.readLogs()
 	t.Logf("%d enqueues retried after an error", gen.Retries.Load())
-	r := report(t, "node loss (3 nodes, R3)", fmt.Sprintf("%d stream + %d consumer leaders stopped", rounds, rounds), start, chk, left)
-	if r.Tasks != n {
-		t.Errorf("%d tasks recorded, want %d", r.Tasks, n)
-	}
-	if r.Completed != r.Tasks {
-		t.Errorf("%d of %d tasks completed; dead: %s", r.Completed, r.Tasks, r.DeadSummary())
-	}
+	return left
 }
 
 // loseLeader stops the node that leads what leader reads, waits for

@@ -69,22 +69,6 @@ func electionCluster(t *testing.T) (*embedded.Cluster, string, *nats.Conn, jetst
 	return c, url, nc, provision(t, nc, settings(3))
 }
 
-// electionFleet starts two worker processes of 16 slots on url and
-// returns them with a producer client on nc.
-func electionFleet(t *testing.T, url string, nc *nats.Conn, chk *checker.Checker) (*fleet, *producer.Client) {
-	t.Helper()
-	fl := newFleet(t, url, chk, "SPOOL_CONCURRENCY=16")
-	for range 2 {
-		fl.start()
-	}
-	client, err := producer.New(nc, producer.WithTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
-	return fl, client
-}
-
 // waitBound is how long a Wait on a 3 s task may take through an
 // election: well before the Wait's own minute. A Wait that hangs on a
 // request the election swallowed takes the whole minute.
@@ -99,7 +83,7 @@ func TestElectionWaits(t *testing.T) {
 	chk := checker.New()
 	// The client on a connection of its own, which may be the killed
 	// node's: it reconnects.
-	fl, client := electionFleet(t, url, connect(t, url, "faults-election-waits"), chk)
+	fl, client := twoWorkers(t, url, connect(t, url, "faults-election-waits"), chk)
 	ctx := ctxFor(t, 5*time.Minute)
 	rounds := max(3, scale(3)/2)
 	for _, f := range electionFaults {
@@ -164,7 +148,7 @@ func TestElectionLoad(t *testing.T) {
 	start := time.Now()
 	c, url, nc, js := electionCluster(t)
 	chk := checker.New()
-	fl, client := electionFleet(t, url, nc, chk)
+	fl, client := twoWorkers(t, url, nc, chk)
 	gen := &loadGen{client: client, chk: chk}
 	tasks, values := tasksFor(t, "elect", n)
 
@@ -216,20 +200,7 @@ func TestElectionLoad(t *testing.T) {
 			kills = append(kills, kill{f.name, at})
 		}
 	}
-	select {
-	case err := <-produced:
-		if err != nil {
-			t.Fatalf("enqueueing: %v", err)
-		}
-	case <-ctx.Done():
-		t.Fatal("producer not done before the deadline")
-	}
-	left := settle(t, ctx, js, 2*time.Minute)
-	fl.checkAlive()
-	fl.stopAll(30 * time.Second)
-	collect(t, js, chk)
-	fl.readLogs()
-	t.Logf("%d enqueues retried after an error", gen.Retries.Load())
+	left := finishLoad(t, ctx, start, produced, js, fl, chk, gen)
 	mu.Lock()
 	done := slices.Clone(completions)
 	mu.Unlock()
