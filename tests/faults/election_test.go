@@ -56,7 +56,8 @@ func streamLeaderOf(ctx context.Context, js jetstream.JetStream, stream string) 
 }
 
 // electionCluster starts a 3-node cluster with everything at R3 (no
-// fsync: these tests are about elections, not power loss).
+// fsync: these tests are about elections, not power loss) and provisions
+// it.
 func electionCluster(t *testing.T) (*embedded.Cluster, string, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	c, err := embedded.StartCluster(3, embedded.Options{Name: "elect", StoreDir: t.TempDir()})
@@ -66,7 +67,13 @@ func electionCluster(t *testing.T) (*embedded.Cluster, string, *nats.Conn, jetst
 	t.Cleanup(c.Shutdown)
 	url := c.ClientURLs()
 	nc := connect(t, url, "faults-election")
-	return c, url, nc, provision(t, nc, settings(3))
+	// The default AckWait (30s), as a deployment has it: no worker process
+	// is lost here, so it costs no recovery time, and the retry budget of
+	// a settling write (3/4 of it) outlasts an election. The 2s of the
+	// other scenarios is shorter than an election.
+	s := settings(3)
+	s.AckWait = 30 * time.Second
+	return c, url, nc, provision(t, nc, s)
 }
 
 // waitBound is how long a Wait on a 3 s task may take through an
@@ -171,7 +178,8 @@ func TestElectionLoad(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 
-	ctx := ctxFor(t, 5*time.Minute)
+	// Five times the tasks and kills under soak: the time in proportion.
+	ctx := ctxFor(t, time.Duration(scale(5))*time.Minute)
 	produced := make(chan error, 1)
 	// About 1,000 tasks a second, so the producer runs across the faults.
 	go func() { produced <- gen.enqueue(ctx, tasks, values, 50, 50*time.Millisecond) }()
