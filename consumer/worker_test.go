@@ -729,9 +729,9 @@ func TestNewValidates(t *testing.T) {
 		{"shutdown", []consumer.Option{consumer.WithShutdownTimeout(-time.Second)}, true},
 		{"polling", []consumer.Option{consumer.WithPolling(time.Millisecond, time.Second)}, true},
 		{"autoscale", []consumer.Option{consumer.WithAutoscale(1.5, time.Minute)}, true},
-		{"logger", []consumer.Option{consumer.WithLogger(nil)}, true},
 		{"names", []consumer.Option{consumer.WithNames(spool.Names{})}, true},
 		{"valid set", []consumer.Option{consumer.WithConcurrency(2, 8), consumer.WithStrict(true), consumer.WithRetry(time.Second, time.Minute, 0)}, false},
+		{"nil logger: the default", []consumer.Option{consumer.WithLogger(nil)}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

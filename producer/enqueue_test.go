@@ -212,7 +212,6 @@ func TestNewValidatesOptions(t *testing.T) {
 		producer.WithPrefix("bad.prefix"),
 		producer.WithTimeout(0),
 		producer.WithPublishWindow(0),
-		producer.WithLogger(nil),
 		producer.WithNames(spool.Names{}),
 	} {
 		if _, err := producer.New(e.nc, opt); err == nil {

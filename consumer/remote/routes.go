@@ -14,6 +14,7 @@ import (
 	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/fleet"
+	"github.com/spoolq/spool/shared/logging"
 )
 
 // Route sends the task types matching Pattern to the remote handler on
@@ -117,16 +118,14 @@ type route struct {
 var _ consumer.Handler = (*Routes)(nil)
 
 // NewRoutes checks routes and returns their handler; the first matching
-// route serves a type. nc stays the caller's. A nil logger logs nothing;
+// route serves a type. nc stays the caller's. A nil logger means logging.OrDefault's;
 // opts apply to every route (WithTimeout bounds calls made without a
 // deadline).
 func NewRoutes(nc *nats.Conn, routes []Route, logger *slog.Logger, opts ...Option) (*Routes, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("%w: remote routes need a NATS connection", consumer.ErrInvalidOption)
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	logger = logging.OrDefault(logger)
 	rs := &Routes{logger: logger}
 	seen := map[string]bool{}
 	for i, r := range routes {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/streams/admin"
 )
 
@@ -70,7 +71,7 @@ func (o Options) withDefaults() Options {
 		o.MaxWait = DefaultMaxWait
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
+		o.Logger = logging.OrDefault(nil)
 	}
 	return o
 }
