@@ -251,7 +251,7 @@ func testRetriesThenCompletes(t *testing.T, s *stack) {
 	s.worker(mux)
 	res := s.enqueue(producer.NewTask("flaky", nil))
 	r := s.wait(res.ID, spool.StateCompleted)
-	if r.Attempts != 3 || string(r.Result) != `"done"` {
+	if out, err := r.Output(); r.Attempts != 3 || err != nil || string(out) != "done" {
 		t.Errorf("result %+v, want 3 attempts and \"done\"", r)
 	}
 }
