@@ -41,7 +41,7 @@ type Route struct {
 
 // Validate reports what is wrong with r, naming the field.
 func (r Route) Validate() error {
-	if err := validatePattern(r.Pattern); err != nil {
+	if err := spool.ValidateTypePattern(r.Pattern); err != nil {
 		return fmt.Errorf("type pattern: %w", err)
 	}
 	if err := validatePublishSubject(strings.ReplaceAll(r.Subject, typePlaceholder, "t")); err != nil {
@@ -57,45 +57,9 @@ func (r Route) Validate() error {
 }
 
 // Matches reports whether typ matches the route's pattern.
-func (r Route) Matches(typ string) bool { return matchPattern(r.Pattern, typ) }
+func (r Route) Matches(typ string) bool { return spool.MatchType(r.Pattern, typ) }
 
 const typePlaceholder = "{type}"
-
-// validatePattern accepts a task type whose tokens may be "*", and whose
-// last token may be ">".
-func validatePattern(p string) error {
-	if p == "" {
-		return fmt.Errorf("%w: empty", spool.ErrInvalidType)
-	}
-	toks := strings.Split(p, ".")
-	for i, tok := range toks {
-		if tok == "*" || tok == ">" && i == len(toks)-1 {
-			continue
-		}
-		if err := spool.ValidateType(tok); err != nil {
-			return fmt.Errorf("%q: token %q is not a type token, * or a final >: %w", p, tok, err)
-		}
-	}
-	return nil
-}
-
-// matchPattern matches typ against a valid pattern, token by token.
-func matchPattern(pattern, typ string) bool {
-	for {
-		pt, prest, pmore := strings.Cut(pattern, ".")
-		if pt == ">" {
-			return typ != ""
-		}
-		tt, trest, tmore := strings.Cut(typ, ".")
-		if tt == "" || pt != "*" && pt != tt {
-			return false
-		}
-		if !pmore || !tmore {
-			return pmore == tmore
-		}
-		pattern, typ = prest, trest
-	}
-}
 
 // Routes serves task types by pattern with remote handlers: a
 // consumer.Handler that sends each task to the subject of the first route
