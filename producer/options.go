@@ -108,7 +108,7 @@ type EnqueueOption func(*Task)
 func TaskID(id string) EnqueueOption { return func(t *Task) { t.ID = id } }
 
 // AtPriority sets the priority.
-func AtPriority(p spool.Priority) EnqueueOption { return func(t *Task) { t.Priority = p } }
+func AtPriority(p spool.Priority) EnqueueOption { return func(t *Task) { t.Priority = &p } }
 
 // MaxRetries sets the retries after the first attempt (0 means none).
 func MaxRetries(n int) EnqueueOption { return func(t *Task) { t.MaxRetries = &n } }

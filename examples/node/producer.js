@@ -1,14 +1,13 @@
-// A Spool producer in Node.js: enqueues tasks for handlers written in Go
-// (or any language), waits for their results, checks the output comes back
-// byte for byte, and reads a dead letter. It prints one JSON report on
-// stdout and exits non-zero when anything differs.
+// A Spool producer in Node.js: enqueues tasks, waits for their results,
+// checks the output comes back byte for byte, and reads a dead letter. It
+// prints one JSON report on stdout and exits non-zero when anything differs.
 //
 //   NATS_URL=nats://127.0.0.1:4222 node producer.js
 //
-// It expects a fleet serving go.echo (returns the payload), go.bytes
-// (returns the 256 byte values) and node.fail (fails permanently): the Go
-// test in tests/nodeexample runs one; `make run` plus handler.js serve
-// node.* the same way.
+// It expects a fleet serving demo.echo (Go: spool-consumer --demo returns
+// the payload) and node.* (handler.js, routed by spool-consumer with
+// SPOOL_REMOTE_ROUTES='node.>=handlers.node'): see the README's "Workers in
+// any language". tests/nodeexample runs it against such a fleet.
 
 import { connect } from "@nats-io/transport-node";
 import { deadLetter, enqueue, open, output, wait } from "./lib/spool.js";
@@ -25,8 +24,8 @@ const spool = await open(nc);
 const report = { ok: true, tasks: [] };
 try {
   const tasks = [
-    { type: "go.echo", id: `node-echo-${run}`, payload: echoPayload, priority: "high", want: echoPayload },
-    { type: "go.bytes", id: `node-bytes-${run}`, payload: "{}", want: all },
+    { type: "demo.echo", id: `node-echo-${run}`, payload: echoPayload, priority: "high", want: echoPayload },
+    { type: "node.bytes", id: `node-bytes-${run}`, want: all },
   ];
   for (const t of tasks) {
     const ack = await enqueue(spool, t);

@@ -410,10 +410,10 @@ func testPriorities(t *testing.T, s *stack) {
 	const high, low = 30, 10
 	tasks := make([]producer.Task, 0, high+low)
 	for range high {
-		tasks = append(tasks, producer.Task{Type: "work", Priority: spool.High})
+		tasks = append(tasks, producer.Task{Type: "work", Priority: new(spool.High)})
 	}
 	for range low {
-		tasks = append(tasks, producer.Task{Type: "work", Priority: spool.Low})
+		tasks = append(tasks, producer.Task{Type: "work", Priority: new(spool.Low)})
 	}
 	results, err := s.client.EnqueueBatch(streamstest.Context(t), tasks)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/demo"
 	"github.com/spoolq/spool/consumer/remote"
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
@@ -153,9 +154,9 @@ type nodeReport struct {
 }
 
 // TestNodeAndShell runs the cross-language round trips against one server
-// and one Go worker that serves go.* itself and routes node.* and sh.* to
-// the Node and shell handlers, as spool-consumer does with
-// SPOOL_REMOTE_ROUTES="node.>=handlers.node,sh.>=handlers.sh".
+// and one Go worker that serves the demo handlers itself and routes node.*
+// and sh.* to the Node and shell handlers, as `spool-consumer --demo` does
+// with SPOOL_REMOTE_ROUTES="node.>=handlers.node,sh.>=handlers.sh".
 func TestNodeAndShell(t *testing.T) {
 	node, dir := nodeExample(t)
 	nats := natsCLI(t)
@@ -166,8 +167,7 @@ func TestNodeAndShell(t *testing.T) {
 	service(t, nil, "Listening on", true, nats, "-s", e.URL, "reply", "handlers.sh", "--command", "sh examples/shell/upper.sh")
 
 	mux := consumer.NewMux()
-	mux.HandleFunc("go.echo", func(_ context.Context, t *consumer.Task) ([]byte, error) { return t.Payload, nil })
-	mux.HandleFunc("go.bytes", func(context.Context, *consumer.Task) ([]byte, error) { return allBytes, nil })
+	demo.Register(mux) // demo.echo returns the payload, as spool-consumer --demo does
 	routes, err := remote.NewRoutes(e.NC, []remote.Route{
 		{Pattern: "node.>", Subject: "handlers.node", Concurrency: 4, Timeout: 10 * time.Second},
 		{Pattern: "sh.>", Subject: "handlers.sh"},
@@ -243,14 +243,14 @@ func TestNodeAndShell(t *testing.T) {
 		if err != nil || !rep.OK || rep.Error != "" {
 			t.Errorf("producer.js failed: %v\n%s\n%s", err, stdout, stderr.String())
 		}
-		want := map[string][]byte{"go.echo": append(append([]byte{}, invalidUTF8...), allBytes...), "go.bytes": allBytes}
+		want := map[string][]byte{"demo.echo": append(append([]byte{}, invalidUTF8...), allBytes...), "node.bytes": allBytes}
 		if len(rep.Tasks) != len(want) {
 			t.Fatalf("producer.js reported %d tasks: %s", len(rep.Tasks), stdout)
 		}
 		for _, task := range rep.Tasks {
 			// What Node read back...
 			got, err := base64.StdEncoding.DecodeString(task.OutputBase64)
-			if err != nil || !task.Identical || !bytes.Equal(got, want[task.Type]) || task.Worker != "go-worker" || task.ResultEncoding != "base64" {
+			if err != nil || !task.Identical || !bytes.Equal(got, want[task.Type]) || task.Worker != "go-worker" || task.ResultEncoding != "base64" || task.State != "completed" {
 				t.Errorf("node read %s: %+v", task.Type, task)
 			}
 			// ... is what Go reads back.

@@ -163,7 +163,7 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 		return errors.New("--type is required")
 	}
 	task := producer.Task{
-		Type: *typ, Priority: pri.p, ID: *id, Timeout: timeout.d,
+		Type: *typ, Priority: &pri.p, ID: *id, Timeout: timeout.d,
 		UniqueKey: *uniqueKey, UniqueTTL: uniqueTTL.d, Delay: delay.d,
 		TraceParent: *traceparent, TraceState: *tracestate,
 	}

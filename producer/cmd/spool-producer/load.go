@@ -265,7 +265,7 @@ func generate(ctx context.Context, client *producer.Client, spec loadSpec, progr
 		}
 		tasks = tasks[:0]
 		for range n {
-			tasks = append(tasks, producer.Task{Type: spec.typ, Priority: spec.mix[next%len(spec.mix)], Payload: payload})
+			tasks = append(tasks, producer.Task{Type: spec.typ, Priority: &spec.mix[next%len(spec.mix)], Payload: payload}) // the priority is shared, never written
 			next++
 		}
 		bstart := time.Now()
@@ -280,7 +280,7 @@ func generate(ctx context.Context, client *producer.Client, spec loadSpec, progr
 				sum.duplicates++
 			default:
 				sum.enqueued++
-				sum.byPriority[tasks[i].Priority]++
+				sum.byPriority[tasks[i].PriorityOrDefault()]++
 			}
 		}
 		sent += n
