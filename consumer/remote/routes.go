@@ -27,7 +27,7 @@ type Route struct {
 	Pattern string `json:"type"`
 	// Subject is the literal request subject of the remote handler;
 	// "{type}" in it is replaced by the task type, so one route can send
-	// each type to a subject of its own ("handlers.{type}").
+	// each type to a subject of its own ("spool.remote.{type}").
 	Subject string `json:"subject"`
 	// Concurrency caps the requests in flight on this route in this
 	// process; an attempt beyond it waits for a free place, within its

@@ -1,6 +1,8 @@
 // A Spool remote handler service in Node.js. spool-consumer sends each
 // attempt of the task types routed to it (SPOOL_REMOTE_ROUTES, e.g.
-// "node.>=handlers.node") as a request on SPOOL_HANDLER_SUBJECT; the reply
+// "node.>=spool.remote.{type}": remote handlers live under spool.remote.>,
+// which deploy/'s auth roles allow) as a request on a subject that
+// SPOOL_HANDLER_SUBJECT matches (default spool.remote.node.>); the reply
 // is the outcome (docs/contract.md, "Remote handlers"):
 //
 //   success    no Spool-Error header; the body is the result, any bytes
@@ -14,7 +16,7 @@
 import { connect, headers } from "@nats-io/transport-node";
 
 const url = process.env.NATS_URL || "nats://127.0.0.1:4222";
-const subject = process.env.SPOOL_HANDLER_SUBJECT || "handlers.node";
+const subject = process.env.SPOOL_HANDLER_SUBJECT || "spool.remote.node.>";
 const queue = process.env.SPOOL_HANDLER_QUEUE || "spool-node-handlers";
 
 // Handlers by task type: (payload, task) => bytes, or throw. An error with

@@ -6,7 +6,7 @@
 //
 // It expects a fleet serving demo.echo (Go: spool-consumer --demo returns
 // the payload) and node.* (handler.js, routed by spool-consumer with
-// SPOOL_REMOTE_ROUTES='node.>=handlers.node'): see the README's "Workers in
+// SPOOL_REMOTE_ROUTES='node.>=spool.remote.{type}'): see the README's "Workers in
 // any language". tests/nodeexample runs it against such a fleet.
 
 import { connect } from "@nats-io/transport-node";

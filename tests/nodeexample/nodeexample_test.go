@@ -156,7 +156,7 @@ type nodeReport struct {
 // TestNodeAndShell runs the cross-language round trips against one server
 // and one Go worker that serves the demo handlers itself and routes node.*
 // and sh.* to the Node and shell handlers, as `spool-consumer --demo` does
-// with SPOOL_REMOTE_ROUTES="node.>=handlers.node,sh.>=handlers.sh".
+// with SPOOL_REMOTE_ROUTES="node.>=spool.remote.{type},sh.>=spool.remote.{type}".
 func TestNodeAndShell(t *testing.T) {
 	node, dir := nodeExample(t)
 	nats := natsCLI(t)
@@ -164,13 +164,13 @@ func TestNodeAndShell(t *testing.T) {
 	ctx := streamstest.Context(t)
 
 	service(t, []string{"NATS_URL=" + e.URL}, `"ready":true`, false, node, filepath.Join(dir, "handler.js"))
-	service(t, nil, "Listening on", true, nats, "-s", e.URL, "reply", "handlers.sh", "--command", "sh examples/shell/upper.sh")
+	service(t, nil, "Listening on", true, nats, "-s", e.URL, "reply", "spool.remote.sh.>", "--command", "sh examples/shell/upper.sh")
 
 	mux := consumer.NewMux()
 	demo.Register(mux) // demo.echo returns the payload, as spool-consumer --demo does
 	routes, err := remote.NewRoutes(e.NC, []remote.Route{
-		{Pattern: "node.>", Subject: "handlers.node", Concurrency: 4, Timeout: 10 * time.Second},
-		{Pattern: "sh.>", Subject: "handlers.sh"},
+		{Pattern: "node.>", Subject: "spool.remote.{type}", Concurrency: 4, Timeout: 10 * time.Second},
+		{Pattern: "sh.>", Subject: "spool.remote.{type}"},
 	}, streamstest.Logger(t))
 	if err != nil {
 		t.Fatal(err)

@@ -88,7 +88,7 @@ type Config struct {
 	// RemoteRoutes serves task types with remote handlers (any language,
 	// over NATS request-reply): a comma-separated list of
 	// <type-pattern>=<subject>[;concurrency=<n>][;timeout=<duration>], e.g.
-	// "billing.>=handlers.billing;concurrency=8;timeout=30s,img.*=handlers.{type}".
+	// "billing.>=spool.remote.billing;concurrency=8;timeout=30s,img.*=spool.remote.{type}".
 	// Patterns match types as NATS subjects do (* one token, final > the
 	// rest); {type} in a subject stands for the task type; the first
 	// matching route serves a type, and a handler registered in the
@@ -96,7 +96,7 @@ type Config struct {
 	RemoteRoutes string `envconfig:"REMOTE_ROUTES" desc:"remote handlers: <type-pattern>=<subject>[;concurrency=<n>][;timeout=<d>],... (default none)"`
 	// RemoteRoutesFile is a JSON file of routes, read after
 	// SPOOL_REMOTE_ROUTES: {"routes":[{"type":"billing.>",
-	// "subject":"handlers.billing","concurrency":8,"timeout":"30s"}]}.
+	// "subject":"spool.remote.billing","concurrency":8,"timeout":"30s"}]}.
 	// SPOOL_REMOTE_ROUTES_FILE, default none.
 	RemoteRoutesFile string `envconfig:"REMOTE_ROUTES_FILE" desc:"JSON file of remote handler routes, after SPOOL_REMOTE_ROUTES (default none)"`
 
