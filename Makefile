@@ -60,6 +60,13 @@ examples/node/node_modules/.package-lock.json: examples/node/package.json exampl
 	cd examples/node && npm ci --no-audit --no-fund
 	@touch $@
 
+# The version the modules require each other at (their go.mod files); the
+# tag a release gets: shared/v0.1.0, streams/v0.1.0, producer/v0.1.0,
+# consumer/v0.1.0.
+RELEASE_VERSION ?= v0.1.0
+release-check: ## Build an outside module importing producer and consumer from a local module proxy of this tree (no workspace)
+	$(GO) run ./tests/cmd/spool-release-check -version $(RELEASE_VERSION)
+
 bench: ## Spool beside raw JetStream on one machine; writes BENCHMARKS.md (BENCH_QUICK=1: smoke run)
 	@mkdir -p bin
 	$(GO) build -o bin/spool-bench ./tests/cmd/spool-bench
