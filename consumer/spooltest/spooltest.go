@@ -16,6 +16,7 @@ import (
 
 	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/embedded"
 )
@@ -51,20 +52,19 @@ type config struct {
 // Spool's defaults). Default: all defaults.
 func WithSettings(s streams.Settings) Option { return func(c *config) { c.settings = s } }
 
-// WithLogger receives the provisioning and worker logs. Default: none
-// (Start: the test's log).
+// WithLogger receives the provisioning and worker logs. Default (and nil):
+// warnings and errors on standard error (logging.OrDefault); Start: the
+// test's log.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // New starts a server whose store is a new temporary directory, provisions
 // the topology and connects. Close undoes it all.
 func New(ctx context.Context, opts ...Option) (*Server, error) {
-	c := config{logger: slog.New(slog.DiscardHandler)}
+	var c config
 	for _, o := range opts {
 		o(&c)
 	}
-	if c.logger == nil {
-		c.logger = slog.New(slog.DiscardHandler)
-	}
+	c.logger = logging.OrDefault(c.logger)
 	dir, err := os.MkdirTemp("", "spooltest-")
 	if err != nil {
 		return nil, fmt.Errorf("spooltest: creating the store directory: %w", err)
