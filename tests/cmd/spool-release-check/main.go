@@ -279,10 +279,27 @@ func checkTidy(root, dir, m string, env []string) error {
 			return err
 		}
 		if w, g := withoutSpoolSums(want), withoutSpoolSums(got); w != g {
-			return fmt.Errorf("%s/%s is not tidy against the released modules: `go mod tidy` (GOWORK=off, with the released modules) writes\n%s", m, name, g)
+			return fmt.Errorf("%s/%s is not tidy against the released modules; `go mod tidy` (GOWORK=off, with the released modules) changes it:\n%s", m, name, lineDiff(w, g))
 		}
 	}
 	return nil
+}
+
+// lineDiff lists the lines only in want (-) and only in got (+).
+func lineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	var out []string
+	for _, l := range w {
+		if !slices.Contains(g, l) {
+			out = append(out, "-"+l)
+		}
+	}
+	for _, l := range g {
+		if !slices.Contains(w, l) {
+			out = append(out, "+"+l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // withoutSpoolSums drops go.sum lines of Spool's own modules.
