@@ -760,7 +760,7 @@ func TestDemoHandlers(t *testing.T) {
 		attempts         int
 	}{
 		{demo.Echo, "echo-1", `{"a":1}`, spool.StateCompleted, `{"a":1}`, 1},
-		{demo.Echo, "echo-2", `plain text`, spool.StateCompleted, `"cGxhaW4gdGV4dA=="`, 1}, // not JSON: base64
+		{demo.Echo, "echo-2", `plain text`, spool.StateCompleted, `"plain text"`, 1}, // text, with result_encoding "text"
 		{demo.Sleep, "sleep-1", `{"ms":20}`, spool.StateCompleted, `{"slept_ms":20}`, 1},
 		{demo.Fail, "fail-1", `{"fail_times":2}`, spool.StateCompleted, `{"attempts":3}`, 3},
 		{demo.Fail, "fail-2", `{"fail_times":9}`, spool.StateDead, ``, 4},

@@ -38,15 +38,22 @@ const (
 	ReasonNoHandler  Reason = "no_handler"  // no handler is registered for the type
 )
 
-// ResultEncodingBase64 is the result_encoding of a document whose result
-// is the handler's output in standard base64 (with padding), a JSON string.
-const ResultEncodingBase64 = "base64"
+// Result encodings: the result_encoding of a document whose result is not
+// the output itself. ResultEncodingText: result is a JSON string whose
+// UTF-8 bytes are the output (text that is not JSON). ResultEncodingBase64:
+// result is a JSON string holding the output in standard base64 with
+// padding (output that is not UTF-8).
+const (
+	ResultEncodingText   = "text"
+	ResultEncodingBase64 = "base64"
+)
 
 // Result is the document stored under the task id in the results bucket.
 // Result holds the handler's output: output that is valid UTF-8 JSON with
-// no surrounding whitespace is stored as that JSON, byte for byte; any
-// other output is stored as a base64 JSON string with ResultEncoding
-// "base64". Output returns the handler's bytes either way.
+// no surrounding whitespace is stored as that JSON, byte for byte; other
+// UTF-8 output as a JSON string with ResultEncoding "text"; anything else
+// as a base64 JSON string with ResultEncoding "base64". Output returns the
+// handler's bytes in every case.
 type Result struct {
 	ID       string          `json:"id"`
 	Type     string          `json:"type"`
@@ -55,8 +62,9 @@ type Result struct {
 	Attempts int             `json:"attempts"`
 	Result   json.RawMessage `json:"result,omitempty"`
 	// ResultEncoding is empty when Result is the output itself (JSON),
-	// and ResultEncodingBase64 when Result is a JSON string holding the
-	// output in standard base64.
+	// ResultEncodingText when Result is a JSON string of the output, and
+	// ResultEncodingBase64 when it is a JSON string of the output in
+	// standard base64.
 	ResultEncoding string     `json:"result_encoding,omitempty"`
 	Error          string     `json:"error,omitempty"`
 	Reason         Reason     `json:"reason,omitempty"`
@@ -73,14 +81,21 @@ type Result struct {
 	ReplayedAt *time.Time `json:"replayed_at,omitempty"`
 }
 
-// Output returns the handler's output, byte for byte: Result decoded from
-// base64 when ResultEncoding says so, else Result itself (JSON output, and
-// documents written before result_encoding existed, whose non-JSON output
-// was stored as a JSON string). Empty output gives nil.
+// Output returns the handler's output, byte for byte: Result's string for
+// ResultEncodingText, decoded from base64 for ResultEncodingBase64, else
+// Result itself (JSON output, and documents written before result_encoding
+// existed, whose non-JSON output was stored as a JSON string). Empty output
+// gives nil.
 func (r Result) Output() ([]byte, error) {
 	switch r.ResultEncoding {
 	case "":
 		return r.Result, nil
+	case ResultEncodingText:
+		var s string
+		if err := json.Unmarshal(r.Result, &s); err != nil {
+			return nil, fmt.Errorf("decoding the text result of task %s: result is not a JSON string: %w", r.ID, err)
+		}
+		return []byte(s), nil
 	case ResultEncodingBase64:
 		var s string
 		if err := json.Unmarshal(r.Result, &s); err != nil {
@@ -92,15 +107,15 @@ func (r Result) Output() ([]byte, error) {
 		}
 		return out, nil
 	default:
-		return nil, fmt.Errorf("decoding the result of task %s: unknown result_encoding %q (this reader knows \"\" and %q)",
-			r.ID, r.ResultEncoding, ResultEncodingBase64)
+		return nil, fmt.Errorf("decoding the result of task %s: unknown result_encoding %q (this reader knows none, %q and %q)",
+			r.ID, r.ResultEncoding, ResultEncodingText, ResultEncodingBase64)
 	}
 }
 
 // ResultIsJSON reports whether output is stored in a result document as
 // itself: valid JSON, valid UTF-8, and no whitespace before or after the
-// value (a JSON reader would not give it back). Other output is stored in
-// base64.
+// value (a JSON reader would not give it back). Other output is stored as
+// text or in base64 (ResultValue).
 func ResultIsJSON(out []byte) bool {
 	if len(out) == 0 || isJSONSpace(out[0]) || isJSONSpace(out[len(out)-1]) {
 		return false
@@ -111,14 +126,19 @@ func ResultIsJSON(out []byte) bool {
 func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // ResultValue turns handler output into the document's Result and
-// ResultEncoding fields (see ResultIsJSON); empty output gives nil and "".
-// The worker uses its own faster encoder with the same output.
+// ResultEncoding fields: JSON as itself (ResultIsJSON), other UTF-8 as a
+// JSON string (ResultEncodingText), anything else in base64
+// (ResultEncodingBase64); empty output gives nil and "".
 func ResultValue(out []byte) (json.RawMessage, string) {
 	if len(out) == 0 {
 		return nil, ""
 	}
 	if ResultIsJSON(out) {
 		return json.RawMessage(out), ""
+	}
+	if utf8.Valid(out) {
+		s, _ := json.Marshal(string(out)) // a valid UTF-8 string always marshals, and unmarshals to the same bytes
+		return s, ResultEncodingText
 	}
 	b := make([]byte, 0, base64.StdEncoding.EncodedLen(len(out))+2)
 	b = append(b, '"')

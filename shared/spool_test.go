@@ -271,8 +271,9 @@ func TestResultValue(t *testing.T) {
 		{"JSON object", `{"ok":true}`, `{"ok":true}`, ""},
 		{"JSON with inner spaces and html", `{"a": "<b>&", "n": [1, 2]}`, `{"a": "<b>&", "n": [1, 2]}`, ""},
 		{"JSON string", `"hi"`, `"hi"`, ""},
-		{"text", "plain text", `"cGxhaW4gdGV4dA=="`, "base64"},
-		{"JSON with a trailing newline", "{\"ok\":true}\n", `"eyJvayI6dHJ1ZX0K"`, "base64"},
+		{"text", "plain text", `"plain text"`, "text"},
+		{"text with html and U+2028", "<b>&\u2028", `"\u003cb\u003e\u0026\u2028"`, "text"},
+		{"JSON with a trailing newline", "{\"ok\":true}\n", `"{\"ok\":true}\n"`, "text"},
 		{"invalid UTF-8 in a JSON string", "\"\xff\"", `"Iv8i"`, "base64"},
 		{"all 256 byte values", string(all), "", "base64"},
 	}
@@ -312,6 +313,7 @@ func TestResultValue(t *testing.T) {
 		{ID: "x", Result: json.RawMessage(`"!!"`), ResultEncoding: "base64"},
 		{ID: "x", Result: json.RawMessage(`1`), ResultEncoding: "base64"},
 		{ID: "x", Result: json.RawMessage(`"aGk="`), ResultEncoding: "hex"},
+		{ID: "x", Result: json.RawMessage(`{}`), ResultEncoding: "text"},
 	} {
 		if _, err := bad.Output(); err == nil {
 			t.Errorf("Output() of %s (%s) gave no error", bad.Result, bad.ResultEncoding)

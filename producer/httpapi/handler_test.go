@@ -421,7 +421,7 @@ func TestOutputOverHTTP(t *testing.T) {
 		{"bytes", "application/octet-stream", all},
 		{"invalid-utf8", "application/octet-stream", []byte("a\xffb\xc3")},
 		{"json", "application/json", []byte(`{"a":[1,2]}`)},
-		{"text", "text/plain; charset=utf-8", []byte("hello\n")},
+		{"text", "text/plain; charset=utf-8", []byte("hello <b>\n")},
 	}
 	for _, c := range cases {
 		doc := spool.Result{ID: c.id, Type: "a", State: spool.StateCompleted, Attempts: 1}

@@ -75,8 +75,9 @@ type Letter struct {
 	OriginalSeq uint64      `json:"original_seq,omitempty"`
 	Header      nats.Header `json:"headers,omitempty"`
 	// Payload is the task payload encoded as a result document's result
-	// (spool.ResultValue): JSON stays JSON, anything else is base64 with
-	// PayloadEncoding "base64". Data holds the bytes.
+	// (spool.ResultValue): JSON stays JSON, other UTF-8 is a string with
+	// PayloadEncoding "text", anything else base64 with PayloadEncoding
+	// "base64". Data holds the bytes.
 	Payload         json.RawMessage `json:"payload,omitempty"`
 	PayloadEncoding string          `json:"payload_encoding,omitempty"`
 	Data            []byte          `json:"-"`

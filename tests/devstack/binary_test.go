@@ -63,7 +63,7 @@ func TestBinaryResultsEverywhere(t *testing.T) {
 	}{
 		{"all-bytes", "application/octet-stream", "base64", all},
 		{"invalid-utf8", "application/octet-stream", "base64", []byte("ok\xff\xfe\xc3(\x00end")},
-		{"text", "text/plain; charset=utf-8", "base64", []byte("plain text\n")},
+		{"text", "text/plain; charset=utf-8", "text", []byte("plain <text> & more\n")},
 		{"json", "application/json", "", []byte(`{"a": "<b>&",  "n": [1, 2]}`)},
 	}
 	for _, c := range cases {
@@ -121,17 +121,24 @@ func TestBinaryResultsEverywhere(t *testing.T) {
 	}
 }
 
-// contractOutput decodes a base64 result as docs/contract.md says.
+// contractOutput decodes a text or base64 result as docs/contract.md says.
 func contractOutput(t *testing.T, doc map[string]json.RawMessage) []byte {
 	t.Helper()
-	var enc, b64 string
-	if err := json.Unmarshal(doc["result_encoding"], &enc); err != nil || enc != spool.ResultEncodingBase64 {
+	var enc, str string
+	if err := json.Unmarshal(doc["result_encoding"], &enc); err != nil {
 		t.Fatalf("result_encoding %s: %v", doc["result_encoding"], err)
 	}
-	if err := json.Unmarshal(doc["result"], &b64); err != nil {
+	if err := json.Unmarshal(doc["result"], &str); err != nil {
 		t.Fatal(err)
 	}
-	out, err := base64.StdEncoding.DecodeString(b64)
+	switch enc {
+	case spool.ResultEncodingText:
+		return []byte(str)
+	case spool.ResultEncodingBase64:
+	default:
+		t.Fatalf("result_encoding %q", enc)
+	}
+	out, err := base64.StdEncoding.DecodeString(str)
 	if err != nil {
 		t.Fatal(err)
 	}

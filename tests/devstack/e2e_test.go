@@ -96,7 +96,7 @@ func TestDevStackEndToEnd(t *testing.T) {
 		}
 		return nil
 	})
-	if out, err := res.Output(); err != nil || string(out) != "plain text" || res.ResultEncoding != spool.ResultEncodingBase64 {
+	if out, err := res.Output(); err != nil || string(out) != "plain text" || res.ResultEncoding != spool.ResultEncodingText || string(res.Result) != `"plain text"` {
 		t.Fatalf("raw task result %s (%s): %q, %v", res.Result, res.ResultEncoding, out, err)
 	}
 

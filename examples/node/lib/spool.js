@@ -69,14 +69,17 @@ export async function wait(spool, id, ms = 20000) {
 }
 
 // output returns the handler's output as bytes, as docs/contract.md says:
-// base64-decoded when result_encoding is "base64", else the JSON value
-// serialised again (JSON output; byte-identical when the handler wrote
-// compact JSON), empty when there is no result.
+// the string's UTF-8 when result_encoding is "text", base64-decoded when it
+// is "base64", else the JSON value serialised again (JSON output;
+// byte-identical when the handler wrote compact JSON), empty when there is
+// no result.
 export function output(doc) {
   if (doc.result === undefined) return new Uint8Array();
   switch (doc.result_encoding) {
     case undefined:
       return new TextEncoder().encode(JSON.stringify(doc.result));
+    case "text":
+      return new TextEncoder().encode(doc.result);
     case "base64":
       return new Uint8Array(Buffer.from(doc.result, "base64"));
     default:

@@ -469,7 +469,7 @@
       $("#dlq-detail-error").textContent = l.error || "—";
       const hdrs = Object.entries(l.headers || {}).sort(([a], [b]) => a.localeCompare(b));
       $("#dlq-detail-headers tbody").replaceChildren(...hdrs.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", { class: "mono" }, Array.isArray(v) ? v.join(", ") : String(v)))));
-      let preview = l.payload === undefined ? "(empty)" : l.payload_encoding === "base64" ? binaryPreview(l.payload) : JSON.stringify(l.payload, null, 2);
+      let preview = l.payload === undefined ? "(empty)" : l.payload_encoding === "base64" ? binaryPreview(l.payload) : l.payload_encoding === "text" ? l.payload : JSON.stringify(l.payload, null, 2);
       if (preview.length > 4000) preview = preview.slice(0, 4000) + "\n… (" + (preview.length - 4000) + " more characters)";
       $("#dlq-detail-payload").textContent = preview;
       $("#dlq-detail-size").textContent = l.size !== undefined ? "(" + fmtBytes(l.size) + ")" : "";
@@ -630,12 +630,12 @@
     const out = $("#lookup-output");
     out.hidden = doc.state !== "completed" || doc.result === undefined;
     if (!out.hidden) {
-      const binary = doc.result_encoding === "base64";
-      $("#lookup-output-kind").textContent = binary ? "binary output (stored as base64)" : "JSON output";
-      $("#lookup-output-preview").textContent = binary ? binaryPreview(doc.result) : JSON.stringify(doc.result, null, 2);
+      const enc = doc.result_encoding;
+      $("#lookup-output-kind").textContent = enc === "base64" ? "binary output (stored as base64)" : enc === "text" ? "text output" : "JSON output";
+      $("#lookup-output-preview").textContent = enc === "base64" ? binaryPreview(doc.result) : enc === "text" ? doc.result : JSON.stringify(doc.result, null, 2);
       const a = $("#lookup-output-download");
       a.dataset.id = doc.id;
-      a.download = doc.id + (binary ? ".bin" : ".json");
+      a.download = doc.id + (enc === "base64" ? ".bin" : enc === "text" ? ".txt" : ".json");
     }
   }
 
