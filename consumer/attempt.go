@@ -420,7 +420,7 @@ func (w *Worker) settleWrite(a attemptInfo, what string, fn func(ctx context.Con
 // first.
 func (w *Worker) complete(a attemptInfo, out []byte, o outcome) {
 	doc := a.doc(spool.StateCompleted)
-	doc.Result = spool.ResultValue(out)
+	doc.Result, doc.ResultEncoding = spool.ResultValue(out)
 	fin := time.Now()
 	doc.FinishedAt = &fin
 	if a.uniqueKey == "" {
