@@ -107,12 +107,19 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 // as it was stored, never recomputed. The document must be of this very
 // message (its enqueue time is the message's), so a task enqueued again
 // under the same id, or replayed, still runs. Only redeliveries pay the
-// read, bounded by the per-try timeout; a read that fails runs the task.
+// read, from the bucket's leader (a lagging replica could miss the
+// document), retried through an election for up to a quarter of the
+// AckWait; a read that still fails runs the task.
 func (w *Worker) storedAlready(a attemptInfo) bool {
-	ctx, cancel := context.WithTimeout(w.ioCtx, w.pipe.timeout)
+	ctx, cancel := context.WithTimeout(w.ioCtx, max(w.ackWait[a.p]/4, w.pipe.timeout))
 	defer cancel()
-	doc, err := w.results.Get(ctx, a.id)
-	if err != nil || doc.State != spool.StateCompleted || !doc.EnqueuedAt.Equal(a.enq) {
+	var doc spool.Result
+	found := false
+	err := jsproto.Retry{PerTry: w.pipe.timeout}.Do(ctx, "reading the result of task "+a.id, func(ctx context.Context) (err error) {
+		doc, found, err = w.results.GetFromLeader(ctx, a.id)
+		return err
+	})
+	if err != nil || !found || doc.State != spool.StateCompleted || !doc.EnqueuedAt.Equal(a.enq) {
 		return false
 	}
 	if err := a.msg.Ack(); err != nil {
