@@ -99,7 +99,6 @@ func TestElectionWaits(t *testing.T) {
 			ids := make([]string, 10)
 			for i := range ids {
 				task, v := newTask(t, fmt.Sprintf("wait-%s-%d-%d", f.name[:4], round, i), spool.High, faultTask{SleepMS: 3000})
-				task.Priority = spool.High
 				if _, err := client.Enqueue(ctx, task); err != nil {
 					t.Fatalf("enqueue before the %s fault: %v", f.name, err)
 				}
