@@ -35,7 +35,7 @@ func pipelineDepth(maxSlots int) int { return max(64, 4*maxSlots) }
 // per-try timeout, no stream to answer, a lost connection) is sent again,
 // the document re-encoded from the kept outcome, while the task keeps its
 // heartbeat, until it is stored or the task's retry budget (3/4 of its
-// AckWait from the hand-over) is spent: a finished attempt is never run
+// AckWait from the hand-over, at least IOTimeout) is spent: a finished attempt is never run
 // again because its write met an election. Only a write the bucket
 // refuses, or one still unstored when the budget is spent, NAKs the task
 // for a retry.
@@ -50,6 +50,7 @@ type pipeline struct {
 	// What the pipeline needs of the worker (see newPipeline).
 	log      *slog.Logger
 	timeout  time.Duration                // per try of a result write (see writePerTry)
+	budget   time.Duration                // IOTimeout: the least retry budget
 	ackWait  [numPriorities]time.Duration // of the priority consumers
 	subject  func(id string) string       // of a task's result in the bucket
 	encode   func(dst []byte, doc *spool.Result) ([]byte, error)
@@ -119,7 +120,8 @@ type completion struct {
 func newPipeline(w *Worker) (*pipeline, error) {
 	p := &pipeline{
 		log:       w.log,
-		timeout:   writePerTry(w.o.IOTimeout, w.ackWait),
+		timeout:   writePerTry(w.o.IOTimeout),
+		budget:    w.o.IOTimeout,
 		ackWait:   w.ackWait,
 		subject:   w.results.Subject,
 		encode:    w.results.Encode,
@@ -296,23 +298,17 @@ func retryWait(tries int) time.Duration {
 
 // retryBudget is how long a completion of priority p keeps trying to
 // store its result: 3/4 of its AckWait (the heartbeats keep the task
-// ours meanwhile), and at least one try.
+// ours meanwhile), and at least IOTimeout, what a single write was given
+// before writes were retried.
 func (p *pipeline) retryBudget(pr spool.Priority) time.Duration {
-	return max(p.ackWait[pr]-p.ackWait[pr]/4, p.timeout)
+	return max(p.ackWait[pr]-p.ackWait[pr]/4, p.budget)
 }
 
 // writePerTry is the per-try timeout of a settling write: IOTimeout, at
 // most jsproto.DefaultPerTry (an election swallows a write; waiting long
-// for its answer only delays the retry), and at most a third of the
-// shortest AckWait so that several tries fit in the budget.
-func writePerTry(ioTimeout time.Duration, ackWait [numPriorities]time.Duration) time.Duration {
-	d := min(ioTimeout, jsproto.DefaultPerTry)
-	for _, aw := range ackWait {
-		if aw > 0 {
-			d = min(d, max(aw/3, 100*time.Millisecond))
-		}
-	}
-	return d
+// for its answer only delays the retry).
+func writePerTry(ioTimeout time.Duration) time.Duration {
+	return min(ioTimeout, jsproto.DefaultPerTry)
 }
 
 // ackStored acks the tasks whose result is stored. Only the subscription's
