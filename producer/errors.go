@@ -54,7 +54,8 @@ var (
 	ErrTaskNotFound = errors.New("task not found")
 	// ErrNotProvisioned: Spool's task stream or a bucket does not exist;
 	// run spool-admin provision.
-	ErrNotProvisioned = errors.New("spool streams not provisioned")
+	// The error is a *spool.NotProvisionedError where the object is known.
+	ErrNotProvisioned = spool.ErrNotProvisioned
 )
 
 // InvalidTaskError is the validation error of a task: spool.FieldError,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	_ "embed"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -229,10 +230,22 @@ func (h *handler) enqueue(w http.ResponseWriter, r *http.Request) {
 }
 
 // BatchItem is one task's outcome in a batch answer: the enqueue result,
-// or the error that kept it out.
+// or the error that kept it out. A failed item is {"id","error"}, the id
+// only when the request gave one: it has no subject or sequence to show.
 type BatchItem struct {
 	producer.EnqueueResult
 	Error *apiError `json:"error,omitempty"`
+}
+
+// MarshalJSON writes a failed item without an enqueue result's fields.
+func (b BatchItem) MarshalJSON() ([]byte, error) {
+	if b.Error == nil {
+		return json.Marshal(b.EnqueueResult)
+	}
+	return json.Marshal(struct {
+		ID    string    `json:"id,omitempty"`
+		Error *apiError `json:"error"`
+	}{b.ID, b.Error})
 }
 
 // BatchResponse answers POST /v1/tasks/batch, results in request order.

@@ -136,15 +136,34 @@ type Validator interface {
 }
 
 // Load fills spec from the SPOOL_ environment variables, applies defaults and
-// validates it. Parse errors name the variable, as envconfig reports them.
+// validates it. An error is one line that names the variable, its value and
+// what it accepts ("SPOOL_CONCURRENCY_MAX: "abc" is not a whole number").
 func Load(spec Validator) error {
 	if err := envconfig.Process(EnvPrefix, spec); err != nil {
-		return fmt.Errorf("loading configuration: %w", err)
+		var pe *envconfig.ParseError
+		if errors.As(err, &pe) {
+			return fmt.Errorf("%s: %q is not %s", pe.KeyName, pe.Value, kindOf(pe.TypeName))
+		}
+		return fmt.Errorf("reading the SPOOL_ variables: %w", err)
 	}
-	if err := spec.Validate(); err != nil {
-		return fmt.Errorf("invalid configuration: %w", err)
+	return spec.Validate()
+}
+
+// kindOf says in words what a variable of Go type typ accepts.
+func kindOf(typ string) string {
+	switch typ {
+	case "int", "int8", "int16", "int32", "int64":
+		return "a whole number"
+	case "uint", "uint8", "uint16", "uint32", "uint64":
+		return "a whole number of 0 or more"
+	case "float32", "float64":
+		return "a number"
+	case "bool":
+		return "true or false"
+	case "time.Duration":
+		return "a duration such as 500ms, 30s, 5m or 1h"
 	}
-	return nil
+	return "a valid " + typ
 }
 
 // Usage writes the table of variables spec understands, with defaults.
