@@ -68,9 +68,9 @@ func Warnings(environ []string) []string {
 func closest(name string) string {
 	best, bestD := "", -1
 	for _, k := range Known {
-		// Prefer a known name that starts like the typo (SPOOL_WORKERS →
-		// SPOOL_WORKER_NAME rather than SPOOL_WEIGHTS).
-		d := distance(name, k) - commonPrefix(name, k)/2
+		// Among names about as far, prefer one that starts like the typo
+		// (SPOOL_WORKERS → SPOOL_WORKER_NAME rather than SPOOL_WEIGHTS).
+		d := 4*distance(name, k) - commonPrefix(name, k)
 
 		if bestD < 0 || d < bestD {
 			best, bestD = k, d
