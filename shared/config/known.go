@@ -66,13 +66,12 @@ func Warnings(environ []string) []string {
 
 // closest is the known variable nearest to name by edit distance.
 func closest(name string) string {
-	best, bestD := "", -1
-	for _, k := range Known {
+	best, bestD := "", 0
+	for i, k := range Known {
 		// Among names about as far, prefer one that starts like the typo
 		// (SPOOL_WORKERS → SPOOL_WORKER_NAME rather than SPOOL_WEIGHTS).
 		d := 4*distance(name, k) - commonPrefix(name, k)
-
-		if bestD < 0 || d < bestD {
+		if i == 0 || d < bestD {
 			best, bestD = k, d
 		}
 	}
