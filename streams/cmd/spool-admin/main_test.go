@@ -64,8 +64,9 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"frobnicate"}, "unknown command"},
 		{[]string{"status", "extra"}, "takes no arguments"},
 		{[]string{"status", "--timeout", "-1s"}, "--timeout"},
-		{[]string{"status", "--url", "localhost"}, "SPOOL_NATS_URL"},
-		{[]string{"status", "--bogus"}, "bogus"},
+		{[]string{"status", "--url", "localhost"}, `--url: "localhost" has no scheme`},
+		{[]string{"status", "--bogus"}, "unknown flag --bogus (spool-admin status --help lists the flags)"},
+		{[]string{"status", "--timeout", "soon"}, `--timeout: "soon" is not a duration`},
 	}
 	for _, tt := range tests {
 		var out, errOut bytes.Buffer
