@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,5 +72,22 @@ func TestConfigLoad(t *testing.T) {
 				t.Errorf("options did not pass validation up to the connection check: %v", err)
 			}
 		})
+	}
+}
+
+func TestVariablesAreKnown(t *testing.T) {
+	t.Parallel()
+	for _, k := range config.Keys(&Config{}) {
+		if !slices.Contains(config.Known, k) {
+			t.Errorf("%s is missing from config.Known: spool-consumer would warn that it is unknown", k)
+		}
+	}
+}
+
+func TestBadNumberIsOneLine(t *testing.T) {
+	t.Setenv("SPOOL_CONCURRENCY_MAX", "abc")
+	var c Config
+	if err := config.Load(&c); err == nil || err.Error() != `SPOOL_CONCURRENCY_MAX: "abc" is not a whole number` {
+		t.Fatalf("got %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/config"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/embedded"
 	"github.com/spoolq/spool/streams/streamstest"
@@ -364,6 +366,15 @@ func TestConfigValidation(t *testing.T) {
 		tt.mod(&c)
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 			t.Errorf("%s: want %s, got %v", tt.name, tt.wantErr, err)
+		}
+	}
+}
+
+func TestVariablesAreKnown(t *testing.T) {
+	t.Parallel()
+	for _, k := range config.Keys(&Config{}) {
+		if !slices.Contains(config.Known, k) {
+			t.Errorf("%s is missing from config.Known: spool-producer would warn that it is unknown", k)
 		}
 	}
 }
