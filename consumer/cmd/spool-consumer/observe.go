@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/metrics"
 )
 
 // metricsOff turns the metrics and health listener off.
@@ -49,24 +49,8 @@ func startObserver(addr string, w *consumer.Worker, nc *nats.Conn, logger *slog.
 		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
-	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
-		// Alive while the worker has not stopped.
-		st := w.State()
-		status := http.StatusOK
-		if st == consumer.WorkerStopped {
-			status = http.StatusServiceUnavailable
-		}
-		writeHealth(rw, status, map[string]any{"status": http.StatusText(status), "worker": string(st)})
-	})
-	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {
-		// Ready while connected and pulling.
-		st := w.State()
-		status := http.StatusOK
-		if !nc.IsConnected() || (st != consumer.WorkerIdle && st != consumer.WorkerBusy) {
-			status = http.StatusServiceUnavailable
-		}
-		writeHealth(rw, status, map[string]any{"status": http.StatusText(status), "worker": string(st), "nats": nc.Status().String()})
-	})
+	mux.Handle("GET /healthz", metrics.Healthz(w))
+	mux.Handle("GET /readyz", metrics.Readyz(w, nc))
 	o.srv = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -78,13 +62,6 @@ func startObserver(addr string, w *consumer.Worker, nc *nats.Conn, logger *slog.
 	go func() { o.errc <- o.srv.Serve(ln) }()
 	logger.Info("serving /metrics, /healthz and /readyz", "metrics_addr", o.addr)
 	return o, nil
-}
-
-func writeHealth(rw http.ResponseWriter, status int, body map[string]any) {
-	rw.Header().Set("Content-Type", "application/json")
-	rw.Header().Set("Cache-Control", "no-store")
-	rw.WriteHeader(status)
-	_ = json.NewEncoder(rw).Encode(body) // the prober may be gone
 }
 
 // stop shuts the listener down within ctx.
