@@ -130,6 +130,9 @@ func PrintFlags(w io.Writer, fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {
 		name, usage := flag.UnquoteUsage(f)
 		head := "--" + f.Name
+		if len(f.Name) == 1 {
+			head = "-" + f.Name
+		}
 		if name != "" {
 			head += " " + name
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/spoolq/spool/shared/config"
 	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/shared/natsconn"
+	"github.com/spoolq/spool/streams/admin"
 )
 
 // connectTimeout bounds the first connection to NATS.
@@ -123,7 +124,12 @@ func connect(ctx context.Context, cfg Config, f *cmdFlags, quiet bool, opts ...p
 // headerFlags collects repeated --header Name=Value flags.
 type headerFlags map[string]string
 
-func (h headerFlags) String() string { return fmt.Sprint(map[string]string(h)) }
+func (h headerFlags) String() string {
+	if len(h) == 0 {
+		return ""
+	}
+	return fmt.Sprint(map[string]string(h))
+}
 
 func (h headerFlags) Set(s string) error {
 	k, v, ok := strings.Cut(s, "=")
@@ -194,13 +200,13 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 	pri := &priorityFlag{p: spool.Normal}
 	headers := headerFlags{}
 	var (
-		typ         = fs.String("type", "", "task type, e.g. email.send (required)")
-		payload     = fs.String("payload", "", "payload, as given")
-		payloadFile = fs.String("payload-file", "", `read the payload from this file; "-" reads stdin`)
-		id          = fs.String("id", "", "task id (default: a new time-ordered id)")
+		typ         = fs.String("type", "", "the task `type`, e.g. email.send (required)")
+		payload     = fs.String("payload", "", "the payload `data`, sent as given (any bytes; JSON for the demo handlers)")
+		payloadFile = fs.String("payload-file", "", "read the payload from this `file`; - reads stdin")
+		id          = fs.String("id", "", "the task `id`, 1 to 128 of A-Z a-z 0-9 _ - = (default: a new time-ordered id)")
 		maxRetries  = &optionalInt{}
-		uniqueKey   = fs.String("unique-key", "", "refuse the task while another with this key lives")
-		processAt   = fs.String("process-at", "", "run at this RFC 3339 time")
+		uniqueKey   = fs.String("unique-key", "", "refuse the task while another task with this `key` lives")
+		processAt   = fs.String("process-at", "", "run at this RFC 3339 `time`, e.g. 2026-01-02T15:04:05Z")
 		traceparent = fs.String("traceparent", "", "W3C traceparent")
 		tracestate  = fs.String("tracestate", "", "W3C tracestate")
 		asJSON      = fs.Bool("json", false, "print the result as JSON")
@@ -208,12 +214,12 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 	timeout := &durationFlag{field: "timeout"}
 	uniqueTTL := &durationFlag{field: "unique_ttl"}
 	delay := &durationFlag{field: "delay"}
-	fs.Var(maxRetries, "max-retries", "retries after the first attempt, 0 to 1000 (default: the consumer's SPOOL_DEFAULT_MAX_RETRIES, 3)")
-	fs.Var(pri, "priority", "critical, high, normal, low or idle (default normal)")
-	fs.Var(timeout, "timeout", "per-attempt handler deadline, e.g. 30s (default: the consumer's)")
-	fs.Var(uniqueTTL, "unique-ttl", "how long the unique key lives, at least 1s (required with --unique-key)")
-	fs.Var(delay, "delay", "run after this delay, e.g. 10m")
-	fs.Var(headers, "header", "extra header Name=Value (repeatable)")
+	fs.Var(maxRetries, "max-retries", "retries after the first attempt, a `number` from 0 to 1000 (default: the consumer's SPOOL_DEFAULT_MAX_RETRIES, 3)")
+	fs.Var(pri, "priority", "the `priority`: critical, high, normal, low or idle (default normal)")
+	fs.Var(timeout, "timeout", "per-attempt handler deadline, a `duration` such as 30s (default: the consumer's SPOOL_TASK_TIMEOUT, 30m)")
+	fs.Var(uniqueTTL, "unique-ttl", "how long the unique key lives, a `duration` of at least 1s (required with --unique-key)")
+	fs.Var(delay, "delay", "run after this `duration`, e.g. 10m")
+	fs.Var(headers, "header", "an extra header `Name=Value` (repeatable)")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -323,7 +329,7 @@ func runResult(ctx context.Context, cfg Config, env *cmdEnv, args []string) erro
 	if !*wait {
 		res, err := s.client.Result(ctx, id)
 		if errors.Is(err, producer.ErrTaskNotFound) {
-			return fmt.Errorf("task %q is not known: no result document and no pending schedule (check the id; a result expires after SPOOL_RESULT_TTL)", id)
+			return s.noResult(ctx, cfg, id, "")
 		}
 		if err != nil {
 			return flagError(err)
@@ -338,7 +344,7 @@ func runResult(ctx context.Context, cfg Config, env *cmdEnv, args []string) erro
 	}
 	res, err := s.client.Wait(wctx, id)
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-		return waitExpired(ctx, s.client, id, *timeout)
+		return s.waitExpired(ctx, cfg, id, *timeout)
 	}
 	if err != nil {
 		return flagError(err)
@@ -354,16 +360,39 @@ func checkID(id string) error {
 	return nil
 }
 
-// waitExpired says, once --timeout ran out, whether the id is known at all.
-func waitExpired(ctx context.Context, client *producer.Client, id string, waited time.Duration) error {
-	res, err := client.Result(ctx, id)
+// waitExpired says, once --timeout ran out, where the task stands or
+// whether the id is known at all.
+func (s *session) waitExpired(ctx context.Context, cfg Config, id string, waited time.Duration) error {
+	res, err := s.client.Result(ctx, id)
 	switch {
 	case errors.Is(err, producer.ErrTaskNotFound):
-		return fmt.Errorf("task %q is not known: no result document and no pending schedule after waiting %s (check the id)", id, waited)
+		return s.noResult(ctx, cfg, id, fmt.Sprintf(" after waiting %s", waited))
 	case err != nil:
 		return fmt.Errorf("task %q did not finish within %s (--timeout), and reading its state failed: %w", id, waited, err)
 	}
 	return fmt.Errorf("task %q is still %s after waiting %s (--timeout sets how long; 0 waits until interrupted)", id, res.State, waited)
+}
+
+// noResult explains an id with no result document and no pending
+// schedule. A queued task gets its first document when a worker picks it
+// up, so the id is unknown for certain only when no task waits or runs.
+func (s *session) noResult(ctx context.Context, cfg Config, id, after string) error {
+	adm, err := admin.New(s.nc, admin.WithNames(cfg.Names()), admin.WithLogger(s.logger))
+	if err != nil {
+		return err
+	}
+	st, err := adm.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("task %q has no result document%s, and reading the queue failed: %w", id, after, err)
+	}
+	var queued uint64
+	for _, p := range st.Priorities {
+		queued += p.Pending + uint64(p.InFlight)
+	}
+	if queued == 0 {
+		return fmt.Errorf("task %q is not known: no result document, no pending schedule and no task queued%s (check the id; a result expires after SPOOL_RESULT_TTL)", id, after)
+	}
+	return fmt.Errorf("task %q has no result document%s: it is not known, or it is one of the %d queued tasks no worker has picked up yet (spool-admin status shows the queue)", id, after, queued)
 }
 
 func runCancel(ctx context.Context, cfg Config, env *cmdEnv, args []string) error {

@@ -231,7 +231,7 @@ func TestResultAndCancelCommands(t *testing.T) {
 	}
 	// ...and says when the id is not known at all.
 	if _, err := s.cli(t, "", "result", "r3", "--wait", "--timeout", "200ms"); err == nil ||
-		err.Error() != `task "r3" is not known: no result document and no pending schedule after waiting 200ms (check the id)` {
+		err.Error() != `task "r3" is not known: no result document, no pending schedule and no task queued after waiting 200ms (check the id; a result expires after SPOOL_RESULT_TTL)` {
 		t.Fatalf("wait for an unknown id: %v", err)
 	}
 	// ...and returns once it completes.
