@@ -58,6 +58,20 @@ var (
 	ErrNotProvisioned = spool.ErrNotProvisioned
 )
 
+// TaskNotFoundError is ErrTaskNotFound for one id: its message is one
+// line; errors.Is(err, ErrTaskNotFound) holds.
+type TaskNotFoundError struct {
+	// ID is the task id asked for.
+	ID string
+}
+
+func (e *TaskNotFoundError) Error() string {
+	return fmt.Sprintf("task %q has no result document and no pending schedule: the id is unknown, its result expired, or no worker has picked it up yet", e.ID)
+}
+
+// Is reports whether target is ErrTaskNotFound.
+func (e *TaskNotFoundError) Is(target error) bool { return target == ErrTaskNotFound }
+
 // InvalidTaskError is the validation error of a task: spool.FieldError,
 // whose Field is the JSON name used by the HTTP API (type, priority, id,
 // payload, max_retries, timeout, unique_key, unique_ttl, process_at, delay,

@@ -291,12 +291,16 @@ func (h *handler) batch(w http.ResponseWriter, r *http.Request) {
 			resp.Results[i] = BatchItem{EnqueueResult: producer.EnqueueResult{ID: tr.ID}, Error: e}
 			continue
 		}
+		resp.Results[i].ID = tr.ID // kept for a task the library refuses
 		tasks = append(tasks, task)
 		index = append(index, i)
 	}
 	results, _ := h.tasks.EnqueueBatch(r.Context(), tasks) // per-task errors are in results
 	for j, res := range results {
 		i := index[j]
+		if res.ID == "" {
+			res.ID = resp.Results[i].ID
+		}
 		resp.Results[i].EnqueueResult = res.EnqueueResult
 		if res.Err != nil {
 			e := fromError(res.Err)

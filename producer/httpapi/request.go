@@ -135,6 +135,8 @@ func jsonError(err error) error {
 			fmt.Sprintf("malformed JSON at byte %d: %s", syntaxErr.Offset, strings.TrimPrefix(syntaxErr.Error(), "json: ")))
 	case errors.Is(err, io.EOF):
 		return newError(http.StatusBadRequest, CodeInvalidJSON, "", "empty body")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return newError(http.StatusBadRequest, CodeInvalidJSON, "", "the body ends in the middle of a JSON value")
 	}
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {

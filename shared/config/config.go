@@ -21,19 +21,19 @@ const EnvPrefix = "SPOOL"
 // and creds file may be set.
 type NATS struct {
 	// URL is a comma-separated list of server URLs. SPOOL_NATS_URL, default nats://127.0.0.1:4222.
-	URL string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222"`
+	URL string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222" desc:"NATS server URLs, comma-separated"`
 	// User and Password authenticate with a username. SPOOL_NATS_USER, SPOOL_NATS_PASSWORD.
-	User     string `envconfig:"NATS_USER"`
-	Password string `envconfig:"NATS_PASSWORD"`
+	User     string `envconfig:"NATS_USER" desc:"user name (with SPOOL_NATS_PASSWORD)"`
+	Password string `envconfig:"NATS_PASSWORD" desc:"password (with SPOOL_NATS_USER)"`
 	// Token authenticates with a token. SPOOL_NATS_TOKEN.
-	Token string `envconfig:"NATS_TOKEN"`
+	Token string `envconfig:"NATS_TOKEN" desc:"token authentication"`
 	// CredsFile is a JWT user credentials file. SPOOL_NATS_CREDS.
-	CredsFile string `envconfig:"NATS_CREDS"`
+	CredsFile string `envconfig:"NATS_CREDS" desc:"JWT credentials file (at most one of user, token, creds)"`
 	// TLSCA verifies the server; TLSCert and TLSKey present a client
 	// certificate. SPOOL_NATS_TLS_CA, SPOOL_NATS_TLS_CERT, SPOOL_NATS_TLS_KEY.
-	TLSCA   string `envconfig:"NATS_TLS_CA"`
-	TLSCert string `envconfig:"NATS_TLS_CERT"`
-	TLSKey  string `envconfig:"NATS_TLS_KEY"`
+	TLSCA   string `envconfig:"NATS_TLS_CA" desc:"CA file that verifies the server"`
+	TLSCert string `envconfig:"NATS_TLS_CERT" desc:"client certificate file (with SPOOL_NATS_TLS_KEY)"`
+	TLSKey  string `envconfig:"NATS_TLS_KEY" desc:"client key file (with SPOOL_NATS_TLS_CERT)"`
 }
 
 // Validate checks the NATS settings and names the variable at fault.
@@ -92,11 +92,11 @@ func readable(path string) error {
 type Common struct {
 	NATS
 	// Prefix names every subject, stream and bucket. SPOOL_PREFIX, default spool.
-	Prefix string `envconfig:"PREFIX" default:"spool"`
+	Prefix string `envconfig:"PREFIX" default:"spool" desc:"prefix of every subject, stream, consumer and bucket"`
 	// LogLevel is debug, info, warn or error. SPOOL_LOG_LEVEL, default info.
-	LogLevel string `envconfig:"LOG_LEVEL" default:"info"`
+	LogLevel string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error (one-shot commands log warnings only, unless -v)"`
 	// LogFormat is text (coloured, for people) or json. SPOOL_LOG_FORMAT, default text.
-	LogFormat string `envconfig:"LOG_FORMAT" default:"text"`
+	LogFormat string `envconfig:"LOG_FORMAT" default:"text" desc:"text (coloured on a terminal) or json"`
 }
 
 // Validate checks the common settings and names the variable at fault.

@@ -138,13 +138,13 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("spool-dev")
-	store := fs.String("store", "", "JetStream store directory (default: SPOOL_DEV_STORE, .data/nats)")
-	host := fs.String("host", "", "NATS listen host (default: the host of SPOOL_NATS_URL, 127.0.0.1)")
-	port := fs.Int("port", -1, "NATS client port, 0 picks a free one (default: the port of SPOOL_NATS_URL, 4222)")
+	store := fs.String("store", "", "JetStream store `directory` (default: SPOOL_DEV_STORE, .data/nats)")
+	host := fs.String("host", "", "NATS listen `host` (default: the host of SPOOL_NATS_URL, 127.0.0.1)")
+	port := fs.Int("port", -1, "NATS client `port`, 0 picks a free one (default: the port of SPOOL_NATS_URL, 4222)")
 	syncAlways := fs.Bool("sync-always", false, "fsync every write before acknowledging (durable, slower)")
-	brokerAddr := fs.String("broker", "", "HTTP broker and dashboard listen address, off: none (default: SPOOL_HTTP_ADDR, 127.0.0.1:8080)")
+	brokerAddr := fs.String("broker", "", "HTTP broker and dashboard listen `address`, off: none (default: SPOOL_HTTP_ADDR, 127.0.0.1:8080)")
 	worker := fs.Bool("worker", true, "run a worker with the demo handlers and the DLQ router (--worker=false: none)")
-	metricsAddr := fs.String("metrics", "", "the worker's /metrics, /healthz and /readyz listen address, off: none (default: SPOOL_METRICS_ADDR, 127.0.0.1:9090)")
+	metricsAddr := fs.String("metrics", "", "the worker's /metrics, /healthz and /readyz listen `address`, off: none (default: SPOOL_METRICS_ADDR, 127.0.0.1:9090)")
 	if err := cli.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
