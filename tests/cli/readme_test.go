@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -24,8 +25,8 @@ import (
 // run, by their first line, with the reason. A listed block that is no
 // longer in the README fails the test, so the list cannot go stale either.
 var readmeExcluded = map[string]string{
-	"make run    # the dev stack in the foreground, Ctrl-C stops it": "starts a stack in the foreground and runs the whole test suite; the test runs against a stack of its own",
-	"export SPOOL_NATS_URL=nats://127.0.0.1:4333 SPOOL_HTTP_ADDR=127.0.0.1:8181 \\": "starts a second stack in the foreground; testdata/dev.txtar moves a stack the same way",
+	"make run    # the dev stack in the foreground, Ctrl-C stops it":                                    "starts a stack in the foreground and runs the whole test suite; the test runs against a stack of its own",
+	"export SPOOL_NATS_URL=nats://127.0.0.1:4333 SPOOL_HTTP_ADDR=127.0.0.1:8181 \\":                     "starts a second stack in the foreground; testdata/dev.txtar moves a stack the same way",
 	"spool-producer load --count 100000 --mix critical=1,high=2,normal=4 --size 256   # load generator": "runs until stopped (serve) or for 100,000 tasks (load); producer's tests cover both",
 }
 
@@ -48,8 +49,9 @@ type readmeBlock struct {
 // stack, in order, against one dev stack (worker, broker, metrics), with
 // the binaries and bin/nats on PATH and the README's addresses rewritten
 // to the stack's. Each command must exit 0, must not print one of the
-// broker's error documents, and must print the JSON the README shows
-// under it (the fields shown; a value ending in "…" is a prefix). A
+// broker's error documents, must print the JSON the README shows under it
+// (the fields shown; a value ending in "…" is a prefix), and a nats
+// command must print the stream names its comment promises. A
 // command is retried for a few seconds, since a result appears once a
 // worker ran the task.
 func TestREADME(t *testing.T) {
@@ -144,10 +146,36 @@ func runReadmeCommand(ctx context.Context, bash, dir string, env []string, cmd, 
 	if strings.HasPrefix(got, `{"error":{`) {
 		return fmt.Errorf("the broker answered an error: %s", got)
 	}
+	if err := matchNamedInComment(cmd, got); err != nil {
+		return err
+	}
 	if want == "" {
 		return nil
 	}
 	return matchDocumented(got, want)
+}
+
+// streamNames are the stream names a comment may promise ("KV_*" is any
+// name with that prefix).
+var streamNames = regexp.MustCompile(`\b(?:SPOOL|KV)_[A-Z_]*\*?`)
+
+// matchNamedInComment checks that a nats command prints every stream name
+// its trailing comment promises ("nats stream ls -a   # SPOOL_TASKS, ...,
+// KV_*").
+func matchNamedInComment(cmd, got string) error {
+	if !strings.HasPrefix(cmd, "nats ") {
+		return nil
+	}
+	_, comment, ok := strings.Cut(cmd, " # ")
+	if !ok {
+		return nil
+	}
+	for _, name := range streamNames.FindAllString(comment, -1) {
+		if !strings.Contains(got, strings.TrimSuffix(name, "*")) {
+			return fmt.Errorf("the output lacks %s, which the README's comment promises: %s", name, got)
+		}
+	}
+	return nil
 }
 
 // matchDocumented checks that the JSON object got holds every field of the
