@@ -21,40 +21,16 @@ func (w *Worker) scaleUpLocked() {
 	for _, st := range w.prio {
 		backlog += st.pending
 	}
-	for w.size < w.o.MaxConcurrency {
-		used := w.busy + w.fetching
-		if float64(used) < w.o.ScaleUpFill*float64(w.size) || backlog <= uint64(max(0, w.size-used)) {
-			return
-		}
-		w.size++
-		w.scaleUps++
-	}
-}
-
-// noteBusyLocked records a slot taken; w.mu is held.
-func (w *Worker) noteBusyLocked() {
-	if w.busy > w.size {
-		w.size = min(w.busy, w.o.MaxConcurrency)
-		w.scaleUps++
-	}
-	w.highWater = max(w.highWater, w.busy)
+	w.slots.grow(backlog, w.o.ScaleUpFill)
 }
 
 // scaleDown shrinks the pool to the slots used during the last
 // ScaleDownIdle period.
 func (w *Worker) scaleDown() {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	now := time.Now()
-	if now.Sub(w.windowFrom) < w.o.ScaleDownIdle {
-		return
+	from, to := w.slots.shrink(time.Now(), w.o.ScaleDownIdle)
+	w.mu.Unlock()
+	if to < from {
+		w.log.Debug("scaling down", "from", from, "to", to)
 	}
-	target := max(w.o.MinConcurrency, w.highWater, w.busy)
-	if target < w.size {
-		w.log.Debug("scaling down", "from", w.size, "to", target)
-		w.size = target
-		w.scaleDowns++
-	}
-	w.windowFrom = now
-	w.highWater = w.busy
 }

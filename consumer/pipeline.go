@@ -1,19 +1,15 @@
 package consumer
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/jsproto"
 )
 
 // pipelineDepth bounds the completion pipeline: completed attempts whose
@@ -28,9 +24,9 @@ func pipelineDepth(maxSlots int) int { return max(64, 4*maxSlots) }
 //
 // put queues the document and returns at once; the pipeline's writer
 // publishes queued documents to the results bucket in bursts (see
-// writeLoop), each with a reply subject of the pipeline's own (one
-// wildcard subscription). The bucket's acknowledgement arrives on that
-// subscription, and only then is the task acked. A write the bucket refuses, or whose
+// writeLoop) on a jsproto.Publisher of its own, a document's token the
+// key of its completion. The bucket's acknowledgement arrives on the
+// publisher's subscription, and only then is the task acked. A write the bucket refuses, or whose
 // acknowledgement does not come within IOTimeout (a lost connection), NAKs
 // the task for a retry instead. So an ack never precedes its stored
 // result, whatever happens in between: a crash or a closed connection
@@ -40,10 +36,20 @@ func pipelineDepth(maxSlots int) int { return max(64, 4*maxSlots) }
 // future with its channels and timer, a map entry under the JetStream
 // context's lock and a reflective JSON decode of the acknowledgement.
 type pipeline struct {
-	w      *Worker
-	prefix string // reply subjects: prefix + token
-	sub    *nats.Subscription
-	room   chan struct{} // one token per completion in flight
+	pub  *jsproto.Publisher
+	room chan struct{} // one token per completion in flight
+
+	// What the pipeline needs of the worker (see newPipeline).
+	log      *slog.Logger
+	timeout  time.Duration                // IOTimeout: for each result write
+	ackWait  [numPriorities]time.Duration // of the priority consumers
+	subject  func(id string) string       // of a task's result in the bucket
+	encode   func(dst []byte, doc *spool.Result) ([]byte, error)
+	attempts *sync.WaitGroup // counts each completion until it is settled
+	rec      *recorder
+	// lost NAKs a completed task whose result could not be stored, for a
+	// retry.
+	lost func(a attemptInfo, o outcome, err error)
 
 	mu      sync.Mutex
 	next    uint64
@@ -95,8 +101,14 @@ type completion struct {
 
 func newPipeline(w *Worker) (*pipeline, error) {
 	p := &pipeline{
-		w:         w,
-		prefix:    w.nc.NewInbox() + ".",
+		log:       w.log,
+		timeout:   w.o.IOTimeout,
+		ackWait:   w.ackWait,
+		subject:   w.results.Subject,
+		encode:    w.results.Encode,
+		attempts:  &w.attempts,
+		rec:       w.rec,
+		lost:      w.resultLost,
 		room:      make(chan struct{}, pipelineDepth(w.o.MaxConcurrency)),
 		pending:   make(map[uint64]*completion),
 		kick:      make(chan struct{}, 1),
@@ -109,11 +121,11 @@ func newPipeline(w *Worker) (*pipeline, error) {
 		b := make([]byte, 0, 512)
 		return &b
 	}
-	sub, err := subscribeUnbounded(w.nc, p.prefix+"*", p.onAck)
+	pub, err := jsproto.NewPublisher(w.nc, p.onAck)
 	if err != nil {
-		return nil, fmt.Errorf("subscribing to result acknowledgements: %w", err)
+		return nil, fmt.Errorf("result writes: %w", err)
 	}
-	p.sub = sub
+	p.pub = pub
 	go p.sweep()
 	go p.writeLoop()
 	return p, nil
@@ -123,7 +135,7 @@ func newPipeline(w *Worker) (*pipeline, error) {
 // On error nothing was handed over.
 func (p *pipeline) put(a attemptInfo, o outcome, doc spool.Result) error {
 	buf := p.bufs.Get().(*[]byte)
-	data, err := p.w.results.Encode((*buf)[:0], &doc)
+	data, err := p.encode((*buf)[:0], &doc)
 	if err != nil {
 		p.bufs.Put(buf)
 		return err
@@ -132,9 +144,9 @@ func (p *pipeline) put(a attemptInfo, o outcome, doc spool.Result) error {
 	// Counted as an attempt until settled, so shutdown waits for it; added
 	// while the calling attempt still counts, so the count cannot reach
 	// zero in between, and before anything can settle it.
-	p.w.attempts.Add(1)
+	p.attempts.Add(1)
 	now := time.Now()
-	c := &completion{a: a, o: o, deadline: now.Add(p.w.o.IOTimeout), beat: now}
+	c := &completion{a: a, o: o, deadline: now.Add(p.timeout), beat: now}
 	p.mu.Lock()
 	p.next++
 	tok := p.next
@@ -181,10 +193,9 @@ func (p *pipeline) writeLoop() {
 		p.queue = p.spare
 		p.mu.Unlock()
 		for i, wr := range q {
-			reply := p.prefix + strconv.FormatUint(wr.tok, 36)
-			if err := p.w.nc.PublishRequest(p.w.results.Subject(wr.id), reply, wr.data); err != nil {
+			if err := p.pub.Publish(p.subject(wr.id), wr.data, wr.tok); err != nil {
 				if c := p.take(wr.tok); c != nil {
-					p.w.resultLost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w", wr.id, err))
+					p.lost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w", wr.id, err))
 					p.done()
 				}
 			}
@@ -198,22 +209,6 @@ func (p *pipeline) writeLoop() {
 	}
 }
 
-// subscribeUnbounded subscribes cb to subject with no limit on the
-// messages waiting for it: what arrives there answers the worker's own
-// requests, whose number the worker bounds, and a dropped one would
-// strand a task until AckWait.
-func subscribeUnbounded(nc *nats.Conn, subject string, cb nats.MsgHandler) (*nats.Subscription, error) {
-	sub, err := nc.Subscribe(subject, cb)
-	if err != nil {
-		return nil, err
-	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, err
-	}
-	return sub, nil
-}
-
 // take removes and returns the completion of tok, nil when it is gone.
 func (p *pipeline) take(tok uint64) *completion {
 	p.mu.Lock()
@@ -225,7 +220,7 @@ func (p *pipeline) take(tok uint64) *completion {
 
 func (p *pipeline) done() {
 	<-p.room
-	p.w.attempts.Done()
+	p.attempts.Done()
 }
 
 // onAck settles the completion a bucket acknowledgement answers. Tasks
@@ -233,26 +228,20 @@ func (p *pipeline) done() {
 // acknowledgement is queued on the subscription: acknowledgements arrive
 // in bursts (the writer sends results in bursts), and acks sent in one
 // burst leave in one network write.
-func (p *pipeline) onAck(m *nats.Msg) {
-	p.settleAck(m)
-	// Pending counts the message being handled until the callback returns
-	// (nats.go takes it off the count when it fetches the next one).
-	if n, _, err := p.sub.Pending(); err != nil || n <= 1 {
+func (p *pipeline) onAck(tok uint64, _ jsproto.PubAck, err error) {
+	p.settleAck(tok, err)
+	if p.pub.Pending() <= 1 {
 		p.ackStored()
 	}
 }
 
-func (p *pipeline) settleAck(m *nats.Msg) {
-	tok, err := strconv.ParseUint(m.Subject[len(p.prefix):], 36, 64)
-	if err != nil {
-		return
-	}
+func (p *pipeline) settleAck(tok uint64, err error) {
 	c := p.take(tok)
 	if c == nil {
 		return // timed out already
 	}
-	if err := pubAckError(m); err != nil {
-		p.w.resultLost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w", c.a.id, err))
+	if err != nil {
+		p.lost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w", c.a.id, err))
 		p.done()
 		return
 	}
@@ -264,9 +253,9 @@ func (p *pipeline) settleAck(m *nats.Msg) {
 func (p *pipeline) ackStored() {
 	for i, c := range p.stored {
 		if err := c.a.msg.Ack(); err != nil {
-			p.w.log.Warn("acking completed task", "task_id", c.a.id, "error", err)
+			p.log.Warn("acking completed task", "task_id", c.a.id, "error", err)
 		}
-		p.w.rec.record(c.a.p, c.a.typ, c.o)
+		p.rec.record(c.a.p, c.a.typ, c.o)
 		p.done()
 		p.stored[i] = nil
 	}
@@ -289,7 +278,7 @@ var errAckTimeout = errors.New("no acknowledgement of the result write")
 // goes at most 3/4 of AckWait without a heartbeat.
 func (p *pipeline) sweep() {
 	defer close(p.swept)
-	every := max(min(p.w.o.IOTimeout/4, p.minAckWait()/6), 10*time.Millisecond)
+	every := max(min(p.timeout/4, p.minAckWait()/6), 10*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -306,7 +295,7 @@ func (p *pipeline) sweep() {
 			case now.After(c.deadline):
 				late = append(late, c)
 				delete(p.pending, tok)
-			case now.Sub(c.beat) >= p.w.ackWait[c.a.p]/4:
+			case now.Sub(c.beat) >= p.ackWait[c.a.p]/4:
 				c.beat = now
 				beat = append(beat, c)
 			}
@@ -316,11 +305,11 @@ func (p *pipeline) sweep() {
 			// A heartbeat racing the ack is harmless: the server ignores an
 			// InProgress for a message already acked.
 			if err := c.a.msg.InProgress(); err != nil {
-				p.w.log.Warn("heartbeat of a completed task awaiting its result write failed", "task_id", c.a.id, "error", err)
+				p.log.Warn("heartbeat of a completed task awaiting its result write failed", "task_id", c.a.id, "error", err)
 			}
 		}
 		for _, c := range late {
-			p.w.resultLost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w within %s", c.a.id, errAckTimeout, p.w.o.IOTimeout))
+			p.lost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w within %s", c.a.id, errAckTimeout, p.timeout))
 			p.done()
 		}
 	}
@@ -328,8 +317,8 @@ func (p *pipeline) sweep() {
 
 // minAckWait is the shortest AckWait of the priority consumers.
 func (p *pipeline) minAckWait() time.Duration {
-	m := p.w.ackWait[0]
-	for _, d := range p.w.ackWait[1:] {
+	m := p.ackWait[0]
+	for _, d := range p.ackWait[1:] {
 		if d > 0 && (m == 0 || d < m) {
 			m = d
 		}
@@ -346,41 +335,7 @@ func (p *pipeline) close() {
 	<-p.written
 	close(p.stopSweep)
 	<-p.swept
-	if err := p.sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		p.w.log.Warn("unsubscribing from result acknowledgements", "error", err)
+	if err := p.pub.Close(); err != nil {
+		p.log.Warn("closing the result writer", "error", err)
 	}
-}
-
-var (
-	ackErrorKey   = []byte(`"error"`)
-	ackStreamHead = []byte(`{"stream":`)
-)
-
-// pubAckError reads a JetStream publish acknowledgement: nil when the
-// message was stored. The common reply, {"stream":...,"seq":...}, is
-// recognised without decoding it.
-func pubAckError(m *nats.Msg) error {
-	if len(m.Data) == 0 {
-		if m.Header.Get("Status") == "503" {
-			return jetstream.ErrNoStreamResponse
-		}
-		return jetstream.ErrInvalidJSAck
-	}
-	if bytes.HasPrefix(m.Data, ackStreamHead) && !bytes.Contains(m.Data, ackErrorKey) {
-		return nil
-	}
-	var r struct {
-		Stream string              `json:"stream"`
-		Error  *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(m.Data, &r); err != nil {
-		return jetstream.ErrInvalidJSAck
-	}
-	if r.Error != nil {
-		return r.Error
-	}
-	if r.Stream == "" {
-		return jetstream.ErrInvalidJSAck
-	}
-	return nil
 }

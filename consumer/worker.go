@@ -77,17 +77,10 @@ type Worker struct {
 	runq    chan job
 	runners sync.WaitGroup
 
-	mu         sync.Mutex
-	state      WorkerState
-	size       int // current slot count
-	busy       int // slots running an attempt
-	fetching   int // slots reserved by no-wait fetches in flight
-	polling    int // slots reserved by long-polls in flight
-	prio       [numPriorities]prioState
-	scaleUps   uint64
-	scaleDowns uint64
-	highWater  int       // most busy slots since windowFrom
-	windowFrom time.Time // start of the current scale-down window
+	mu    sync.Mutex
+	state WorkerState
+	slots slots
+	prio  [numPriorities]prioState
 }
 
 // prioState is what the worker knows about one priority.
@@ -106,9 +99,6 @@ type prioState struct {
 	// and in retry backoff) are near MaxAckPending, past which the server
 	// stops delivering the priority.
 	ackPendingHigh bool
-	polling        bool
-	fetches        int
-	busy           int
 	// restUntil pauses pulls of the priority after a failed one.
 	restUntil time.Time
 }
@@ -148,7 +138,7 @@ func New(nc *nats.Conn, h Handler, opts ...Option) (*Worker, error) {
 		wake:     make(chan struct{}, 1),
 		watches:  make(map[*watch]struct{}),
 		state:    WorkerNew,
-		size:     o.MinConcurrency,
+		slots:    newSlots(o.MinConcurrency, o.MaxConcurrency),
 	}
 	return w, nil
 }
@@ -213,7 +203,7 @@ func (w *Worker) start(ctx context.Context) error {
 	w.mu.Lock()
 	w.hardCtx, w.hardCancel = context.WithCancel(w.ioCtx)
 	w.state = WorkerIdle
-	w.windowFrom = time.Now()
+	w.slots.startWindow(time.Now())
 	for p := range w.prio {
 		w.prio[p].maybe = true // unknown until the first pull
 	}
@@ -302,7 +292,7 @@ func (w *Worker) stateLocked() WorkerState {
 	if w.state == WorkerNew && w.isStopping() {
 		return WorkerStopped // stopped before it started
 	}
-	if w.state == WorkerIdle && w.busy > 0 {
+	if w.state == WorkerIdle && w.slots.busy > 0 {
 		return WorkerBusy
 	}
 	return w.state
@@ -317,20 +307,20 @@ func (w *Worker) Stats() Stats {
 	s := Stats{
 		Worker:     w.o.WorkerName,
 		State:      w.stateLocked(),
-		Slots:      w.size,
-		Busy:       w.busy,
-		Idle:       max(0, w.size-w.busy),
+		Slots:      w.slots.size,
+		Busy:       w.slots.busy,
+		Idle:       w.slots.idle(),
 		MinSlots:   w.o.MinConcurrency,
 		MaxSlots:   w.o.MaxConcurrency,
-		ScaleUps:   w.scaleUps,
-		ScaleDowns: w.scaleDowns,
+		ScaleUps:   w.slots.scaleUps,
+		ScaleDowns: w.slots.scaleDowns,
 		Types:      types,
 	}
 	for _, p := range spool.Priorities {
 		ps := PriorityStats{
 			Priority: p,
 			Counters: prio[p],
-			Busy:     w.prio[p].busy,
+			Busy:     w.slots.prio[p].busy,
 			Backlog:  w.prio[p].pending,
 			Boost:    1,
 			Weight:   w.o.Weights[p],
@@ -400,25 +390,25 @@ func (w *Worker) dispatch() (plans []pullPlan) {
 		resting[p] = now.Before(st.restUntil)
 		switch {
 		case resting[p]:
-		case st.polling:
+		case w.slots.prio[p].polling:
 		case st.pending > 0:
 			caps[p] = int(min(st.pending, uint64(w.o.MaxConcurrency)))
 			known = true
-		case st.maybe && st.fetches == 0:
+		case st.maybe && w.slots.prio[p].fetches == 0:
 			caps[p] = 1
 			known = true
 		}
 	}
 	if known {
 		w.scaleUpLocked()
-		if w.fetching > 0 {
+		if w.slots.fetching > 0 {
 			// One round of fetches at a time: slots freed meanwhile are
 			// pulled together in the next round, in larger batches (the
 			// server answers fetch requests one by one, so batches carry
 			// the throughput).
 			return nil
 		}
-		free := min(w.size, w.o.MaxConcurrency-w.polling) - w.busy
+		free := w.slots.free()
 		if free <= 0 {
 			return nil
 		}
@@ -427,8 +417,7 @@ func (w *Worker) dispatch() (plans []pullPlan) {
 		for _, p := range spool.Priorities {
 			if n := alloc[p]; n > 0 {
 				used += n
-				w.fetching += n
-				w.prio[p].fetches++
+				w.slots.reserve(p, n, false)
 				plans = append(plans, w.pl.planLocked(p, n, false))
 			}
 		}
@@ -437,17 +426,15 @@ func (w *Worker) dispatch() (plans []pullPlan) {
 		}
 	}
 	// Spare capacity: long-poll every priority with no known work.
-	budget := w.o.MaxConcurrency - w.busy - w.fetching - w.polling
+	budget := w.slots.spare()
 	for _, p := range spool.Priorities {
-		st := &w.prio[p]
 		if budget <= 0 {
 			break
 		}
-		if st.polling || st.fetches > 0 || caps[p] > 0 || resting[p] {
+		if ps := w.slots.prio[p]; ps.polling || ps.fetches > 0 || caps[p] > 0 || resting[p] {
 			continue
 		}
-		st.polling = true
-		w.polling++
+		w.slots.reserve(p, 1, true)
 		budget--
 		plans = append(plans, w.pl.planLocked(p, 1, true))
 	}
@@ -476,8 +463,8 @@ func (w *Worker) refreshLoop() {
 func (w *Worker) refresh() {
 	for _, p := range spool.Priorities {
 		w.mu.Lock()
-		skip := w.prio[p].polling
-		local := w.prio[p].busy
+		skip := w.slots.prio[p].polling
+		local := w.slots.prio[p].busy
 		w.mu.Unlock()
 		if skip {
 			continue
@@ -497,7 +484,7 @@ func (w *Worker) refresh() {
 		}
 		w.mu.Lock()
 		st := &w.prio[p]
-		if !st.polling {
+		if !w.slots.prio[p].polling {
 			st.pending = info.NumPending
 			st.maybe = info.NumAckPending > local
 			st.oldest = oldest

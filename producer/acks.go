@@ -1,32 +1,20 @@
 package producer
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-)
 
-// Retries of a publish answered by no responders (no stream listening,
-// as during a stream leader election), as nats.go's PublishAsync does.
-const (
-	pubRetries   = jetstream.DefaultPubRetryAttempts
-	pubRetryWait = jetstream.DefaultPubRetryWait
+	"github.com/spoolq/spool/shared/jsproto"
 )
 
 // acks carries EnqueueBatch's publishes and routes JetStream's
-// acknowledgements back to the batches waiting for them. Each publish
-// has a reply subject of the client's own, <inbox>.<batch>.<task index>,
-// and one wildcard subscription per client (made by the first batch,
-// ended by Close) receives every answer.
+// acknowledgements back to the batches waiting for them, on a
+// jsproto.Publisher of the client's own (made by the first batch, ended by
+// Close). A publish's token is its batch and its task index (see token).
 //
 // Compared with nats.go's PublishAsync futures it saves, per task, a future
 // with its channels and timer, a map entry and a reflective JSON decode of
@@ -37,11 +25,14 @@ type acks struct {
 	room    chan struct{} // one token per publish in flight, across batches
 
 	mu      sync.Mutex
-	sub     *nats.Subscription
-	prefix  string // of reply subjects, with its trailing dot
+	pub     *jsproto.Publisher
 	next    uint64
 	batches map[uint64]*batch
 }
+
+// token is the publisher token of task i of batch bid: the batch in the
+// high 32 bits, the index in the low ones.
+func token(bid uint64, i int) uint64 { return bid<<32 | uint64(uint32(i)) }
 
 func newAcks(nc *nats.Conn, timeout time.Duration, window int) *acks {
 	return &acks{nc: nc, timeout: timeout, room: make(chan struct{}, window), batches: make(map[uint64]*batch)}
@@ -51,7 +42,6 @@ func newAcks(nc *nats.Conn, timeout time.Duration, window int) *acks {
 // fields once it is open, until close.
 type batch struct {
 	id      uint64
-	reply   string   // reply subjects: reply + task index in base 36
 	flights []flight // by task index
 	waiting int      // flights in flight
 	wake    chan struct{}
@@ -88,24 +78,16 @@ type outcome struct {
 func (a *acks) open(n int) (*batch, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.sub == nil {
-		prefix := a.nc.NewInbox() + "."
-		sub, err := a.nc.Subscribe(prefix+"*.*", func(m *nats.Msg) { a.onReply(prefix, m) })
+	if a.pub == nil {
+		pub, err := jsproto.NewPublisher(a.nc, a.onAck)
 		if err != nil {
-			return nil, fmt.Errorf("subscribing to publish acknowledgements: %w", err)
+			return nil, err
 		}
-		// The window bounds what can wait here; a dropped acknowledgement
-		// would cost a timeout.
-		if err := sub.SetPendingLimits(-1, -1); err != nil {
-			_ = sub.Unsubscribe()
-			return nil, fmt.Errorf("subscribing to publish acknowledgements: %w", err)
-		}
-		a.sub, a.prefix = sub, prefix
+		a.pub = pub
 	}
 	a.next++
 	b := &batch{
 		id:      a.next,
-		reply:   a.prefix + strconv.FormatUint(a.next, 36) + ".",
 		flights: make([]flight, n),
 		wake:    make(chan struct{}, 1),
 	}
@@ -119,8 +101,8 @@ func (a *acks) publish(ctx context.Context, b *batch, i int, p prepared, claimed
 	if err := a.acquire(ctx, b); err != nil {
 		return err
 	}
-	p.msg.Reply = b.reply + strconv.FormatUint(uint64(i), 36)
 	a.mu.Lock()
+	pub := a.pub
 	if b.closed {
 		a.mu.Unlock()
 		<-a.room
@@ -129,7 +111,7 @@ func (a *acks) publish(ctx context.Context, b *batch, i int, p prepared, claimed
 	b.flights[i] = flight{p: p, claimed: claimed, deadline: time.Now().Add(a.timeout), outcome: outcome{state: inFlight}}
 	b.waiting++
 	a.mu.Unlock()
-	if err := a.nc.PublishMsg(p.msg); err != nil {
+	if err := pub.PublishMsg(p.msg, token(b.id, i)); err != nil {
 		a.settle(b, i, outcome{state: failed, err: err})
 	}
 	return nil
@@ -203,30 +185,27 @@ func (a *acks) wait(ctx context.Context, b *batch) {
 	}
 }
 
-// onReply settles the flight an acknowledgement answers.
-func (a *acks) onReply(prefix string, m *nats.Msg) {
-	bid, i, ok := parseReply(m.Subject, prefix)
-	if !ok {
-		return
-	}
-	seq, dup, err := parsePubAck(m)
+// onAck settles the flight an acknowledgement answers; a publish no
+// stream answered is sent again (see jsproto.RetryNoResponders).
+func (a *acks) onAck(tok uint64, ack jsproto.PubAck, err error) {
+	bid, i := tok>>32, int(uint32(tok))
 	a.mu.Lock()
 	b := a.batches[bid]
-	if b == nil || i >= uint64(len(b.flights)) || b.flights[i].state != inFlight {
+	if b == nil || i >= len(b.flights) || b.flights[i].state != inFlight {
 		a.mu.Unlock()
 		return // given up already
 	}
-	if f := &b.flights[i]; errors.Is(err, jetstream.ErrNoStreamResponse) && f.retries < pubRetries {
+	if f := &b.flights[i]; jsproto.RetryNoResponders(err, f.retries) {
 		f.retries++
 		a.mu.Unlock()
-		time.AfterFunc(pubRetryWait, func() { a.republish(b, int(i)) })
+		time.AfterFunc(jsproto.NoResponderWait, func() { a.republish(b, i) })
 		return
 	}
-	o := outcome{state: acked, seq: seq, dup: dup}
+	o := outcome{state: acked, seq: ack.Seq, dup: ack.Duplicate}
 	if err != nil {
 		o = outcome{state: failed, err: err}
 	}
-	a.settleLocked(b, int(i), o)
+	a.settleLocked(b, i, o)
 	a.mu.Unlock()
 	<-a.room
 }
@@ -235,14 +214,14 @@ func (a *acks) onReply(prefix string, m *nats.Msg) {
 func (a *acks) republish(b *batch, i int) {
 	a.mu.Lock()
 	f := &b.flights[i]
-	if f.state != inFlight {
+	if f.state != inFlight || a.pub == nil {
 		a.mu.Unlock()
 		return
 	}
 	f.deadline = time.Now().Add(a.timeout)
-	msg := f.p.msg
+	msg, pub := f.p.msg, a.pub
 	a.mu.Unlock()
-	if err := a.nc.PublishMsg(msg); err != nil {
+	if err := pub.PublishMsg(msg, token(b.id, i)); err != nil {
 		a.settle(b, i, outcome{state: failed, err: err})
 	}
 }
@@ -295,8 +274,8 @@ func (a *acks) expire(b *batch, now time.Time, err error) int {
 // lost, and open batches publish no more.
 func (a *acks) close() {
 	a.mu.Lock()
-	sub := a.sub
-	a.sub = nil
+	pub := a.pub
+	a.pub = nil
 	open := make([]*batch, 0, len(a.batches))
 	for _, b := range a.batches {
 		b.closed = true
@@ -306,89 +285,7 @@ func (a *acks) close() {
 	for _, b := range open {
 		a.expire(b, time.Time{}, jetstream.ErrJetStreamPublisherClosed)
 	}
-	if sub != nil {
-		_ = sub.Unsubscribe()
+	if pub != nil {
+		_ = pub.Close()
 	}
-}
-
-// parseReply reads <prefix><batch>.<index> (base 36).
-func parseReply(subject, prefix string) (bid, i uint64, ok bool) {
-	rest, ok := strings.CutPrefix(subject, prefix)
-	if !ok {
-		return 0, 0, false
-	}
-	bs, is, ok := strings.Cut(rest, ".")
-	if !ok {
-		return 0, 0, false
-	}
-	bid, err1 := strconv.ParseUint(bs, 36, 64)
-	i, err2 := strconv.ParseUint(is, 36, 64)
-	return bid, i, err1 == nil && err2 == nil
-}
-
-var (
-	ackStreamHead = []byte(`{"stream":`)
-	ackErrorKey   = []byte(`"error"`)
-	ackSeqKey     = []byte(`"seq":`)
-	ackDupKey     = []byte(`"duplicate":`)
-	ackTrue       = []byte(`true`)
-)
-
-// parsePubAck reads a JetStream publish acknowledgement: the stream
-// sequence and whether it was a duplicate, or why the message was not
-// stored. The common reply, {"stream":...,"seq":...}, is read without
-// decoding it.
-func parsePubAck(m *nats.Msg) (seq uint64, dup bool, err error) {
-	if len(m.Data) == 0 {
-		if m.Header.Get("Status") == "503" {
-			return 0, false, jetstream.ErrNoStreamResponse
-		}
-		return 0, false, jetstream.ErrInvalidJSAck
-	}
-	if bytes.HasPrefix(m.Data, ackStreamHead) && !bytes.Contains(m.Data, ackErrorKey) {
-		if k := bytes.Index(m.Data, ackSeqKey); k >= 0 {
-			if seq, ok := leadingUint(afterSpace(m.Data[k+len(ackSeqKey):])); ok {
-				return seq, ackDuplicate(m.Data), nil
-			}
-		}
-	}
-	var r struct {
-		Error     *jetstream.APIError `json:"error"`
-		Stream    string              `json:"stream"`
-		Sequence  uint64              `json:"seq"`
-		Duplicate bool                `json:"duplicate"`
-	}
-	if err := json.Unmarshal(m.Data, &r); err != nil {
-		return 0, false, jetstream.ErrInvalidJSAck
-	}
-	if r.Error != nil {
-		return 0, false, r.Error
-	}
-	if r.Stream == "" {
-		return 0, false, jetstream.ErrInvalidJSAck
-	}
-	return r.Sequence, r.Duplicate, nil
-}
-
-// ackDuplicate reads the duplicate flag of an acknowledgement (the server
-// writes it as "duplicate": true).
-func ackDuplicate(data []byte) bool {
-	k := bytes.Index(data, ackDupKey)
-	return k >= 0 && bytes.HasPrefix(afterSpace(data[k+len(ackDupKey):]), ackTrue)
-}
-
-func afterSpace(b []byte) []byte { return bytes.TrimLeft(b, " ") }
-
-// leadingUint parses the decimal digits b starts with.
-func leadingUint(b []byte) (uint64, bool) {
-	var n uint64
-	i := 0
-	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
-		d := uint64(b[i] - '0')
-		if n > (1<<64-1-d)/10 {
-			return 0, false
-		}
-		n = n*10 + d
-	}
-	return n, i > 0
 }

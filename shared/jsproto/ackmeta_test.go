@@ -1,4 +1,4 @@
-package consumer
+package jsproto_test
 
 import (
 	"errors"
@@ -7,11 +7,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spoolq/spool/shared/jsproto"
 )
 
-// parseAckSubject reads what nats.go reads from both forms of the ack
+// ParseAckSubject reads what nats.go reads from both forms of the ack
 // subject, and refuses what nats.go refuses.
 func TestParseAckSubject(t *testing.T) {
+	t.Parallel()
 	valid := []string{
 		"$JS.ACK.SPOOL_TASKS.spool-normal.3.41.17.1795316429644390470.12",
 		"$JS.ACK._.ABCHASH.SPOOL_TASKS.spool-high.1.2.3.1795316429644390470.0.rand",
@@ -19,7 +22,7 @@ func TestParseAckSubject(t *testing.T) {
 		"$JS.ACK.hub.ABCHASH.SPOOL_TASKS.spool-high.1.2.3.1795316429644390470.0.rand.more",
 	}
 	for _, s := range valid {
-		got, err := parseAckSubject(s)
+		got, err := jsproto.ParseAckSubject(s)
 		if err != nil {
 			t.Errorf("%s: %v", s, err)
 			continue
@@ -35,7 +38,7 @@ func TestParseAckSubject(t *testing.T) {
 			t.Errorf("%s: got %+v, nats.go reads %+v", s, got, want)
 		}
 	}
-	if md, _ := parseAckSubject(valid[0]); md.Sequence.Stream != 41 || md.NumDelivered != 3 || md.NumPending != 12 ||
+	if md, _ := jsproto.ParseAckSubject(valid[0]); md.Sequence.Stream != 41 || md.NumDelivered != 3 || md.NumPending != 12 ||
 		!md.Timestamp.Equal(time.Unix(0, 1795316429644390470)) {
 		t.Errorf("v1 fields %+v", md)
 	}
@@ -45,7 +48,7 @@ func TestParseAckSubject(t *testing.T) {
 		"$JS.ACK.SPOOL_TASKS.spool-normal.3.41.17.1795316429644390470",         // 8 tokens
 		"$JS.ACK.hub.ABCHASH.SPOOL_TASKS.spool-high.1.2.3.1795316429644390470", // 10 tokens
 	} {
-		if _, err := parseAckSubject(s); !errors.Is(err, jetstream.ErrNotJSMessage) {
+		if _, err := jsproto.ParseAckSubject(s); !errors.Is(err, jetstream.ErrNotJSMessage) {
 			t.Errorf("%q: err %v, want ErrNotJSMessage", s, err)
 		}
 	}

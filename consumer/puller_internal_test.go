@@ -1,0 +1,111 @@
+package consumer
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	spool "github.com/spoolq/spool/shared"
+)
+
+// pullRecorder is a worker as the puller sees it, recording what it is
+// told.
+type pullRecorder struct {
+	empty   []spool.Priority
+	pending map[spool.Priority]uint64
+	failed  []error
+	nudges  int
+}
+
+func (r *pullRecorder) pendingLocked(p spool.Priority, n uint64) { r.pending[p] = n }
+func (r *pullRecorder) emptyLocked(p spool.Priority)             { r.empty = append(r.empty, p) }
+func (r *pullRecorder) admitLocked() bool                        { return true }
+func (r *pullRecorder) startAttempt(spool.Priority, jetstream.Msg) {
+}
+func (r *pullRecorder) pullFailed(_ spool.Priority, err error) { r.failed = append(r.failed, err) }
+func (r *pullRecorder) nudge()                                 { r.nudges++ }
+
+func newTestPuller() (*puller, *pullRecorder) {
+	ev := &pullRecorder{pending: make(map[spool.Priority]uint64)}
+	s := newSlots(1, 8)
+	pl := &puller{
+		log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		pollWait: time.Second,
+		ev:       ev,
+		prefix:   "_INBOX.test.",
+		mu:       &sync.Mutex{},
+		slots:    &s,
+		pulls:    &sync.WaitGroup{},
+	}
+	return pl, ev
+}
+
+// What each kind of status does to the request it answers: a heartbeat
+// leaves it outstanding, 404 and 408 end it normally (a short no-wait
+// fetch says the priority is empty), and every other status ends it as a
+// failed pull, its slots given back.
+func TestPullerStatuses(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		code, desc string
+		poll       bool
+		ends       bool
+		failed     bool
+		empty      bool
+	}{
+		{"100", "Idle Heartbeat", true, false, false, false},
+		{"404", "No Messages", false, true, false, true},
+		{"408", "Request Timeout", true, true, false, false},
+		{"409", "Consumer Deleted", true, true, true, false},
+		{"409", "Leadership Change", false, true, true, false},
+		{"409", "Exceeded MaxWaiting", true, true, true, false},
+		{"409", "Exceeded MaxRequestBatch of 1", false, true, true, false},
+		{"400", "Bad Request", false, true, true, false},
+		{"503", "", false, true, true, false},
+	}
+	for _, c := range cases {
+		pl, ev := newTestPuller()
+		n := 3
+		if c.poll {
+			n = 1
+		}
+		pl.mu.Lock()
+		pl.slots.reserve(spool.High, n, c.poll)
+		plan := pl.planLocked(spool.High, n, c.poll)
+		pl.mu.Unlock()
+		h := nats.Header{"Status": {c.code}}
+		if c.desc != "" {
+			h.Set("Description", c.desc)
+		}
+		pl.onMsg(&nats.Msg{Subject: pl.prefix + strconv.Itoa(int(spool.High)) + "." + strconv.FormatUint(plan.id, 36), Header: h})
+
+		name := c.code + " " + c.desc
+		outstanding := pl.req[spool.High].id != 0
+		reserved := pl.slots.fetching + pl.slots.polling
+		switch {
+		case outstanding == c.ends:
+			t.Errorf("%s: request outstanding %v", name, outstanding)
+		case c.ends && reserved != 0:
+			t.Errorf("%s: %d slots still reserved", name, reserved)
+		case !c.ends && reserved != n:
+			t.Errorf("%s: %d slots reserved, want %d", name, reserved, n)
+		case (len(ev.failed) > 0) != c.failed:
+			t.Errorf("%s: failed pulls %v", name, ev.failed)
+		case (len(ev.empty) > 0) != c.empty:
+			t.Errorf("%s: priority made empty: %v", name, ev.empty)
+		}
+		if err := pl.slots.check(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if c.code == "409" && c.desc == "Consumer Deleted" && (len(ev.failed) == 0 || !errors.Is(ev.failed[0], jetstream.ErrConsumerDeleted)) {
+			t.Errorf("%s: failure %v, want jetstream.ErrConsumerDeleted", name, ev.failed)
+		}
+	}
+}

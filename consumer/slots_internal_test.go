@@ -1,0 +1,196 @@
+package consumer
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	spool "github.com/spoolq/spool/shared"
+)
+
+// check verifies the invariants documented on slots.
+func (s *slots) check() error {
+	busy, polling := 0, 0
+	for p, ps := range s.prio {
+		busy += ps.busy
+		if ps.busy < 0 || ps.fetches < 0 {
+			return fmt.Errorf("priority %d: busy %d, fetches %d", p, ps.busy, ps.fetches)
+		}
+		if ps.polling {
+			polling++
+			if ps.fetches > 0 {
+				return fmt.Errorf("priority %d polls and fetches", p)
+			}
+		}
+	}
+	switch {
+	case s.busy < 0 || s.fetching < 0 || s.polling < 0:
+		return fmt.Errorf("negative: busy %d, fetching %d, polling %d", s.busy, s.fetching, s.polling)
+	case busy != s.busy:
+		return fmt.Errorf("busy %d, priorities' busy %d", s.busy, busy)
+	case polling != s.polling:
+		return fmt.Errorf("polling %d, priorities polling %d", s.polling, polling)
+	case s.busy+s.fetching+s.polling > s.max:
+		return fmt.Errorf("busy %d + fetching %d + polling %d > max %d", s.busy, s.fetching, s.polling, s.max)
+	case s.size < s.min || s.size > s.max || s.busy > s.size:
+		return fmt.Errorf("size %d outside [max(min %d, busy %d), max %d]", s.size, s.min, s.busy, s.max)
+	case s.highWater < s.busy:
+		return fmt.Errorf("high water %d below busy %d", s.highWater, s.busy)
+	}
+	return nil
+}
+
+func mustCheck(t *testing.T, s *slots, step string) {
+	t.Helper()
+	if err := s.check(); err != nil {
+		t.Fatalf("after %s: %v (%+v)", step, err, *s)
+	}
+}
+
+// A no-wait fetch round and a long-poll, through arrival, attempts and
+// the ends of the requests.
+func TestSlotsArithmetic(t *testing.T) {
+	t.Parallel()
+	s := newSlots(2, 4)
+	mustCheck(t, &s, "new")
+	if s.free() != 2 || s.spare() != 4 || s.idle() != 2 {
+		t.Fatalf("new: free %d spare %d idle %d", s.free(), s.spare(), s.idle())
+	}
+
+	// A fetch of 2 high tasks and a long-poll of low.
+	s.reserve(spool.High, 2, false)
+	s.reserve(spool.Low, 1, true)
+	mustCheck(t, &s, "reserve")
+	if s.fetching != 2 || s.polling != 1 || s.spare() != 1 || s.free() != 2 {
+		t.Fatalf("reserved: %+v, free %d spare %d", s, s.free(), s.spare())
+	}
+
+	// One high task comes, the fetch ends one short.
+	s.arrive(false)
+	s.take(spool.High)
+	s.end(spool.High, false, 1)
+	mustCheck(t, &s, "fetch")
+	if s.busy != 1 || s.fetching != 0 || s.prio[spool.High].fetches != 0 || s.idle() != 1 {
+		t.Fatalf("after the fetch: %+v", s)
+	}
+
+	// The long-poll brings a task while the pool's other slot is busy too:
+	// the pool grows.
+	s.reserve(spool.High, 1, false)
+	s.arrive(false)
+	s.take(spool.High)
+	s.end(spool.High, false, 0)
+	s.arrive(true)
+	s.take(spool.Low)
+	s.end(spool.Low, true, 0)
+	mustCheck(t, &s, "long-poll")
+	if s.busy != 3 || s.size != 3 || s.scaleUps != 1 || s.highWater != 3 || s.prio[spool.Low].polling {
+		t.Fatalf("after the long-poll: %+v", s)
+	}
+
+	if fetching := s.release(spool.Low); fetching {
+		t.Fatal("release reports fetches in flight")
+	}
+	s.reserve(spool.Normal, 1, false)
+	if fetching := s.release(spool.High); !fetching {
+		t.Fatal("release misses the fetch in flight")
+	}
+	s.end(spool.Normal, false, 1)
+	mustCheck(t, &s, "release")
+	if s.busy != 1 || s.prio[spool.High].busy != 1 || s.prio[spool.Low].busy != 0 {
+		t.Fatalf("after releases: %+v", s)
+	}
+}
+
+func TestSlotsGrow(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name              string
+		busy, fetching    int
+		backlog           uint64
+		fill              float64
+		wantSize, wantUps int
+	}{
+		{"idle pool", 0, 0, 100, 0.75, 2, 0},
+		{"full pool, no backlog", 2, 0, 0, 0.75, 2, 0},
+		{"full pool, backlog: one slot at a time", 2, 0, 100, 0.75, 3, 1},
+		{"full with fetches, backlog", 1, 1, 3, 0.75, 3, 1},
+		{"no fill needed: up to the backlog", 2, 0, 3, 0, 5, 3},
+		{"no fill needed: up to max", 2, 0, 100, 0, 8, 6},
+		{"under fill", 1, 0, 100, 0.75, 2, 0},
+	}
+	for _, c := range cases {
+		s := newSlots(2, 8)
+		for range c.busy {
+			s.take(spool.Normal)
+		}
+		if c.fetching > 0 {
+			s.reserve(spool.High, c.fetching, false)
+		}
+		s.grow(c.backlog, c.fill)
+		mustCheck(t, &s, c.name)
+		if s.size != c.wantSize || s.scaleUps != uint64(c.wantUps) {
+			t.Errorf("%s: size %d (%d ups), want %d (%d)", c.name, s.size, s.scaleUps, c.wantSize, c.wantUps)
+		}
+	}
+}
+
+// The autoscaler's idle shrink, on synctest's clock: the pool goes down
+// to the most slots busy during each ScaleDownIdle window, never below the
+// busy slots nor MinConcurrency, and not before a window has passed.
+func TestScaleDownAfterIdle(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const idle = 30 * time.Second
+		w := &Worker{
+			o:     config{MinConcurrency: 1, MaxConcurrency: 8, ScaleDownIdle: idle},
+			log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+			slots: newSlots(1, 8),
+		}
+		w.slots.startWindow(time.Now())
+		w.mu.Lock()
+		w.slots.grow(100, 0) // a backlog: the pool grows to max
+		for range 5 {
+			w.slots.take(spool.Normal)
+		}
+		w.mu.Unlock()
+		for range 3 {
+			w.release(spool.Normal)
+		}
+		size := func() int {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			mustCheck(t, &w.slots, "scale down")
+			return w.slots.size
+		}
+		steps := []struct {
+			name    string
+			release int // attempts that end first
+			sleep   time.Duration
+			want    int
+		}{
+			{"before the window ends", 0, idle - time.Nanosecond, 8},
+			{"after a window with 5 busy at most", 0, time.Nanosecond, 5},
+			{"after a window with 2 busy", 0, idle, 2},
+			{"half a window later", 2, idle / 2, 2},
+			{"after a window that began with 2 busy", 0, idle / 2, 2},
+			{"after an idle window: MinConcurrency", 0, idle, 1},
+		}
+		for _, st := range steps {
+			for range st.release {
+				w.release(spool.Normal)
+			}
+			time.Sleep(st.sleep)
+			w.scaleDown()
+			if got := size(); got != st.want {
+				t.Fatalf("%s: size %d, want %d", st.name, got, st.want)
+			}
+		}
+		if w.slots.scaleDowns != 3 {
+			t.Fatalf("%d scale-downs, want 3", w.slots.scaleDowns)
+		}
+	})
+}
