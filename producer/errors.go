@@ -92,7 +92,7 @@ type UniqueConflictError struct {
 }
 
 func (e *UniqueConflictError) Error() string {
-	return fmt.Sprintf("%s: key %q is held by task %q", ErrUniqueConflict, e.Key, e.ExistingID)
+	return fmt.Sprintf("unique key %q is held by task %q until it finishes or the key's TTL ends", e.Key, e.ExistingID)
 }
 
 // Is makes errors.Is(err, ErrUniqueConflict) hold.

@@ -344,7 +344,7 @@ func prefixField(prefix, field string) string {
 func (h *handler) result(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := spool.ValidateID(id); err != nil {
-		writeError(w, h.logger, r, newError(http.StatusBadRequest, CodeInvalidID, "id", err.Error()))
+		writeError(w, h.logger, r, fromError(spool.NewFieldError("id", err)))
 		return
 	}
 	waitParam := r.URL.Query().Get("wait")
