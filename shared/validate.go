@@ -110,7 +110,23 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
 // header: Spool-Max-Retries -1 must be 0 to 1000". The broker's answers
 // and the producer CLI print "<field>: <reason>".
 func (e *FieldError) Reason() string {
-	msg := e.Err.Error()
+	msg := Detail(e.Err)
+	for header, field := range fieldOfHeader {
+		msg = strings.ReplaceAll(msg, header, field)
+	}
+	msg = strings.TrimPrefix(msg, e.Field+" ")
+	if msg == "empty" {
+		return "must not be empty"
+	}
+	return msg
+}
+
+// Detail is a validation error's message without the sentinels' wording
+// in front: `"urgent" is not one of critical, ...` where Error says
+// `invalid priority: "urgent" is not one of critical, ...`, for messages
+// that name the flag, variable or field themselves.
+func Detail(err error) string {
+	msg := err.Error()
 	for trimmed := true; trimmed; {
 		trimmed = false
 		for _, c := range codes {
@@ -118,13 +134,6 @@ func (e *FieldError) Reason() string {
 				msg, trimmed = rest, true
 			}
 		}
-	}
-	for header, field := range fieldOfHeader {
-		msg = strings.ReplaceAll(msg, header, field)
-	}
-	msg = strings.TrimPrefix(msg, e.Field+" ")
-	if msg == "empty" {
-		return "must not be empty"
 	}
 	return msg
 }

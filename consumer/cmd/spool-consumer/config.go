@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -166,7 +167,7 @@ func parseWeights(s string) (consumer.Weights, error) {
 		}
 		p, err := spool.ParsePriority(strings.TrimSpace(name))
 		if err != nil {
-			return w, err
+			return w, errors.New(spool.Detail(err))
 		}
 		if seen[p] {
 			return w, fmt.Errorf("%s is given twice", p)

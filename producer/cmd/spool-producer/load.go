@@ -38,7 +38,7 @@ func parseMix(s string) ([]spool.Priority, error) {
 		}
 		p, err := spool.ParsePriority(name)
 		if err != nil {
-			return nil, err
+			return nil, errors.New(spool.Detail(err))
 		}
 		if seen[p] {
 			return nil, fmt.Errorf("%s given twice", p)

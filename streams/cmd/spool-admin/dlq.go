@@ -80,7 +80,7 @@ func (f *dlqFlags) filter(now time.Time) (dlq.Filter, error) {
 	if *f.priority != "" {
 		p, err := spool.ParsePriority(*f.priority)
 		if err != nil {
-			return flt, fmt.Errorf("--priority: %w", err)
+			return flt, fmt.Errorf("--priority: %s", spool.Detail(err))
 		}
 		flt.Priority = &p
 	}
