@@ -1,6 +1,9 @@
 // Package config loads Spool's environment configuration with envconfig
 // under the SPOOL_ prefix. Each binary defines one Config struct that embeds
-// Common, loads it once in main with Load, and passes it down.
+// Common, loads it once in main with Load, and passes it down. Load's
+// errors are one line naming the variable and what it accepts; Warnings
+// names the SPOOL_ variables no part of Spool reads (Known lists those it
+// does), with the closest known name.
 package config
 
 import (
