@@ -29,7 +29,9 @@ var Known = []string{
 	"SPOOL_RETRY_BASE", "SPOOL_RETRY_MAX", "SPOOL_RETRY_JITTER", "SPOOL_DEFAULT_MAX_RETRIES",
 	"SPOOL_TASK_TIMEOUT", "SPOOL_SHUTDOWN_TIMEOUT", "SPOOL_WORKER_NAME", "SPOOL_SCALE_UP_FILL",
 	"SPOOL_SCALE_DOWN_IDLE", "SPOOL_PROCESSING_DELAY", "SPOOL_STATS_INTERVAL", "SPOOL_DLQ_ROUTER",
-	"SPOOL_METRICS_ADDR",
+	"SPOOL_METRICS_ADDR", "SPOOL_REMOTE_ROUTES", "SPOOL_REMOTE_ROUTES_FILE",
+	// The example handlers and producers in other languages (examples/).
+	"SPOOL_HANDLER_SUBJECT", "SPOOL_HANDLER_QUEUE",
 	// spool-dev.
 	"SPOOL_DEV_STORE",
 	// The nats-server auth configuration in deploy/nats reads these.
@@ -37,7 +39,7 @@ var Known = []string{
 	"SPOOL_BROKER_PASSWORD", "SPOOL_HANDLER_PASSWORD",
 	// The test suite and its helper binaries.
 	"SPOOL_SOAK", "SPOOL_FAULTS_TABLE", "SPOOL_FAULT_LOG", "SPOOL_CONCURRENCY", "SPOOL_SKIP_BROWSER",
-	"SPOOL_CHROMIUM", "SPOOL_UI_SCALE_TASKS", "SPOOL_BENCH_CHILD",
+	"SPOOL_CHROMIUM", "SPOOL_UI_SCALE_TASKS", "SPOOL_BENCH_CHILD", "SPOOL_EXAMPLE_RUN",
 }
 
 // Keys returns the variables spec reads, in declaration order.

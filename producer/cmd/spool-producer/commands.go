@@ -231,7 +231,7 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 		return errors.New("--type is required")
 	}
 	task := producer.Task{
-		Type: *typ, Priority: pri.p, ID: *id, Timeout: timeout.d,
+		Type: *typ, Priority: &pri.p, ID: *id, Timeout: timeout.d,
 		UniqueKey: *uniqueKey, UniqueTTL: uniqueTTL.d, Delay: delay.d,
 		TraceParent: *traceparent, TraceState: *tracestate,
 	}
@@ -304,9 +304,10 @@ var fieldsAsFlags = strings.NewReplacer("unique_ttl", "--unique-ttl", "unique_ke
 	"max_retries", "--max-retries", "process_at", "--process-at")
 
 func runResult(ctx context.Context, cfg Config, env *cmdEnv, args []string) error {
-	fs := newFlags("result", "spool-producer result ID [--wait [--timeout D]]", env)
+	fs := newFlags("result", "spool-producer result ID [--wait [--timeout D]] [--output]", env)
 	wait := fs.Bool("wait", false, "wait until the task is completed or dead")
 	timeout := fs.Duration("timeout", defaultWaitTimeout, "with --wait: give up after this long, saying whether the id is known (0: wait until interrupted)")
+	output := fs.Bool("output", false, "print the handler's output byte for byte instead of the result document")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -317,39 +318,47 @@ func runResult(ctx context.Context, cfg Config, env *cmdEnv, args []string) erro
 	if *timeout < 0 {
 		return fmt.Errorf("--timeout: %s is negative (0 waits until interrupted)", *timeout)
 	}
+	id := pos[0]
+	if err := checkID(id); err != nil {
+		return err
+	}
 	s, err := connect(ctx, cfg, fs, true)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	id := pos[0]
-	if err := checkID(id); err != nil {
-		return err
-	}
-	if !*wait {
-		res, err := s.client.Result(ctx, id)
+	var res spool.Result
+	if *wait {
+		wctx := ctx
+		if *timeout > 0 {
+			var cancel context.CancelFunc
+			wctx, cancel = context.WithTimeout(ctx, *timeout)
+			defer cancel()
+		}
+		res, err = s.client.Wait(wctx, id)
+		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return s.waitExpired(ctx, cfg, id, *timeout)
+		}
+	} else {
+		res, err = s.client.Result(ctx, id)
 		if errors.Is(err, producer.ErrTaskNotFound) {
 			return s.noResult(ctx, cfg, id, "")
 		}
-		if err != nil {
-			return flagError(err)
-		}
-		return printJSON(env.stdout, res)
-	}
-	wctx := ctx
-	if *timeout > 0 {
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, *timeout)
-		defer cancel()
-	}
-	res, err := s.client.Wait(wctx, id)
-	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-		return s.waitExpired(ctx, cfg, id, *timeout)
 	}
 	if err != nil {
 		return flagError(err)
 	}
-	return printJSON(env.stdout, res)
+	if !*output {
+		return printJSON(env.stdout, res)
+	}
+	out, err := res.Output()
+	if err != nil {
+		return err
+	}
+	if _, err := env.stdout.Write(out); err != nil {
+		return fmt.Errorf("writing the output of task %q: %w", id, err)
+	}
+	return nil
 }
 
 // checkID checks a task id given as an argument.
