@@ -25,9 +25,12 @@ import (
 // run, by their first line, with the reason. A listed block that is no
 // longer in the README fails the test, so the list cannot go stale either.
 var readmeExcluded = map[string]string{
-	"make run    # the dev stack in the foreground, Ctrl-C stops it":                                    "starts a stack in the foreground and runs the whole test suite; the test runs against a stack of its own",
-	"export SPOOL_NATS_URL=nats://127.0.0.1:4333 SPOOL_HTTP_ADDR=127.0.0.1:8181 \\":                     "starts a second stack in the foreground; testdata/dev.txtar moves a stack the same way",
-	"spool-producer load --count 100000 --mix critical=1,high=2,normal=4 --size 256   # load generator": "runs until stopped (serve) or for 100,000 tasks (load); producer's tests cover both",
+	"make run    # the dev stack in the foreground, Ctrl-C stops it":                                                          "starts a stack in the foreground and runs the whole test suite; the test runs against a stack of its own",
+	"export SPOOL_NATS_URL=nats://127.0.0.1:4333 SPOOL_HTTP_ADDR=127.0.0.1:8181 \\":                                           "starts a second stack in the foreground; testdata/dev.txtar moves a stack the same way",
+	"go get github.com/spoolq/spool/producer@v0.1.0 github.com/spoolq/spool/consumer@v0.1.0":                                  "adds the modules to the reader's own module and talks to no stack; make release-check resolves them",
+	"go run ./tests/cmd/spool-dev --worker=false                 # server and broker on 127.0.0.1, no worker":                 "starts a stack of its own and background services, and needs Node.js and npm; tests/nodeexample runs the same fleet",
+	"SPOOL_REMOTE_ROUTES='billing.>=spool.remote.billing;concurrency=8;timeout=30s,img.*=spool.remote.{type}' spool-consumer": "runs a consumer until stopped; the routes are tested in consumer/remote and spool-consumer's configuration tests",
+	"spool-producer load --count 100000 --mix critical=1,high=2,normal=4 --size 256   # load generator":                       "runs until stopped (serve) or for 100,000 tasks (load); producer's tests cover both",
 }
 
 // readmeCommand is one command of a shell block, with the output the README
