@@ -183,7 +183,7 @@ func (w *Worker) start(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
-		return bindError(fmt.Sprintf("task stream %q", names.TaskStream()), err)
+		return bindError("stream", names.TaskStream(), err)
 	}
 	for _, p := range spool.Priorities {
 		var c jetstream.Consumer
@@ -192,7 +192,7 @@ func (w *Worker) start(ctx context.Context) error {
 			return err
 		})
 		if err != nil {
-			return bindError(fmt.Sprintf("consumer %q", names.Consumer(p)), err)
+			return bindError("consumer", names.Consumer(p), err)
 		}
 		cfg := c.CachedInfo().Config
 		w.cons[p] = c
@@ -209,7 +209,7 @@ func (w *Worker) start(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
-		return bindError("the results and unique-key buckets", err)
+		return bindError("KV buckets", names.ResultsBucket()+", "+names.UniqueBucket(), err)
 	}
 	w.ioCtx = context.WithoutCancel(ctx)
 	if w.pipe, err = newPipeline(w); err != nil {
@@ -236,13 +236,15 @@ func (w *Worker) start(ctx context.Context) error {
 	return nil
 }
 
-// bindError is the error of a start-up look-up of what: a missing one
-// (a real 404) says to provision it; the cluster not answering says so.
-func bindError(what string, err error) error {
+// bindError is the error of a start-up look-up of the kind object name: a
+// missing one (a real 404) is a *spool.NotProvisionedError, which says to
+// provision it; the cluster not answering in time says so
+// (jsproto.ErrUnavailable).
+func bindError(kind, name string, err error) error {
 	if jsproto.NotFound(err) {
-		return fmt.Errorf("binding %s (provision it first: spool-admin provision): %w", what, err)
+		return &spool.NotProvisionedError{Kind: kind, Name: name, Err: err}
 	}
-	return fmt.Errorf("binding %s: %w", what, err)
+	return fmt.Errorf("binding %s %q: %w", kind, name, err)
 }
 
 // Stop stops pulling, lets running handlers finish for up to the shutdown

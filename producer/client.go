@@ -107,7 +107,7 @@ func (c *Client) taskStream(ctx context.Context) (jetstream.Stream, int, error) 
 		return err
 	})
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, 0, fmt.Errorf("%w: stream %q does not exist (run spool-admin provision): %w", ErrNotProvisioned, name, err)
+		return nil, 0, &spool.NotProvisionedError{Kind: "stream", Name: name, Err: err}
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("looking up stream %q: %w", name, err)
@@ -158,7 +158,7 @@ func (c *Client) bucket(ctx context.Context, slot *jetstream.KeyValue, name stri
 		return err
 	})
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("%w: KV bucket %q does not exist (run spool-admin provision): %w", ErrNotProvisioned, name, err)
+		return nil, &spool.NotProvisionedError{Kind: "KV bucket", Name: name, Err: err}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("opening KV bucket %q: %w", name, err)
