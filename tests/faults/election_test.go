@@ -150,22 +150,8 @@ func TestElectionWaits(t *testing.T) {
 // times each: nothing is lost and, with no worker process lost, nothing
 // runs twice. It logs how long completions stopped after each kill.
 func TestElectionLoad(t *testing.T) {
-	n := scale(20_000)
-	start := time.Now()
-	c, url, nc, js := electionCluster(t)
-	chk := checker.New()
-	fl, client := twoWorkers(t, url, nc, chk)
-	gen := &loadGen{client: client, chk: chk}
-	tasks, values := tasksFor(t, "elect", n)
-
-	// Completion times: how long throughput stops after a kill.
-	completions := watchCompletions(t, nc)
-
-	// Five times the tasks and kills under soak: the time in proportion.
-	ctx := ctxFor(t, time.Duration(scale(5))*time.Minute)
-	produced := make(chan error, 1)
-	// About 1,000 tasks a second, so the producer runs across the faults.
-	go func() { produced <- gen.enqueue(ctx, tasks, values, 50, 50*time.Millisecond) }()
+	l := startElectionLoad(t, "elect")
+	n, start, c, js, fl, chk, gen, ctx, produced, completions := l.n, l.start, l.c, l.js, l.fl, l.chk, l.gen, l.ctx, l.produced, l.completions
 	rounds := scale(2)
 	type kill struct {
 		fault string
@@ -195,6 +181,42 @@ func TestElectionLoad(t *testing.T) {
 	}
 }
 
+// electionLoad is a run of short tasks on two worker processes on an
+// election cluster (see startElectionLoad).
+type electionLoad struct {
+	n           int
+	start       time.Time
+	c           *embedded.Cluster
+	nc          *nats.Conn
+	js          jetstream.JetStream
+	fl          *fleet
+	chk         *checker.Checker
+	gen         *loadGen
+	ctx         context.Context
+	produced    chan error // the producer's outcome
+	completions *completionLog
+}
+
+// startElectionLoad starts an election cluster, two worker processes of
+// 16 slots and a producer of 20,000 tasks (ids <prefix>-<i>) at about
+// 1,000 a second, so that it runs across the faults; five times the tasks
+// under soak, and the time (5 minutes) in proportion.
+func startElectionLoad(t *testing.T, prefix string) *electionLoad {
+	t.Helper()
+	l := &electionLoad{n: scale(20_000), start: time.Now(), chk: checker.New(), produced: make(chan error, 1)}
+	var url string
+	l.c, url, l.nc, l.js = electionCluster(t)
+	var client *producer.Client
+	l.fl, client = twoWorkers(t, url, l.nc, l.chk)
+	l.gen = &loadGen{client: client, chk: l.chk}
+	tasks, values := tasksFor(t, prefix, l.n)
+	// Completion times: how long throughput stops after a kill.
+	l.completions = watchCompletions(t, l.nc)
+	l.ctx = ctxFor(t, time.Duration(scale(5))*time.Minute)
+	go func() { l.produced <- l.gen.enqueue(l.ctx, tasks, values, 50, 50*time.Millisecond) }()
+	return l
+}
+
 // workerSlots is the slots of each fault worker process (twoWorkers), and
 // killBound the executions a SIGKILLed worker process can leave to run
 // again: its running attempts (its slots) and its completions whose
@@ -214,19 +236,8 @@ const (
 // tasks that ran again are at most killBound per kill, all of them the
 // killed process's.
 func TestElectionWorkerKill(t *testing.T) {
-	n := scale(20_000)
-	start := time.Now()
-	c, url, nc, js := electionCluster(t)
-	chk := checker.New()
-	fl, client := twoWorkers(t, url, nc, chk)
-	gen := &loadGen{client: client, chk: chk}
-	tasks, values := tasksFor(t, "wkill", n)
-	completions := watchCompletions(t, nc)
-
-	// A killed process's tasks come back after the AckWait (30s here).
-	ctx := ctxFor(t, time.Duration(scale(5))*time.Minute)
-	produced := make(chan error, 1)
-	go func() { produced <- gen.enqueue(ctx, tasks, values, 50, 50*time.Millisecond) }()
+	l := startElectionLoad(t, "wkill")
+	n, start, c, nc, js, fl, chk, gen, ctx, produced, completions := l.n, l.start, l.c, l.nc, l.js, l.fl, l.chk, l.gen, l.ctx, l.produced, l.completions
 	rounds := scale(2)
 	results := electionFaults[2]
 	var kills []time.Time
