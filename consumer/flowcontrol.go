@@ -14,13 +14,16 @@ import (
 	spool "github.com/spoolq/spool/shared"
 )
 
-// The delay of a task handed back because a limit was full grows with its
-// hand-backs, min(deferBase·2^deferrals, deferMax) plus up to half of it
-// again, and is never shorter than the wait a rate limit names.
+// The delay of a task handed back because a concurrency limit was full
+// grows with its hand-backs, min(deferBase·2^deferrals, deferMax) plus up
+// to half of it again. A task handed back by a rate limit comes back
+// deferEarly before the turn the limit booked for it (at least deferBase
+// from now).
 const (
 	deferBase   = 100 * time.Millisecond
 	deferMax    = 5 * time.Second
 	deferJitter = 0.5
+	deferEarly  = 200 * time.Millisecond
 )
 
 // startFlow binds the flow-control limiter. A deployment provisioned
@@ -69,7 +72,13 @@ func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta) (*flow.Lease, bool) {
 	} else {
 		w.log.Warn("flow-control leases unavailable; handing the task back", "task_id", a.id, "type", a.typ, "error", err)
 	}
-	delay := max(wait, jitter(backoff(deferBase, deferMax, meta.Deferrals+1), deferJitter))
+	delay := jitter(backoff(deferBase, deferMax, meta.Deferrals+1), deferJitter)
+	if wait > 0 {
+		// A rate limit booked the task's turn: come back a little early
+		// (schedules fire in clumps a few hundred milliseconds apart) and
+		// wait for the turn in the worker.
+		delay = max(deferBase, wait-deferEarly)
+	}
 	w.deferTask(ctx, a, meta, delay)
 	return nil, false
 }

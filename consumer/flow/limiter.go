@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,8 +39,14 @@ func (e *DeniedError) Error() string {
 }
 
 // localWait is the longest a task waits in its worker for its rate
-// limit's next start before it is handed back.
-const localWait = 300 * time.Millisecond
+// limit's next start, or for a concurrency slot, before it is handed back.
+// maxWaiters tasks per concurrency limit wait so in each worker; the
+// others are handed back at once, so waiting never takes more than a few
+// of a worker's slots from other types.
+const (
+	localWait  = 300 * time.Millisecond
+	maxWaiters = 2
+)
 
 // casTries bounds the compare-and-set loop of a rate limit under
 // contention.
@@ -66,6 +73,9 @@ type Limiter struct {
 	taken map[string]time.Time // slot key → until when the view holds it taken
 	mine  map[*Lease]struct{}
 	stats map[string]*TypeStats
+	// waiters are the tasks waiting in this worker for a slot of a limit
+	// (keyed by the slot keys' prefix), woken when one is released.
+	waiters map[string][]chan struct{}
 }
 
 // TypeStats count one type's flow-control decisions in this worker.
@@ -119,6 +129,7 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 		owner: c.Owner, ttl: c.TTL, io: c.IOTimeout, log: c.Logger,
 		rules: map[string]limits.Rule{}, taken: map[string]time.Time{},
 		mine: map[*Lease]struct{}{}, stats: map[string]*TypeStats{},
+		waiters: map[string][]chan struct{}{},
 	}
 	for _, f := range []string{"c.>", "kc.>"} {
 		sub, err := c.Conn.Subscribe(l.subj+f, l.onSlot)
@@ -217,12 +228,63 @@ func (l *Limiter) onSlot(m *nats.Msg) {
 	key := m.Subject[len(l.subj):]
 	op := m.Header.Get("KV-Operation")
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if op == "" {
 		l.taken[key] = time.Now().Add(l.ttl)
-	} else {
-		delete(l.taken, key)
+		return
+	}
+	delete(l.taken, key)
+	if i := strings.LastIndexByte(key, '.'); i > 0 {
+		l.wakeLocked(key[:i])
+	}
+}
+
+// wakeLocked wakes the first task waiting for a slot of the limit whose
+// slot keys start with scope.
+func (l *Limiter) wakeLocked(scope string) {
+	if ws := l.waiters[scope]; len(ws) > 0 {
+		close(ws[0])
+		if len(ws) == 1 {
+			delete(l.waiters, scope)
+		} else {
+			l.waiters[scope] = ws[1:]
+		}
+	}
+}
+
+// waitSlot waits up to localWait for a slot of scope to be released, when
+// fewer than maxWaiters tasks of this worker wait for it already; false
+// when it did not wait.
+func (l *Limiter) waitSlot(ctx context.Context, scope string) bool {
+	l.mu.Lock()
+	if len(l.waiters[scope]) >= maxWaiters {
+		l.mu.Unlock()
+		return false
+	}
+	ch := make(chan struct{})
+	l.waiters[scope] = append(l.waiters[scope], ch)
+	l.mu.Unlock()
+	t := time.NewTimer(localWait)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	l.mu.Lock()
+	ws := l.waiters[scope]
+	for i, c := range ws {
+		if c == ch {
+			l.waiters[scope] = append(ws[:i:i], ws[i+1:]...)
+			if len(l.waiters[scope]) == 0 {
+				delete(l.waiters, scope)
+			}
+			break
+		}
 	}
 	l.mu.Unlock()
+	return ctx.Err() == nil
 }
 
 // Rule returns the rule of typ in force, if any.
@@ -330,6 +392,20 @@ func (l *Limiter) takeSlot(ctx context.Context, typ, key string, n int, value []
 	if key != "" {
 		limit = "key_concurrency"
 	}
+	scope := strings.TrimSuffix(limits.SlotFilter(typ, key), ".*")
+	for waited := false; ; waited = true {
+		ok, err := l.scanSlots(ctx, typ, key, n, value, lease, limit)
+		if ok || err != nil {
+			return err
+		}
+		if waited || !l.waitSlot(ctx, scope) {
+			return &DeniedError{Limit: limit, Type: typ}
+		}
+	}
+}
+
+// scanSlots tries the slots the view shows free; ok when one was taken.
+func (l *Limiter) scanSlots(ctx context.Context, typ, key string, n int, value []byte, lease *Lease, limit string) (ok bool, err error) {
 	start := rand.IntN(n)
 	for i := range n {
 		k := limits.SlotKey(typ, key, (start+i)%n)
@@ -353,16 +429,16 @@ func (l *Limiter) takeSlot(ctx context.Context, typ, key string, n int, value []
 			l.taken[k] = now.Add(l.ttl)
 			l.mu.Unlock()
 			lease.add(k, rev)
-			return nil
+			return true, nil
 		case errors.Is(err, jetstream.ErrKeyExists):
 			l.mu.Lock()
 			l.taken[k] = now.Add(l.ttl)
 			l.mu.Unlock()
 		default:
-			return fmt.Errorf("taking a %s slot of %q: %w", limit, typ, err)
+			return false, fmt.Errorf("taking a %s slot of %q: %w", limit, typ, err)
 		}
 	}
-	return &DeniedError{Limit: limit, Type: typ}
+	return false, nil
 }
 
 // takeRate takes one start from a rate limit (GCRA): the key holds the
