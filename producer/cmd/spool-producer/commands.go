@@ -139,6 +139,7 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 		id          = fs.String("id", "", "task id (default: a new time-ordered id)")
 		maxRetries  = fs.Int("max-retries", -1, "retries after the first attempt (default: the consumer's, 3)")
 		uniqueKey   = fs.String("unique-key", "", "refuse the task while another with this key lives")
+		flowKey     = fs.String("key", "", "flow-control key (e.g. a customer id) that per-key limits count the task under")
 		processAt   = fs.String("process-at", "", "run at this RFC 3339 time")
 		traceparent = fs.String("traceparent", "", "W3C traceparent")
 		tracestate  = fs.String("tracestate", "", "W3C tracestate")
@@ -164,7 +165,7 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 	}
 	task := producer.Task{
 		Type: *typ, Priority: pri.p, ID: *id, Timeout: timeout.d,
-		UniqueKey: *uniqueKey, UniqueTTL: uniqueTTL.d, Delay: delay.d,
+		UniqueKey: *uniqueKey, UniqueTTL: uniqueTTL.d, Key: *flowKey, Delay: delay.d,
 		TraceParent: *traceparent, TraceState: *tracestate,
 	}
 	if len(headers) > 0 {
