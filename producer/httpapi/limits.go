@@ -1,12 +1,18 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolq/spool/shared/limits"
+	"github.com/spoolq/spool/streams/admin"
 )
 
 // CodeInvalidLimit answers a flow-control rule that does not hold.
@@ -76,4 +82,68 @@ func (h *handler) limitDelete(w http.ResponseWriter, r *http.Request) {
 	}
 	h.logger.InfoContext(r.Context(), "flow-control rule removed", "type", typ)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// limitsCollector exports the flow-control rules and their usage, read at
+// most once per StatusCacheTTL.
+type limitsCollector struct {
+	usage *cached[[]limits.Usage]
+}
+
+func newLimitsCollector(adm *admin.Client, logger *slog.Logger) *limitsCollector {
+	read := func(ctx context.Context) ([]limits.Usage, error) {
+		u, err := adm.Limits(ctx)
+		if err != nil {
+			logger.DebugContext(ctx, "reading flow-control usage for metrics", "error", err)
+		}
+		return u, err
+	}
+	return &limitsCollector{usage: newCached(StatusCacheTTL, StatusTimeout, read)}
+}
+
+var (
+	limitConcDesc    = prometheus.NewDesc("spool_limit_concurrency", "Concurrency limit of a task type across the fleet (rule \"concurrency\").", []string{"type"}, nil)
+	limitRunningDesc = prometheus.NewDesc("spool_limit_running", "Concurrency slots of a task type's limit held now.", []string{"type"}, nil)
+	limitKeyConcDesc = prometheus.NewDesc("spool_limit_key_concurrency", "Per-key concurrency limit of a task type (rule \"key_concurrency\").", []string{"type"}, nil)
+	limitKeysRunDesc = prometheus.NewDesc("spool_limit_keys_running", "Per-key concurrency slots of a task type held now.", []string{"type"}, nil)
+	limitKeysActDesc = prometheus.NewDesc("spool_limit_keys_active", "Keys of a task type holding at least one slot now.", []string{"type"}, nil)
+	limitRateDesc    = prometheus.NewDesc("spool_limit_rate_per_second", "Rate limit of a task type in starts per second (rule \"rate\"; \"key_rate\" per key).", []string{"type", "scope"}, nil)
+	limitsUpDesc     = prometheus.NewDesc("spool_limits_up", "Whether the last read of the flow-control rules succeeded (1) or not (0).", nil, nil)
+)
+
+func (c *limitsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{limitConcDesc, limitRunningDesc, limitKeyConcDesc, limitKeysRunDesc, limitKeysActDesc, limitRateDesc, limitsUpDesc} {
+		ch <- d
+	}
+}
+
+func (c *limitsCollector) Collect(ch chan<- prometheus.Metric) {
+	// A scrape has no context; the read is bounded by StatusTimeout.
+	usage, err := c.usage.get(context.Background())
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	if err != nil {
+		gauge(limitsUpDesc, 0)
+		return
+	}
+	gauge(limitsUpDesc, 1)
+	for _, u := range usage {
+		t := u.Rule.Type
+		if u.Rule.Concurrency > 0 {
+			gauge(limitConcDesc, float64(u.Rule.Concurrency), t)
+			gauge(limitRunningDesc, float64(u.Running), t)
+		}
+		if u.Rule.KeyConcurrency > 0 {
+			gauge(limitKeyConcDesc, float64(u.Rule.KeyConcurrency), t)
+			gauge(limitKeysRunDesc, float64(u.KeysRunning), t)
+			gauge(limitKeysActDesc, float64(u.KeysActive), t)
+		}
+		if r := u.Rule.Rate; r != nil {
+			gauge(limitRateDesc, float64(time.Second)/float64(r.Interval()), t, "type")
+		}
+		if r := u.Rule.KeyRate; r != nil {
+			gauge(limitRateDesc, float64(time.Second)/float64(r.Interval()), t, "key")
+		}
+	}
 }
