@@ -69,7 +69,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("%q is not a Go duration such as 1s or 1m", s)
+		return fmt.Errorf("period %q is not a Go duration such as 1s or 1m", s)
 	}
 	*d = Duration(v)
 	return nil
