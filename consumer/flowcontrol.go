@@ -59,7 +59,13 @@ func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta) (*flow.Lease, bool) {
 	if w.flow == nil {
 		return nil, true
 	}
-	ctx, cancel := w.opCtx()
+	// Nothing heartbeats the task before it runs: admission must end well
+	// within the ack wait, or the task would be delivered again meanwhile.
+	admit := w.o.IOTimeout
+	if aw := w.ackWait[a.p]; aw > 0 {
+		admit = min(admit, aw/3)
+	}
+	ctx, cancel := context.WithTimeout(w.ioCtx, admit)
 	defer cancel()
 	lease, err := w.flow.Acquire(ctx, a.typ, meta.Key, a.id)
 	if err == nil {
@@ -79,7 +85,9 @@ func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta) (*flow.Lease, bool) {
 		// wait for the turn in the worker.
 		delay = max(deferBase, wait-deferEarly)
 	}
-	w.deferTask(ctx, a, meta, delay)
+	pctx, pcancel := w.opCtx()
+	defer pcancel()
+	w.deferTask(pctx, a, meta, delay)
 	return nil, false
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"hash/fnv"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -76,6 +77,10 @@ type Limiter struct {
 	// waiters are the tasks waiting in this worker for a slot of a limit
 	// (keyed by the slot keys' prefix), woken when one is released.
 	waiters map[string][]chan struct{}
+	// rateLocks let one task of this worker at a time run the
+	// compare-and-set of a rate key (striped by the key's hash): the others
+	// wait their turn here instead of colliding on the server.
+	rateLocks [64]chan struct{}
 }
 
 // TypeStats count one type's flow-control decisions in this worker.
@@ -130,6 +135,9 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 		rules: map[string]limits.Rule{}, taken: map[string]time.Time{},
 		mine: map[*Lease]struct{}{}, stats: map[string]*TypeStats{},
 		waiters: map[string][]chan struct{}{},
+	}
+	for i := range l.rateLocks {
+		l.rateLocks[i] = make(chan struct{}, 1)
 	}
 	for _, f := range []string{"c.>", "kc.>"} {
 		sub, err := c.Conn.Subscribe(l.subj+f, l.onSlot)
@@ -338,7 +346,8 @@ func (l *Limiter) Acquire(ctx context.Context, typ, key, taskID string) (*Lease,
 	lease := &Lease{l: l, typ: typ, value: value}
 	err = l.acquire(ctx, rule, key, lease)
 	if err != nil {
-		lease.release(ctx)
+		// ctx may be what ended: give the release a context of its own.
+		lease.release(context.WithoutCancel(ctx))
 		var d *DeniedError
 		l.mu.Lock()
 		if errors.As(err, &d) {
@@ -488,6 +497,15 @@ func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, 
 // advances k, from no earlier than now+after, and returns how long until
 // the booked time.
 func (l *Limiter) gcra(ctx context.Context, k string, iv, burst, after time.Duration, book bool) (time.Duration, error) {
+	h := fnv.New32a()
+	h.Write([]byte(k))
+	lock := l.rateLocks[h.Sum32()%uint32(len(l.rateLocks))]
+	select {
+	case lock <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	defer func() { <-lock }()
 	for range casTries {
 		rctx, cancel := context.WithTimeout(ctx, l.io)
 		var rev uint64
