@@ -23,7 +23,7 @@ const (
 	deferBase   = 100 * time.Millisecond
 	deferMax    = 5 * time.Second
 	deferJitter = 0.5
-	deferEarly  = 200 * time.Millisecond
+	deferEarly  = 400 * time.Millisecond
 )
 
 // startFlow binds the flow-control limiter. A deployment provisioned

@@ -45,7 +45,7 @@ func (e *DeniedError) Error() string {
 // others are handed back at once, so waiting never takes more than a few
 // of a worker's slots from other types.
 const (
-	localWait  = 300 * time.Millisecond
+	localWait  = 600 * time.Millisecond
 	maxWaiters = 2
 )
 
