@@ -12,11 +12,7 @@ import (
 // Limits returns every flow-control rule with the slots in use across the
 // fleet now.
 func (c *Client) Limits(ctx context.Context) ([]limits.Usage, error) {
-	return read(ctx, c, func(ctx context.Context) ([]limits.Usage, error) {
-		st, err := limits.Open(ctx, c.js, c.names)
-		if err != nil {
-			return nil, err
-		}
+	return withLimits(ctx, c, func(ctx context.Context, st *limits.Store) ([]limits.Usage, error) {
 		return st.Usage(ctx)
 	})
 }
@@ -28,11 +24,7 @@ func (c *Client) SetLimit(ctx context.Context, r limits.Rule) error {
 	if err := r.Validate(); err != nil {
 		return err
 	}
-	_, err := read(ctx, c, func(ctx context.Context) (struct{}, error) {
-		st, err := limits.Open(ctx, c.js, c.names)
-		if err != nil {
-			return struct{}{}, err
-		}
+	_, err := withLimits(ctx, c, func(ctx context.Context, st *limits.Store) (struct{}, error) {
 		return struct{}{}, st.Put(ctx, r)
 	})
 	return err
@@ -40,12 +32,20 @@ func (c *Client) SetLimit(ctx context.Context, r limits.Rule) error {
 
 // DeleteLimit removes the rule of typ: its tasks run unlimited.
 func (c *Client) DeleteLimit(ctx context.Context, typ string) error {
-	_, err := read(ctx, c, func(ctx context.Context) (struct{}, error) {
-		st, err := limits.Open(ctx, c.js, c.names)
-		if err != nil {
-			return struct{}{}, err
-		}
+	_, err := withLimits(ctx, c, func(ctx context.Context, st *limits.Store) (struct{}, error) {
 		return struct{}{}, st.Delete(ctx, typ)
 	})
 	return err
+}
+
+// withLimits runs fn on the deployment's rules store, as read runs a read.
+func withLimits[T any](ctx context.Context, c *Client, fn func(context.Context, *limits.Store) (T, error)) (T, error) {
+	return read(ctx, c, func(ctx context.Context) (T, error) {
+		st, err := limits.Open(ctx, c.js, c.names)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		return fn(ctx, st)
+	})
 }
