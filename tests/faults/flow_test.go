@@ -3,7 +3,6 @@ package faults_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -96,31 +95,7 @@ func TestFlowControlUnderCrash(t *testing.T) {
 	produced := make(chan error, 1)
 	go func() { produced <- gen.enqueue(ctx, tasks, values, 500, 0) }()
 
-	killedAt := map[string]time.Time{}
-	ticker := time.NewTicker(killEvery)
-	defer ticker.Stop()
-	producing := true
-	for {
-		select {
-		case err := <-produced:
-			if err != nil {
-				t.Fatalf("enqueueing: %v", err)
-			}
-			producing = false
-			continue
-		case <-ctx.Done():
-			t.Fatalf("tasks not done before the deadline: %v", idleFlow(context.WithoutCancel(ctx), js))
-		case <-ticker.C:
-		}
-		if !producing && idleFlow(ctx, js) == nil {
-			break
-		}
-		running := fl.running()
-		victim := running[rand.IntN(len(running))]
-		fl.kill(victim)
-		killedAt[victim.pid] = time.Now()
-		fl.start()
-	}
+	killedAt := fl.killUntilDone(ctx, produced, killEvery, func(ctx context.Context) error { return idleFlow(ctx, js) })
 	left := settle(t, ctx, js, time.Minute)
 	fl.stopAll(30 * time.Second)
 
