@@ -82,6 +82,7 @@ func runMode(ctx context.Context, cfg config, syncAlways bool, res *results, log
 		{"processing", b.processing},
 		{"pickup", b.pickup},
 		{"shares", b.shares},
+		{"limits", b.limits},
 	}
 	for run := 1; run <= cfg.runs; run++ {
 		for _, s := range steps {
