@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spoolq/spool/shared/cli"
 	"github.com/spoolq/spool/shared/limits"
 )
 
@@ -51,6 +52,7 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	url := fs.String("url", "", "NATS server URL (overrides SPOOL_NATS_URL)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	timeout := fs.Duration("timeout", 30*time.Second, "time allowed for the command")
+	verbose := cli.Verbose(fs)
 	typ := fs.String("type", "", "task type")
 	conc := fs.Int("concurrency", 0, "at most N running")
 	keyConc := fs.Int("key-concurrency", 0, "at most N running per key")
@@ -101,7 +103,7 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	sess, err := open(ctx, *url, stderr)
+	sess, err := open(ctx, *url, *verbose, stderr)
 	if err != nil {
 		return err
 	}
