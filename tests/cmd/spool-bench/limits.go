@@ -19,7 +19,9 @@ import (
 // on the task type, beside the same drain without one: a concurrency
 // limit of 50, a per-key limit of 1 over 10,000 keys, and a rate limit.
 // Throughput and CPU per task (consumer + server), each row against the
-// unlimited run.
+// unlimited run. The runs are small (limitsN): a limited type runs at tens
+// to hundreds of tasks a second today, see the README's flow-control
+// costs.
 func (b *bench) limits(ctx context.Context) error {
 	const conc = 100
 	n := b.cfg.limitsN

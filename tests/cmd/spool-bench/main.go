@@ -98,7 +98,7 @@ func defaultConfig(quick bool) config {
 		pickupN: 600, pickupRate: 200,
 		sharesPer: 2000, sharesWin: 4000, sharesSlots: 8,
 		backlogLo: 10_000, backlogHi: 1_000_000, backlogN: 8000, backlogReps: 6, backlogConc: 100,
-		concs: []int{10, 100}, limitsN: 20_000,
+		concs: []int{10, 100}, limitsN: 2_000,
 	}
 	if quick {
 		c = config{
