@@ -45,6 +45,10 @@ const (
 	maxWaiters = 2
 )
 
+// staleHint is how long the view holds a slot taken after a create found
+// it held, when no change of the slot was seen.
+const staleHint = time.Second
+
 // casTries bounds the compare-and-set loop of a rate limit under
 // contention.
 const casTries = 8

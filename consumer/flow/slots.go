@@ -128,8 +128,14 @@ func (l *Limiter) scanSlots(ctx context.Context, typ, key string, n int, value [
 			lease.add(k, rev)
 			return true, nil
 		case errors.Is(err, jetstream.ErrKeyExists):
+			// Held by another task. Its release may already have been
+			// seen (the answer to this create can come after it), so the
+			// view holds the slot taken only briefly: the holder's own
+			// changes keep it right from there.
 			l.mu.Lock()
-			l.taken[k] = now.Add(l.ttl)
+			if until := now.Add(staleHint); l.taken[k].Before(until) {
+				l.taken[k] = until
+			}
 			l.mu.Unlock()
 		default:
 			return false, fmt.Errorf("taking a %s slot of %q: %w", limit, typ, err)
