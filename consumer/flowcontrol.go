@@ -12,6 +12,7 @@ import (
 
 	"github.com/spoolq/spool/consumer/flow"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/jsproto"
 )
 
 // The delay of a task handed back because a concurrency limit was full
@@ -36,9 +37,16 @@ func (w *Worker) startFlow(ctx context.Context) error {
 			ttl = d
 		}
 	}
-	l, err := flow.New(ctx, flow.Config{
-		JS: w.js, Conn: w.nc, Names: w.o.Names, Owner: w.o.WorkerName,
-		TTL: ttl, IOTimeout: w.o.IOTimeout, Logger: w.log,
+	// Rides out an election like the other bindings of Start; missing
+	// buckets fail at once.
+	bind := jsproto.Retry{PerTry: min(w.o.IOTimeout, jsproto.DefaultPerTry), Logger: w.log}
+	var l *flow.Limiter
+	err := bind.Do(ctx, "binding the flow-control buckets", func(ctx context.Context) (err error) {
+		l, err = flow.New(ctx, flow.Config{
+			JS: w.js, Conn: w.nc, Names: w.o.Names, Owner: w.o.WorkerName,
+			TTL: ttl, IOTimeout: w.o.IOTimeout, Logger: w.log,
+		})
+		return err
 	})
 	if errors.Is(err, flow.ErrNotProvisioned) {
 		w.log.WarnContext(ctx, "flow control off: provision the topology again to create its buckets", "error", err)
@@ -85,9 +93,7 @@ func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta) (*flow.Lease, bool) {
 		// wait for the turn in the worker.
 		delay = max(deferBase, wait-deferEarly)
 	}
-	pctx, pcancel := w.opCtx()
-	defer pcancel()
-	w.deferTask(pctx, a, meta, delay)
+	w.deferTask(a, meta, delay)
 	return nil, false
 }
 
@@ -100,7 +106,7 @@ func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta) (*flow.Lease, bool) {
 // crash between the publish and the ack runs the task twice (at least
 // once); if the publish fails the task is NAKed with the delay instead,
 // which costs one delivery.
-func (w *Worker) deferTask(ctx context.Context, a attemptInfo, meta spool.Meta, delay time.Duration) {
+func (w *Worker) deferTask(a attemptInfo, meta spool.Meta, delay time.Duration) {
 	h := nats.Header{}
 	for k, vs := range a.msg.Headers() {
 		if lk := strings.ToLower(k); strings.HasPrefix(lk, "nats-") ||
@@ -117,7 +123,13 @@ func (w *Worker) deferTask(ctx context.Context, a attemptInfo, meta spool.Meta, 
 	h.Set(spool.HeaderMsgID, fmt.Sprintf("%s-flow-%d", a.id, a.seq))
 	subj, err := w.o.Names.SchedSubject(a.id)
 	if err == nil {
-		_, err = w.js.PublishMsg(ctx, &nats.Msg{Subject: subj, Header: h, Data: a.msg.Data()})
+		// Through an election like a settling write; Nats-Msg-Id makes a
+		// retried publish store one copy.
+		m := &nats.Msg{Subject: subj, Header: h, Data: a.msg.Data()}
+		err = w.settleWrite(a, "hand-back for flow control", func(ctx context.Context) error {
+			_, err := w.js.PublishMsg(ctx, m)
+			return err
+		})
 	}
 	if err != nil {
 		w.log.Warn("handing a limited task back failed; it returns after a NAK delay", "task_id", a.id, "error", err)
