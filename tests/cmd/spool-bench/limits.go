@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -85,12 +84,5 @@ func (b *bench) fillKeyed(ctx context.Context, n, keys int) error {
 			return fmt.Errorf("filling: %w", err)
 		}
 	}
-	select {
-	case <-b.js.PublishAsyncComplete():
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(10 * time.Minute):
-		return errors.New("filling: acks did not arrive")
-	}
-	return nil
+	return b.filled(ctx)
 }

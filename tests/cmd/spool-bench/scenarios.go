@@ -157,6 +157,11 @@ func (b *bench) fill(ctx context.Context, p spool.Priority, n int) error {
 			return fmt.Errorf("filling: %w", err)
 		}
 	}
+	return b.filled(ctx)
+}
+
+// filled waits for the acks of every asynchronous publish of a fill.
+func (b *bench) filled(ctx context.Context) error {
 	select {
 	case <-b.js.PublishAsyncComplete():
 	case <-ctx.Done():
