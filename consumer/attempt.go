@@ -62,14 +62,22 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 	if meta.ID != "" {
 		a.id = meta.ID
 	}
+	// A task handed back for flow control carries the attempts it used
+	// before this message (see deferTask).
+	a.attempt += meta.PriorAttempts
 	retries := w.o.MaxRetries
 	if meta.MaxRetries != nil {
 		retries = *meta.MaxRetries
 	}
 	a.maxAttempts = retries + 1
-	if md := w.maxDeliver[p]; md > 0 && md < a.maxAttempts {
-		a.maxAttempts = md
+	if md := w.maxDeliver[p]; md > 0 && meta.PriorAttempts+md < a.maxAttempts {
+		a.maxAttempts = meta.PriorAttempts + md
 	}
+	lease, admitted := w.admitFlow(a, meta)
+	if !admitted {
+		return
+	}
+	defer lease.Release(w.ioCtx)
 	a.uniqueKey = meta.UniqueKey
 	if a.attempt > 1 && w.storedAlready(a) {
 		return

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spoolq/spool/consumer/flow"
 	"github.com/spoolq/spool/consumer/internal/results"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/jsproto"
@@ -50,6 +51,7 @@ type Worker struct {
 	maxAckPend [numPriorities]int // 0: unlimited
 	ackWait    [numPriorities]time.Duration
 	results    *results.Store
+	flow       *flow.Limiter   // nil: flow control off
 	ioCtx      context.Context // values of Start's ctx, never cancelled
 
 	// life runs Start and Stop; stopping is its Stopping channel, closed
@@ -212,11 +214,16 @@ func (w *Worker) start(ctx context.Context) error {
 		return bindError("KV buckets", names.ResultsBucket()+", "+names.UniqueBucket(), err)
 	}
 	w.ioCtx = context.WithoutCancel(ctx)
+	if err := w.startFlow(ctx); err != nil {
+		return err
+	}
 	if w.pipe, err = newPipeline(w); err != nil {
+		w.flow.Close()
 		return err
 	}
 	if w.pl, err = newPuller(w); err != nil {
 		w.pipe.close()
+		w.flow.Close()
 		return err
 	}
 
@@ -296,6 +303,7 @@ func (w *Worker) shutdown() {
 	w.pipe.close()
 	w.pl.close()
 	w.runners.Wait()
+	w.flow.Close()
 	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
 	if err := w.nc.FlushWithContext(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		w.log.Warn("flushing acks at shutdown", "error", err)

@@ -61,6 +61,14 @@ func (n Names) ResultSubject(id string) string { return "$KV." + n.ResultsBucket
 // UniqueBucket is the KV bucket of unique-task keys: spool_unique.
 func (n Names) UniqueBucket() string { return n.prefix + "_unique" }
 
+// LimitsBucket is the KV bucket of flow-control rules, key = task type:
+// spool_limits (see shared/limits).
+func (n Names) LimitsBucket() string { return n.prefix + "_limits" }
+
+// LeasesBucket is the KV bucket of flow-control leases (concurrency slots
+// and rate-limit state), each key with a TTL: spool_leases.
+func (n Names) LeasesBucket() string { return n.prefix + "_leases" }
+
 // Consumer is the durable pull consumer of one priority: spool-high.
 func (n Names) Consumer(p Priority) string { return n.prefix + "-" + p.String() }
 

@@ -4,6 +4,7 @@
 //	spool-admin provision          create or update streams, consumers and buckets
 //	spool-admin status [--json]    pending, in flight and oldest wait per priority
 //	spool-admin dlq list|show|replay|purge   manage dead letters
+//	spool-admin limits ls|set|rm   flow-control rules and their usage
 //
 // Configuration comes from SPOOL_ environment variables (spool-admin help
 // lists them); --url overrides SPOOL_NATS_URL.
@@ -56,6 +57,7 @@ commands:
   provision   create or update Spool's streams, consumers and KV buckets
   status      show pending, in-flight and oldest wait per priority, DLQ size, results
   dlq         list, show, replay and purge dead letters (spool-admin dlq help)
+  limits      flow-control rules: ls, set, rm (spool-admin limits help)
   help        show this text and the environment variables
 
 flags of provision and status:
@@ -92,6 +94,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "provision", "status":
 	case "dlq":
 		return runDLQ(ctx, args, stdout, stderr)
+	case "limits":
+		return runLimits(ctx, args, stdout, stderr)
 	default:
 		return fmt.Errorf("unknown command %q (spool-admin help lists the commands)", cmd)
 	}
@@ -133,8 +137,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "provisioned %s, %s, %s, 5 priority consumers, KV %s and %s\n",
-			names.TaskStream(), names.DLQStream(), names.AdvisoryStream(), names.ResultsBucket(), names.UniqueBucket())
+		fmt.Fprintf(stdout, "provisioned %s, %s, %s, 5 priority consumers, KV %s, %s, %s and %s\n",
+			names.TaskStream(), names.DLQStream(), names.AdvisoryStream(), names.ResultsBucket(), names.UniqueBucket(),
+			names.LimitsBucket(), names.LeasesBucket())
 		return nil
 	default: // status
 		st, err := sess.admin.Status(ctx)
