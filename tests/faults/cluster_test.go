@@ -118,6 +118,13 @@ func finishLoad(t testing.TB, ctx context.Context, start time.Time, produced <-c
 // node was stopped and how long the election took.
 func loseLeader(t testing.TB, ctx context.Context, c *embedded.Cluster, what string, leader func(context.Context) (string, error)) (stopped time.Time, election time.Duration) {
 	t.Helper()
+	return loseLeaderWith(t, ctx, c, what, leader, nil)
+}
+
+// loseLeaderWith is loseLeader calling also (when not nil) right after
+// the node stopped, while the election runs.
+func loseLeaderWith(t testing.TB, ctx context.Context, c *embedded.Cluster, what string, leader func(context.Context) (string, error), also func()) (stopped time.Time, election time.Duration) {
+	t.Helper()
 	var old string
 	streamstest.WaitFor(t, 30*time.Second, func() error {
 		var err error
@@ -137,6 +144,9 @@ func loseLeader(t testing.TB, ctx context.Context, c *embedded.Cluster, what str
 	}
 	c.Stop(i)
 	stopped = time.Now()
+	if also != nil {
+		also()
+	}
 	streamstest.WaitFor(t, time.Minute, func() error {
 		l, err := leader(ctx)
 		if err == nil && (l == "" || l == old) {

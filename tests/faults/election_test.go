@@ -150,67 +150,24 @@ func TestElectionWaits(t *testing.T) {
 // times each: nothing is lost and, with no worker process lost, nothing
 // runs twice. It logs how long completions stopped after each kill.
 func TestElectionLoad(t *testing.T) {
-	n := scale(20_000)
-	start := time.Now()
-	c, url, nc, js := electionCluster(t)
-	chk := checker.New()
-	fl, client := twoWorkers(t, url, nc, chk)
-	gen := &loadGen{client: client, chk: chk}
-	tasks, values := tasksFor(t, "elect", n)
-
-	// Completion times, from the results bucket's subject: how long
-	// throughput stops after a kill.
-	var mu sync.Mutex
-	var completions []time.Time
-	sub, err := nc.Subscribe(names.ResultSubject("*"), func(m *nats.Msg) {
-		if bytes.Contains(m.Data, []byte(`"state":"completed"`)) {
-			mu.Lock()
-			completions = append(completions, time.Now())
-			mu.Unlock()
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-
-	// Five times the tasks and kills under soak: the time in proportion.
-	ctx := ctxFor(t, time.Duration(scale(5))*time.Minute)
-	produced := make(chan error, 1)
-	// About 1,000 tasks a second, so the producer runs across the faults.
-	go func() { produced <- gen.enqueue(ctx, tasks, values, 50, 50*time.Millisecond) }()
+	l := startElectionLoad(t, "elect")
+	n, start, c, js, fl, chk, gen, ctx, produced, completions := l.n, l.start, l.c, l.js, l.fl, l.chk, l.gen, l.ctx, l.produced, l.completions
 	rounds := scale(2)
 	type kill struct {
 		fault string
 		at    time.Time
 	}
 	var kills []kill
-	seen := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(completions)
-	}
 	for range rounds {
 		for _, f := range electionFaults {
 			// Each kill under load: 1,000 more completions first.
-			want := seen() + 1_000
-			streamstest.WaitFor(t, time.Minute, func() error {
-				if n := seen(); n < want {
-					return fmt.Errorf("%d completions, waiting for %d", n, want)
-				}
-				return nil
-			})
+			completions.await(t, completions.count()+1_000)
 			at, _ := loseLeader(t, ctx, c, f.name, func(ctx context.Context) (string, error) { return f.leader(ctx, c, js) })
 			kills = append(kills, kill{f.name, at})
 		}
 	}
 	left := finishLoad(t, ctx, start, produced, js, fl, chk, gen)
-	mu.Lock()
-	done := slices.Clone(completions)
-	mu.Unlock()
+	done := completions.times()
 	t.Logf("%d completions seen on %s", len(done), names.ResultSubject("*"))
 	for _, k := range kills {
 		t.Logf("%s leader killed: completions stopped for %s", k.fault, longestGap(done, k.at, 15*time.Second).Round(time.Millisecond))
@@ -222,6 +179,176 @@ func TestElectionLoad(t *testing.T) {
 	if r.DuplicateExecutions > 0 {
 		t.Errorf("%d executions ran again, with no worker process lost: %v", r.DuplicateExecutions, r.DupCauses)
 	}
+}
+
+// electionLoad is a run of short tasks on two worker processes on an
+// election cluster (see startElectionLoad).
+type electionLoad struct {
+	n           int
+	start       time.Time
+	c           *embedded.Cluster
+	nc          *nats.Conn
+	js          jetstream.JetStream
+	fl          *fleet
+	chk         *checker.Checker
+	gen         *loadGen
+	ctx         context.Context
+	produced    chan error // the producer's outcome
+	completions *completionLog
+}
+
+// startElectionLoad starts an election cluster, two worker processes of
+// 16 slots and a producer of 20,000 tasks (ids <prefix>-<i>) at about
+// 1,000 a second, so that it runs across the faults; five times the tasks
+// under soak, and the time (5 minutes) in proportion.
+func startElectionLoad(t *testing.T, prefix string) *electionLoad {
+	t.Helper()
+	l := &electionLoad{n: scale(20_000), start: time.Now(), chk: checker.New(), produced: make(chan error, 1)}
+	var url string
+	l.c, url, l.nc, l.js = electionCluster(t)
+	var client *producer.Client
+	l.fl, client = twoWorkers(t, url, l.nc, l.chk)
+	l.gen = &loadGen{client: client, chk: l.chk}
+	tasks, values := tasksFor(t, prefix, l.n)
+	// Completion times: how long throughput stops after a kill.
+	l.completions = watchCompletions(t, l.nc)
+	l.ctx = ctxFor(t, time.Duration(scale(5))*time.Minute)
+	go func() { l.produced <- l.gen.enqueue(l.ctx, tasks, values, 50, 50*time.Millisecond) }()
+	return l
+}
+
+// workerSlots is the slots of each fault worker process (twoWorkers), and
+// killBound the executions a SIGKILLed worker process can leave to run
+// again: its running attempts (its slots) and its completions whose
+// result write is not yet acknowledged (the consumer's pipeline depth,
+// max(64, 4x the slots); an attempt finding the pipeline full keeps its
+// slot, so the two add up). An attempt whose result is stored is not run
+// again: its redelivery finds the result and is acked.
+const (
+	workerSlots = 16
+	killBound   = workerSlots + max(64, 4*workerSlots)
+)
+
+// TestElectionWorkerKill SIGKILLs one worker process together with the
+// node leading the results bucket (and, moved there first, the task
+// stream) while short tasks run on two worker processes, and restarts
+// both, several times: nothing is lost, every task completes, and the
+// tasks that ran again are at most killBound per kill, all of them the
+// killed process's.
+func TestElectionWorkerKill(t *testing.T) {
+	l := startElectionLoad(t, "wkill")
+	n, start, c, nc, js, fl, chk, gen, ctx, produced, completions := l.n, l.start, l.c, l.nc, l.js, l.fl, l.chk, l.gen, l.ctx, l.produced, l.completions
+	rounds := scale(2)
+	results := electionFaults[2]
+	var kills []time.Time
+	for round := range rounds {
+		// Kills spread over the run: the first at about 1/(rounds+1) of it.
+		completions.await(t, (round+1)*n/(rounds+2))
+		var target string
+		streamstest.WaitFor(t, 30*time.Second, func() (err error) {
+			target, err = results.leader(ctx, c, js)
+			if err != nil {
+				return err
+			}
+			return moveStreamLeader(ctx, nc, js, names.TaskStream(), target)
+		})
+		victim := fl.running()[0]
+		at, _ := loseLeaderWith(t, ctx, c, "results bucket and task stream", func(ctx context.Context) (string, error) { return results.leader(ctx, c, js) }, func() {
+			// While the election runs, with the victim's result writes
+			// waiting for a new leader.
+			fl.kill(victim)
+			fl.start()
+		})
+		kills = append(kills, at)
+	}
+	left := finishLoad(t, ctx, start, produced, js, fl, chk, gen)
+	done := completions.times()
+	for _, at := range kills {
+		t.Logf("worker and node killed: completions stopped for %s", longestGap(done, at, 15*time.Second).Round(time.Millisecond))
+	}
+	r := report(t, "worker SIGKILL with the results and task stream leader (3 nodes, R3)", fmt.Sprintf("%d kills of a worker and a node", rounds), start, chk, left)
+	if r.Completed != r.Tasks || r.Tasks != n {
+		t.Errorf("%d of %d tasks completed (%d recorded); dead: %s", r.Completed, n, r.Tasks, r.DeadSummary())
+	}
+	for cause, k := range r.DupCauses {
+		if cause != "SIGKILL" {
+			t.Errorf("%d executions ran again for a cause other than the kills: %s", k, cause)
+		}
+	}
+	if k, bound := r.DupCauses["SIGKILL"], rounds*killBound; k > bound {
+		t.Errorf("%d executions ran again after %d kills of a worker process with %d slots: more than %d (%d per kill)", k, rounds, workerSlots, bound, killBound)
+	}
+	t.Logf("%d executions ran again after %d kills (bound %d per kill)", r.DupCauses["SIGKILL"], rounds, killBound)
+}
+
+// moveStreamLeader asks stream's leader to step down in favour of the
+// node named to, and returns nil once to leads it.
+func moveStreamLeader(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stream, to string) error {
+	l, err := streamLeaderOf(ctx, js, stream)
+	if err != nil || l == to {
+		return err
+	}
+	req := fmt.Sprintf(`{"placement":{"preferred":%q}}`, to)
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	m, err := nc.RequestWithContext(rctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, []byte(req))
+	if err != nil {
+		return fmt.Errorf("stepping down %s's leader %s: %w", stream, l, err)
+	}
+	return fmt.Errorf("%s led by %s, moving to %s: %s", stream, l, to, m.Data)
+}
+
+// completionLog records when completed results appear on the results
+// bucket's subject (core NATS: it costs the cluster no consumer).
+type completionLog struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+// watchCompletions subscribes on nc until the test ends.
+func watchCompletions(t testing.TB, nc *nats.Conn) *completionLog {
+	t.Helper()
+	l := &completionLog{}
+	sub, err := nc.Subscribe(names.ResultSubject("*"), func(m *nats.Msg) {
+		if bytes.Contains(m.Data, []byte(`"state":"completed"`)) {
+			l.mu.Lock()
+			l.at = append(l.at, time.Now())
+			l.mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return l
+}
+
+// times returns the completion times so far, in order of arrival.
+func (l *completionLog) times() []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.at)
+}
+
+// count is the number of completions so far.
+func (l *completionLog) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.at)
+}
+
+// await waits (a minute at most) until n completions were seen.
+func (l *completionLog) await(t testing.TB, n int) {
+	t.Helper()
+	streamstest.WaitFor(t, time.Minute, func() error {
+		if got := l.count(); got < n {
+			return fmt.Errorf("%d completions, waiting for %d", got, n)
+		}
+		return nil
+	})
 }
 
 // longestGap is the longest time without a completion in the window
