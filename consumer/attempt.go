@@ -88,8 +88,12 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 	if a.attempt == 1 {
 		pickup = max(0, received.Sub(md.Timestamp))
 	}
-	a.started = time.Now()
 	a.traceParent = meta.TraceParent
+	if w.cancels.cancelled(a.id) {
+		w.settleCancelled(a, outcome{pickup: -1})
+		return
+	}
+	a.started = time.Now()
 	if w.o.ProcessingDelay <= 0 {
 		w.putProcessing(a)
 	}
@@ -155,7 +159,11 @@ const handlerGrace = 50 * time.Millisecond
 func (w *Worker) run(a attemptInfo, t *Task, timeout time.Duration, o outcome) {
 	ctx, cancel := context.WithTimeout(w.hardCtx, timeout)
 	defer cancel()
-	wa := w.startWatch(ctx, a, o)
+	ctx, cancelTask := context.WithCancelCause(ctx)
+	defer cancelTask(nil)
+	wa := w.startWatch(ctx, cancelTask, a, o)
+	w.cancels.track(a.id, wa)
+	defer w.cancels.untrack(a.id, wa)
 	var r handlerResult
 	func() {
 		defer func() {
@@ -177,12 +185,14 @@ func (w *Worker) run(a attemptInfo, t *Task, timeout time.Duration, o outcome) {
 // run). Nothing it would still do happens once the attempt is settled, so
 // a late processing write cannot overwrite the final state.
 type watch struct {
-	w     *Worker
-	ctx   context.Context
-	a     attemptInfo
-	o     outcome
-	every time.Duration
-	once  sync.Once
+	w   *Worker
+	ctx context.Context
+	// cancel ends ctx with ErrCancelled when the task is cancelled.
+	cancel context.CancelCauseFunc
+	a      attemptInfo
+	o      outcome
+	every  time.Duration
+	once   sync.Once
 
 	mu           sync.Mutex
 	stopped      bool
@@ -192,12 +202,12 @@ type watch struct {
 	timer        *time.Timer
 }
 
-func (w *Worker) startWatch(ctx context.Context, a attemptInfo, o outcome) *watch {
+func (w *Worker) startWatch(ctx context.Context, cancel context.CancelCauseFunc, a attemptInfo, o outcome) *watch {
 	every := w.ackWait[a.p] / 3
 	if every <= 0 {
 		every = 10 * time.Second
 	}
-	h := &watch{w: w, ctx: ctx, a: a, o: o, every: every, nextBeat: a.started.Add(every)}
+	h := &watch{w: w, ctx: ctx, cancel: cancel, a: a, o: o, every: every, nextBeat: a.started.Add(every)}
 	if d := w.o.ProcessingDelay; d > 0 {
 		h.processingAt = a.started.Add(d)
 	}
@@ -271,6 +281,13 @@ func (h *watch) expireSoon() {
 	h.timer.Reset(handlerGrace)
 }
 
+// cancelTask cancels the handler's context because its task was
+// cancelled, and gives the handler handlerGrace to return.
+func (h *watch) cancelTask() {
+	h.cancel(ErrCancelled)
+	h.expireSoon()
+}
+
 // finish settles the attempt with r, once: the first caller (the handler
 // returning, or the watch expiring) wins and the other waits for it.
 func (h *watch) finish(r handlerResult) {
@@ -307,6 +324,10 @@ func (w *Worker) cancelHandlers() {
 // settle acts on an attempt's result: ack, NAK with backoff, dead letter,
 // or hand-back at shutdown.
 func (w *Worker) settle(ctx context.Context, a attemptInfo, r handlerResult, o outcome) {
+	if w.cancels.cancelled(a.id) {
+		w.settleCancelled(a, o)
+		return
+	}
 	out, herr, v, reason := classify(w.hardCtx, ctx, r)
 	switch v {
 	case verdictOK:

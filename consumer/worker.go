@@ -49,6 +49,8 @@ type Worker struct {
 	maxAckPend [numPriorities]int // 0: unlimited
 	ackWait    [numPriorities]time.Duration
 	results    *results.Store
+	cancels    *cancels
+	reconnects uint64          // the connection's reconnect count at the last cancel load
 	ioCtx      context.Context // values of Start's ctx, never cancelled
 
 	// life runs Start and Stop; stopping is its Stopping channel, closed
@@ -191,6 +193,10 @@ func (w *Worker) start(ctx context.Context) error {
 	if w.results, err = results.New(ctx, js, names, w.o.WorkerName); err != nil {
 		return err
 	}
+	w.reconnects = w.nc.Stats().Reconnects
+	if w.cancels, err = newCancels(ctx, w.nc, js, names, w.log); err != nil {
+		return err
+	}
 	w.ioCtx = context.WithoutCancel(ctx)
 	if w.pipe, err = newPipeline(w); err != nil {
 		return err
@@ -275,6 +281,7 @@ func (w *Worker) shutdown() {
 		w.log.Warn("result writes still pending at shutdown", "pending", w.js.PublishAsyncPending())
 	}
 	cancel()
+	w.cancels.close()
 	w.mu.Lock()
 	w.state = WorkerStopped
 	w.mu.Unlock()
@@ -454,10 +461,27 @@ func (w *Worker) refreshLoop() {
 		case <-t.C:
 		}
 		w.pl.expire(false)
+		w.reloadCancels()
 		w.refresh()
 		w.scaleDown()
 		w.nudge()
 	}
+}
+
+// reloadCancels lists the cancelled tasks again after the connection
+// reconnected: cancellations published while it was down were missed.
+func (w *Worker) reloadCancels() {
+	n := w.nc.Stats().Reconnects
+	if n == w.reconnects {
+		return
+	}
+	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
+	defer cancel()
+	if err := w.cancels.load(ctx); err != nil {
+		w.log.Warn("reloading cancelled tasks after a reconnect; trying again", "error", err)
+		return
+	}
+	w.reconnects = n
 }
 
 func (w *Worker) refresh() {

@@ -8,7 +8,7 @@ import (
 // State is a task's lifecycle state in its result document.
 type State string
 
-// Task states. Completed and Dead are terminal.
+// Task states. Completed, Dead and Cancelled are terminal.
 const (
 	StatePending    State = "pending"
 	StateScheduled  State = "scheduled"
@@ -16,10 +16,13 @@ const (
 	StateRetrying   State = "retrying"
 	StateCompleted  State = "completed"
 	StateDead       State = "dead"
+	StateCancelled  State = "cancelled"
 )
 
 // Terminal reports whether no further attempt will follow.
-func (s State) Terminal() bool { return s == StateCompleted || s == StateDead }
+func (s State) Terminal() bool {
+	return s == StateCompleted || s == StateDead || s == StateCancelled
+}
 
 // Reason says why a task was dead-lettered (header Spool-Reason).
 type Reason string
@@ -58,6 +61,10 @@ type Result struct {
 	// never dead-lettered and replayed.
 	Replays    int        `json:"replays,omitempty"`
 	ReplayedAt *time.Time `json:"replayed_at,omitempty"`
+	// CancelledBy and CancelReason say who cancelled the task and why
+	// (state cancelled only).
+	CancelledBy  string `json:"cancelled_by,omitempty"`
+	CancelReason string `json:"cancel_reason,omitempty"`
 }
 
 // ResultValue turns handler output into the document's Result field: valid

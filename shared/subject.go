@@ -55,6 +55,18 @@ func (n Names) ResultsBucket() string { return n.prefix + "_results" }
 // UniqueBucket is the KV bucket of unique-task keys: spool_unique.
 func (n Names) UniqueBucket() string { return n.prefix + "_unique" }
 
+// CancelBucket is the KV bucket of cancellations: spool_cancel. Key = task
+// id, value = a Cancellation document.
+func (n Names) CancelBucket() string { return n.prefix + "_cancel" }
+
+// CancelSubject is the subject a cancellation of task id is published on
+// (the KV put of its key): $KV.spool_cancel.<id>. Workers and remote
+// handlers subscribe to it, or to CancelFilter for every task.
+func (n Names) CancelSubject(id string) string { return "$KV." + n.CancelBucket() + "." + id }
+
+// CancelFilter matches every cancellation: $KV.spool_cancel.>.
+func (n Names) CancelFilter() string { return "$KV." + n.CancelBucket() + ".>" }
+
 // Consumer is the durable pull consumer of one priority: spool-high.
 func (n Names) Consumer(p Priority) string { return n.prefix + "-" + p.String() }
 

@@ -137,3 +137,16 @@ func (t Topology) UniqueConfig() jetstream.KeyValueConfig {
 		LimitMarkerTTL: uniqueMarkerTTL,
 	}
 }
+
+// CancelConfig is the spool_cancel bucket: one Cancellation document per
+// cancelled task id, kept as long as result documents (ResultTTL).
+func (t Topology) CancelConfig() jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      t.Names.CancelBucket(),
+		Description: "Spool cancelled tasks, key = task id, value = who, why and when",
+		History:     1,
+		TTL:         t.Settings.ResultTTL,
+		Storage:     t.Settings.storage(),
+		Replicas:    t.Settings.Replicas,
+	}
+}

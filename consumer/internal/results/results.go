@@ -207,7 +207,7 @@ func isWrongLastSequence(err error) bool {
 // (characters that need escaping, a result that is not compact JSON, a
 // time json.Marshal rejects, an invalid priority).
 func appendResult(b []byte, doc *spool.Result) (_ []byte, ok bool) {
-	if !doc.Priority.Valid() {
+	if !doc.Priority.Valid() || doc.CancelledBy != "" || doc.CancelReason != "" {
 		return nil, false
 	}
 	b = append(b, `{"id":`...)

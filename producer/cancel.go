@@ -1,0 +1,202 @@
+package producer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
+)
+
+// CancelOption sets who cancels a task and why.
+type CancelOption func(*spool.Cancellation)
+
+// CancelBy names who cancels (a user, a service); it is stored in the
+// result document's cancelled_by. Default: "<hostname>-<pid>" of this
+// process.
+func CancelBy(who string) CancelOption { return func(c *spool.Cancellation) { c.By = who } }
+
+// CancelReason says why; it is stored in the result document's
+// cancel_reason. Default: none.
+func CancelReason(why string) CancelOption { return func(c *spool.Cancellation) { c.Reason = why } }
+
+// Cancel cancels task id wherever it is, and returns its cancelled result
+// document:
+//
+//   - delayed: its schedule is deleted, so it never fires;
+//   - queued (no worker has written a state yet): it never runs; the
+//     worker that pulls it drops it;
+//   - running: the worker running it (or its remote handler) sees the
+//     cancellation on its subject and cancels the handler's context at
+//     once; the attempt ends without a retry or a dead letter.
+//
+// The cancellation is stored in the cancel bucket (the tombstone workers
+// check before running a task) and the result document becomes cancelled,
+// with CancelledBy and CancelReason. The task's unique key is released.
+//
+// A task that already reached a terminal state gives an error wrapping
+// ErrTaskFinished, and the document as it is; an id found nowhere (no
+// result, no schedule, not in the task stream) gives ErrTaskNotFound.
+// Finding a task that has no result document yet reads the task stream's
+// backlog one message at a time: a deep backlog needs a longer ctx.
+func (c *Client) Cancel(ctx context.Context, id string, opts ...CancelOption) (spool.Result, error) {
+	if err := spool.ValidateID(id); err != nil {
+		return spool.Result{}, invalid("id", err)
+	}
+	cn := spool.Cancellation{ID: id, By: defaultCanceller()}
+	for _, o := range opts {
+		o(&cn)
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	doc, uniqueKey, err := c.locate(ctx, id)
+	if err != nil {
+		return doc, err
+	}
+	if doc.State.Terminal() {
+		return doc, fmt.Errorf("%w: task %q is %s", ErrTaskFinished, id, doc.State)
+	}
+	cn.At = time.Now().UTC()
+	if err := c.putCancellation(ctx, cn); err != nil {
+		return doc, err
+	}
+	if doc.State == spool.StateScheduled {
+		if err := c.deleteSchedule(ctx, id); err != nil {
+			return doc, err
+		}
+	}
+	doc.State = spool.StateCancelled
+	doc.CancelledBy, doc.CancelReason = cn.By, cn.Reason
+	doc.FinishedAt = &cn.At
+	doc.NextAttempt, doc.Error, doc.Reason = nil, "", ""
+	if err := c.putResult(ctx, doc); err != nil {
+		return doc, err
+	}
+	if uniqueKey != "" {
+		if _, err := c.deleteUniqueIfHeld(ctx, uniqueKey, id); err != nil {
+			return doc, fmt.Errorf("task %q cancelled, but releasing its unique key: %w", id, err)
+		}
+	}
+	c.logger.InfoContext(ctx, "task cancelled", "task_id", id, "by", cn.By, "reason", cn.Reason)
+	return doc, nil
+}
+
+// locate finds task id: its result document, else its schedule, else the
+// task in the stream. uniqueKey is the task's unique key when the
+// schedule or the queued task shows it.
+func (c *Client) locate(ctx context.Context, id string) (doc spool.Result, uniqueKey string, err error) {
+	doc, err = c.Result(ctx, id)
+	if err == nil {
+		if doc.State == spool.StateScheduled {
+			uniqueKey, err = c.scheduleUniqueKey(ctx, id)
+		}
+		return doc, uniqueKey, err
+	}
+	if !errors.Is(err, ErrTaskNotFound) {
+		return doc, "", err
+	}
+	s, _, err := c.taskStream(ctx)
+	if err != nil {
+		return doc, "", err
+	}
+	msg, err := streams.FindQueued(ctx, s, c.names, id)
+	if err != nil {
+		return doc, "", err
+	}
+	if msg == nil {
+		return doc, "", fmt.Errorf("%w: task %q has no result, no pending schedule and is not queued (never enqueued, or its result expired)", ErrTaskNotFound, id)
+	}
+	doc = spool.Result{ID: id, State: spool.StatePending, EnqueuedAt: msg.Time, TraceParent: msg.Header.Get(spool.HeaderTraceParent)}
+	if p, typ, err := c.names.ParseTaskSubject(msg.Subject); err == nil {
+		doc.Priority, doc.Type = p, typ
+	}
+	return doc, msg.Header.Get(spool.HeaderUniqueKey), nil
+}
+
+func (c *Client) scheduleUniqueKey(ctx context.Context, id string) (string, error) {
+	subject, err := c.names.SchedSubject(id)
+	if err != nil {
+		return "", invalid("id", err)
+	}
+	s, _, err := c.taskStream(ctx)
+	if err != nil {
+		return "", err
+	}
+	msg, err := s.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("looking up the schedule of task %q: %w", id, err)
+	}
+	return msg.Header.Get(spool.HeaderUniqueKey), nil
+}
+
+// deleteSchedule removes the pending schedule of task id; one that fired
+// or went meanwhile is not an error (the tombstone stops the task).
+func (c *Client) deleteSchedule(ctx context.Context, id string) error {
+	subject, err := c.names.SchedSubject(id)
+	if err != nil {
+		return invalid("id", err)
+	}
+	s, _, err := c.taskStream(ctx)
+	if err != nil {
+		return err
+	}
+	msg, err := s.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("looking up the schedule of task %q: %w", id, err)
+	}
+	if err := s.DeleteMsg(ctx, msg.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) && !isMsgGone(err) {
+		return fmt.Errorf("deleting the schedule of task %q (seq %d): %w", id, msg.Sequence, err)
+	}
+	return nil
+}
+
+func (c *Client) putCancellation(ctx context.Context, cn spool.Cancellation) error {
+	kv, err := c.cancelBucket(ctx)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(cn)
+	if err != nil {
+		return fmt.Errorf("encoding the cancellation of task %q: %w", cn.ID, err)
+	}
+	if _, err := kv.Put(ctx, cn.ID, b); err != nil {
+		return fmt.Errorf("storing the cancellation of task %q: %w", cn.ID, err)
+	}
+	return nil
+}
+
+func (c *Client) putResult(ctx context.Context, doc spool.Result) error {
+	kv, err := c.resultsBucket(ctx)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return fmt.Errorf("encoding the result of task %q: %w", doc.ID, err)
+	}
+	if _, err := kv.Put(ctx, doc.ID, b); err != nil {
+		return fmt.Errorf("writing the cancelled result of task %q: %w", doc.ID, err)
+	}
+	return nil
+}
+
+func defaultCanceller() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return host + "-" + strconv.Itoa(os.Getpid())
+}
