@@ -128,6 +128,11 @@ var _ consumer.Handler = (*handler)(nil)
 // the same task arriving again (delivery is at least once). Run responders in
 // a queue group to share the load.
 //
+// A cancelled task (see docs/contract.md, "Cancelling a task") ends the
+// worker's wait at once; the responder learns of it by subscribing to
+// $KV.<prefix>_cancel.<Spool-Task-Id> ($KV.spool_cancel.<id> by default)
+// while it works, and should stop: its late reply is dropped.
+//
 // A minimal responder with plain nats.go:
 //
 //	nc.QueueSubscribe("billing.charge", "billing", func(m *nats.Msg) {
