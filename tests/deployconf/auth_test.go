@@ -170,11 +170,14 @@ func TestRolesDenyByConstruction(t *testing.T) {
 			"$JS.API.DIRECT.GET.SPOOL_TASKS", "$JS.API.STREAM.MSG.GET.SPOOL_TASKS",
 			"$JS.API.DIRECT.GET.SPOOL_TASKS.spool.tasks.high.x",
 			"$JS.API.CONSUMER.CREATE.KV_spool_unique.x",
+			// Cancelling is an operator's action.
+			"$KV.spool_cancel.task-1", "$JS.API.STREAM.MSG.DELETE.SPOOL_TASKS",
 		}, changeTopology...),
 		"spool-consumer": append([]string{
 			"spool.tasks.high.x", "spool.sched.x",
 			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_DLQ.x", "$JS.API.DIRECT.GET.SPOOL_DLQ",
 			"$JS.API.CONSUMER.CREATE.KV_spool_results.x",
+			"$KV.spool_cancel.task-1",
 		}, changeTopology...),
 		"spool-handler": {"spool.tasks.high.x", "$JS.API.INFO", "spool.remote.x", "_INBOX.x"},
 		// The broker purges the DLQ; nothing else of the topology.
@@ -213,6 +216,8 @@ func TestRolesDenyByConstruction(t *testing.T) {
 		"$SRV.INFO", "$SRV.INFO.spool-consumer", "$SRV.INFO.spool-consumer.*",
 		"$SRV.STATS", "$SRV.STATS.spool-consumer", "$SRV.STATS.spool-consumer.*",
 		"spool.svc.consumer.>",
+		// Cancellations of the tasks it runs.
+		"$KV.spool_cancel.>",
 	}
 	if p := perms["spool-consumer"]; p == nil || p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, consumerSubs) || p.Response == nil {
 		t.Errorf("spool-consumer subscribe permissions %+v, want %v and responses", p, consumerSubs)
