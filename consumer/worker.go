@@ -103,6 +103,10 @@ type prioState struct {
 	ackPendingHigh bool
 	// restUntil pauses pulls of the priority after a failed one.
 	restUntil time.Time
+	// paused is set while the priority's consumer is paused (an operator's
+	// pause, read at each refresh): nothing is pulled, so no slot waits
+	// on it.
+	paused bool
 }
 
 // New returns a Worker that runs tasks through h (usually a *Mux). nc must
@@ -394,7 +398,7 @@ func (w *Worker) dispatch() (plans []pullPlan) {
 	for p := range w.prio {
 		st := &w.prio[p]
 		oldest[p] = st.oldest
-		resting[p] = now.Before(st.restUntil)
+		resting[p] = now.Before(st.restUntil) || st.paused
 		switch {
 		case resting[p]:
 		case w.slots.prio[p].polling:
@@ -513,10 +517,15 @@ func (w *Worker) refresh() {
 			st.maybe = info.NumAckPending > local
 			st.oldest = oldest
 		}
+		pauseChanged := st.paused != info.Paused
+		st.paused = info.Paused
 		high := w.maxAckPend[p] > 0 && info.NumAckPending >= w.maxAckPend[p]*9/10
 		warn := high && !st.ackPendingHigh
 		st.ackPendingHigh = high
 		w.mu.Unlock()
+		if pauseChanged {
+			w.log.Info("priority pause changed", "priority", p.String(), "paused", info.Paused)
+		}
 		if warn {
 			w.log.Warn("priority near MaxAckPending: tasks in retry backoff count against it, and at the limit the server delivers no fresh task of this priority; raise SPOOL_MAX_ACK_PENDING",
 				"priority", p.String(), "ack_pending", info.NumAckPending, "max_ack_pending", w.maxAckPend[p])

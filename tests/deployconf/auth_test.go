@@ -180,13 +180,16 @@ func TestRolesDenyByConstruction(t *testing.T) {
 			"$KV.spool_cancel.task-1",
 		}, changeTopology...),
 		"spool-handler": {"spool.tasks.high.x", "$JS.API.INFO", "spool.remote.x", "_INBOX.x"},
-		// The broker purges the DLQ; nothing else of the topology.
+		// The broker purges the DLQ and pauses priorities; nothing else of
+		// the topology.
 		"spool-broker": append([]string{
 			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_TASKS.spool-high",
 			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_ADVISORIES.spool-dlq-router",
 			"$JS.ACK.SPOOL_TASKS.spool-high.1.1.1.1.0",
 			"spool.dlq.high.x", "spool.remote.x", "$SRV.STATS", "$SRV.PING",
-		}, slices.DeleteFunc(slices.Clone(changeTopology), func(s string) bool { return s == "$JS.API.STREAM.PURGE.SPOOL_DLQ" })...),
+		}, slices.DeleteFunc(slices.Clone(changeTopology), func(s string) bool {
+			return s == "$JS.API.STREAM.PURGE.SPOOL_DLQ" || s == "$JS.API.CONSUMER.PAUSE.SPOOL_TASKS.spool-high"
+		})...),
 	}
 	for user, subjects := range forbidden {
 		p := perms[user]

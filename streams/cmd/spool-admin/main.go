@@ -4,6 +4,8 @@
 //	spool-admin provision          create or update streams, consumers and buckets
 //	spool-admin status [--json]    pending, in flight and oldest wait per priority
 //	spool-admin dlq list|show|replay|purge   manage dead letters
+//	spool-admin pause <priority> [--for D | --until T]   pause a priority fleet-wide
+//	spool-admin resume <priority>                        resume it
 //
 // Configuration comes from SPOOL_ environment variables (spool-admin help
 // lists them); --url overrides SPOOL_NATS_URL.
@@ -53,6 +55,8 @@ commands:
   provision   create or update Spool's streams, consumers and KV buckets
   status      show pending, in-flight and oldest wait per priority, DLQ size, results
   dlq         list, show, replay and purge dead letters (spool-admin dlq help)
+  pause P     pause priority P for the whole fleet (--for D or --until T; default until resumed)
+  resume P    resume priority P
   help        show this text and the environment variables
 
 flags:
@@ -90,6 +94,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "provision", "status":
 	case "dlq":
 		return runDLQ(ctx, args, stdout, stderr)
+	case "pause", "resume":
+		return runPause(ctx, cmd, args, stdout, stderr)
 	default:
 		fmt.Fprint(stderr, usage)
 		return fmt.Errorf("unknown command %q", cmd)
@@ -121,8 +127,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := streams.Provision(ctx, js, topo, logger); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "provisioned %s, %s, %s, 5 priority consumers, KV %s and %s\n",
-			names.TaskStream(), names.DLQStream(), names.AdvisoryStream(), names.ResultsBucket(), names.UniqueBucket())
+		fmt.Fprintf(stdout, "provisioned %s, %s, %s, 5 priority consumers, KV %s, %s and %s\n",
+			names.TaskStream(), names.DLQStream(), names.AdvisoryStream(), names.ResultsBucket(), names.UniqueBucket(), names.CancelBucket())
 		return nil
 	default: // status
 		st, err := sess.admin.Status(ctx)
@@ -183,13 +189,22 @@ func open(ctx context.Context, url string, stderr io.Writer) (*session, error) {
 
 func printStatus(w io.Writer, st admin.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "priority\tpending\tin flight\tredelivered\toldest wait\t")
+	fmt.Fprintln(tw, "priority\tpending\tin flight\tredelivered\toldest wait\tpaused\t")
 	for _, p := range st.Priorities {
 		wait := "-"
 		if p.OldestWait > 0 {
 			wait = p.OldestWait.Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t\n", p.Priority, p.Pending, p.InFlight, p.Redelivered, wait)
+		paused := "-"
+		switch {
+		case p.PausedUntil != nil && p.PausedUntil.Equal(admin.Forever):
+			paused = "until resumed"
+		case p.PausedUntil != nil:
+			paused = "until " + p.PausedUntil.UTC().Format(time.RFC3339)
+		case p.Paused:
+			paused = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t\n", p.Priority, p.Pending, p.InFlight, p.Redelivered, wait, paused)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
