@@ -165,6 +165,36 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 
+	// 4b. Pause a priority from its row, cancel a task queued behind the
+	// pause from the lookup, resume: the cancelled task never runs.
+	b.do("asking to pause normal", 10*time.Second, chromedp.Click(chromedp.CSS("#prio-normal .pause-toggle")))
+	b.waitJS("the pause confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("Pause priority normal")`, 5*time.Second)
+	b.do("confirming the pause", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.waitJS("normal shown paused", `document.querySelector("#prio-normal .pause-state").textContent === "paused" && document.querySelector("#prio-normal .pause-toggle").textContent === "Resume"`, 10*time.Second)
+	post(t, ctx, st.BrokerURL+"/v1/tasks", `{"type":"demo.echo","priority":"normal","id":"ui-paused-1","payload":{"n":1}}`)
+	b.waitJS("the task queued behind the pause", numberIn("#prio-normal .pending")+" === 1", 10*time.Second)
+	b.do("looking the queued task up", 10*time.Second,
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("#lookup-id").value = ""`),
+		chromedp.SendKeys(chromedp.CSS("#lookup-id"), "ui-paused-1"),
+		chromedp.Click(chromedp.CSS("#lookup-go")),
+	)
+	b.waitJS("the cancel control for a queued task", `!document.querySelector("#cancel-form").hidden`, 10*time.Second)
+	b.do("asking to cancel", 10*time.Second,
+		chromedp.SendKeys(chromedp.CSS("#cancel-reason"), "not needed"),
+		chromedp.Click(chromedp.CSS("#lookup-cancel")),
+	)
+	b.waitJS("the cancel confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("ui-paused-1")`, 5*time.Second)
+	b.do("confirming the cancel", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.waitJS("the cancelled task, with who and why", `document.querySelector("#lookup-state").textContent === "cancelled" && document.querySelector("#lookup-cancelled").textContent === "Cancelled by dashboard: not needed" && document.querySelector("#cancel-form").hidden`, 10*time.Second)
+	b.screenshot("ui-dashboard-cancelled.png")
+	b.do("asking to resume normal", 10*time.Second, chromedp.Click(chromedp.CSS("#prio-normal .pause-toggle")))
+	b.waitJS("the resume confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("Resume priority normal")`, 5*time.Second)
+	b.do("confirming the resume", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.waitJS("normal resumed and drained", `document.querySelector("#prio-normal .pause-state").textContent === "" && `+numberIn("#prio-normal .pending")+" === 0 && "+numberIn("#prio-normal .inflight")+" === 0", 15*time.Second)
+	if got := eval[string](b, `document.querySelector("#lookup-state").textContent`); got != "cancelled" {
+		t.Errorf("the cancelled task ended %q after the resume", got)
+	}
+
 	// 5. Nothing left the broker's origin.
 	reqs := b.requested()
 	if len(reqs) < 10 {
