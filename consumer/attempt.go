@@ -22,6 +22,7 @@ const (
 	verdictFailed                  // an error: retry while attempts remain
 	verdictDead                    // dead-letter at once (permanent, no handler, bad input)
 	verdictReturned                // shutdown: hand the task back unfinished
+	verdictSnoozed                 // run again later without counting the attempt
 )
 
 // attempt runs one delivery of a task in its slot and settles the message:
@@ -61,13 +62,18 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 	if meta.ID != "" {
 		a.id = meta.ID
 	}
+	if a.attempt > 1 {
+		// Deliveries that were snoozes are not attempts (see Snooze).
+		a.snoozes = w.snoozes(a.id)
+		a.attempt = max(1, a.attempt-a.snoozes)
+	}
 	retries := w.o.MaxRetries
 	if meta.MaxRetries != nil {
 		retries = *meta.MaxRetries
 	}
 	a.maxAttempts = retries + 1
-	if md := w.maxDeliver[p]; md > 0 && md < a.maxAttempts {
-		a.maxAttempts = md
+	if md := w.maxDeliver[p] - a.snoozes; w.maxDeliver[p] > 0 && md < a.maxAttempts {
+		a.maxAttempts = max(md, a.attempt)
 	}
 	a.uniqueKey = meta.UniqueKey
 	timeout := w.o.TaskTimeout
@@ -83,6 +89,8 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 		Attempt:     a.attempt,
 		MaxAttempts: a.maxAttempts,
 		EnqueuedAt:  md.Timestamp,
+
+		progressSubject: w.o.Names.ProgressSubject(a.id),
 	}
 	pickup := time.Duration(-1)
 	if a.attempt == 1 {
@@ -94,6 +102,7 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 		return
 	}
 	a.started = time.Now()
+	w.results.Event(spool.EventStarted, a.doc(spool.StateProcessing))
 	if w.o.ProcessingDelay <= 0 {
 		w.putProcessing(a)
 	}
@@ -115,6 +124,7 @@ type attemptInfo struct {
 	maxAttempts int
 	id          string
 	typ         string
+	snoozes     int // deliveries that were snoozes, from the result document
 	uniqueKey   string
 	traceParent string
 	enq         time.Time
@@ -130,6 +140,7 @@ func (a attemptInfo) doc(state spool.State) spool.Result {
 		Attempts:    a.attempt,
 		EnqueuedAt:  a.enq,
 		TraceParent: a.traceParent,
+		Snoozes:     a.snoozes,
 	}
 	if !a.started.IsZero() {
 		s := a.started
@@ -162,6 +173,7 @@ func (w *Worker) run(a attemptInfo, t *Task, timeout time.Duration, o outcome) {
 	ctx, cancelTask := context.WithCancelCause(ctx)
 	defer cancelTask(nil)
 	wa := w.startWatch(ctx, cancelTask, a, o)
+	t.progress = wa.progress
 	w.cancels.track(a.id, wa)
 	defer w.cancels.untrack(a.id, wa)
 	var r handlerResult
@@ -281,6 +293,26 @@ func (h *watch) expireSoon() {
 	h.timer.Reset(handlerGrace)
 }
 
+// progress records the handler's progress: the processing document with
+// it, and the progress event. Under h.mu, so nothing is written once the
+// attempt is settled (a late write would overwrite the final state).
+func (h *watch) progress(p spool.Progress) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return fmt.Errorf("%w: task %s", ErrSettled, h.a.id)
+	}
+	p.At = time.Now().UTC()
+	doc := h.a.doc(spool.StateProcessing)
+	doc.Progress = &p
+	h.processingAt = time.Time{} // the processing state is written now
+	if err := h.w.results.PutUnacked(doc); err != nil {
+		return err
+	}
+	h.w.results.Event(spool.EventProgress, doc)
+	return nil
+}
+
 // cancelTask cancels the handler's context because its task was
 // cancelled, and gives the handler handlerGrace to return.
 func (h *watch) cancelTask() {
@@ -345,6 +377,8 @@ func (w *Worker) settle(ctx context.Context, a attemptInfo, r handlerResult, o o
 		}
 		w.log.Info("task handed back at shutdown", "task_id", a.id, "type", a.typ, "priority", a.p.String())
 		w.rec.record(a.p, a.typ, o)
+	case verdictSnoozed:
+		w.snooze(a, herr, o)
 	case verdictDead:
 		o.failed = true
 		w.deadLetter(a, reason, herr, o)
@@ -364,7 +398,10 @@ func classify(hard, attemptCtx context.Context, r handlerResult) ([]byte, error,
 		return r.out, nil, verdictOK, ""
 	}
 	var pe *PanicError
+	var se *SnoozeError
 	switch {
+	case errors.As(r.err, &se) && hard.Err() == nil:
+		return nil, r.err, verdictSnoozed, ""
 	case errors.As(r.err, &pe):
 		return nil, r.err, verdictFailed, spool.ReasonPanic
 	case errors.Is(r.err, ErrNoHandler):
@@ -433,7 +470,7 @@ func (w *Worker) resultLost(a attemptInfo, o outcome, err error) {
 
 // retry records the retrying state and NAKs with the backoff delay.
 func (w *Worker) retry(a attemptInfo, herr error, o outcome) {
-	delay := w.o.retryDelay(a.attempt)
+	delay := w.o.nextDelay(a.typ, a.attempt, herr)
 	next := time.Now().Add(delay)
 	doc := a.doc(spool.StateRetrying)
 	doc.Error = herr.Error()
@@ -501,5 +538,43 @@ func (w *Worker) deadLetter(a attemptInfo, reason spool.Reason, cause error, o o
 		w.log.Warn("removing dead-lettered task", "task_id", a.id, "error", err)
 	}
 	o.dead = true
+	w.rec.record(a.p, a.typ, o)
+}
+
+// snoozes reads how many deliveries of task id were snoozes, from its
+// result document; 0 when there is none or it cannot be read.
+func (w *Worker) snoozes(id string) int {
+	ctx, cancel := w.opCtx()
+	defer cancel()
+	doc, err := w.results.Get(ctx, id)
+	if err != nil {
+		return 0
+	}
+	return doc.Snoozes
+}
+
+// snooze hands the task back for a later run without counting the
+// attempt: the snoozed document (one more snooze) is stored first, then
+// the task is NAKed with the delay. A snooze that would need a delivery
+// past the consumer's MaxDeliver dead-letters the task instead.
+func (w *Worker) snooze(a attemptInfo, herr error, o outcome) {
+	var se *SnoozeError
+	errors.As(herr, &se)
+	if md := w.maxDeliver[a.p]; md > 0 && a.attempt+a.snoozes >= md {
+		o.failed = true
+		w.deadLetter(a, spool.ReasonError, fmt.Errorf("snoozed past the consumer's max deliveries (%d)", md), o)
+		return
+	}
+	next := time.Now().Add(se.Delay)
+	doc := a.doc(spool.StateSnoozed)
+	doc.Snoozes = a.snoozes + 1
+	doc.NextAttempt = &next
+	ctx, cancel := w.opCtx()
+	defer cancel()
+	if err := w.results.Put(ctx, doc); err != nil {
+		w.log.Warn("writing snoozed state; the snooze will count as an attempt", "task_id", a.id, "error", err)
+	}
+	w.log.Debug("task snoozed", "task_id", a.id, "type", a.typ, "for", se.Delay, "snoozes", doc.Snoozes)
+	w.nak(a, se.Delay)
 	w.rec.record(a.p, a.typ, o)
 }

@@ -40,11 +40,15 @@ type pipeline struct {
 	room chan struct{} // one token per completion in flight
 
 	// What the pipeline needs of the worker (see newPipeline).
-	log      *slog.Logger
-	timeout  time.Duration                // IOTimeout: for each result write
-	ackWait  [numPriorities]time.Duration // of the priority consumers
-	subject  func(id string) string       // of a task's result in the bucket
-	encode   func(dst []byte, doc *spool.Result) ([]byte, error)
+	log     *slog.Logger
+	timeout time.Duration                // IOTimeout: for each result write
+	ackWait [numPriorities]time.Duration // of the priority consumers
+	subject func(id string) string       // of a task's result in the bucket
+	encode  func(dst []byte, doc *spool.Result) ([]byte, error)
+	// event builds a task's completed event; publish sends it once the
+	// task is acked.
+	event    func(kind spool.EventKind, doc *spool.Result, data []byte) (string, []byte)
+	publish  func(subject string, data []byte) error
 	attempts *sync.WaitGroup // counts each completion until it is settled
 	rec      *recorder
 	// lost NAKs a completed task whose result could not be stored, for a
@@ -97,6 +101,9 @@ type completion struct {
 	// beat is when the task's AckWait clock last restarted as far as the
 	// pipeline knows: the hand-over, then each InProgress the sweep sends.
 	beat time.Time
+	// evSubject and evBody are the completed event, sent after the ack.
+	evSubject string
+	evBody    []byte
 }
 
 func newPipeline(w *Worker) (*pipeline, error) {
@@ -106,6 +113,8 @@ func newPipeline(w *Worker) (*pipeline, error) {
 		ackWait:   w.ackWait,
 		subject:   w.results.Subject,
 		encode:    w.results.Encode,
+		event:     w.results.EventMsg,
+		publish:   w.nc.Publish,
 		attempts:  &w.attempts,
 		rec:       w.rec,
 		lost:      w.resultLost,
@@ -147,6 +156,7 @@ func (p *pipeline) put(a attemptInfo, o outcome, doc spool.Result) error {
 	p.attempts.Add(1)
 	now := time.Now()
 	c := &completion{a: a, o: o, deadline: now.Add(p.timeout), beat: now}
+	c.evSubject, c.evBody = p.event(spool.EventCompleted, &doc, data)
 	p.mu.Lock()
 	p.next++
 	tok := p.next
@@ -255,6 +265,7 @@ func (p *pipeline) ackStored() {
 		if err := c.a.msg.Ack(); err != nil {
 			p.log.Warn("acking completed task", "task_id", c.a.id, "error", err)
 		}
+		_ = p.publish(c.evSubject, c.evBody) // best effort: events are notifications
 		p.rec.record(c.a.p, c.a.typ, c.o)
 		p.done()
 		p.stored[i] = nil

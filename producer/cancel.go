@@ -84,6 +84,7 @@ func (c *Client) Cancel(ctx context.Context, id string, opts ...CancelOption) (s
 			return doc, fmt.Errorf("task %q cancelled, but releasing its unique key: %w", id, err)
 		}
 	}
+	c.event(spool.EventCancelled, doc)
 	c.logger.InfoContext(ctx, "task cancelled", "task_id", id, "by", cn.By, "reason", cn.Reason)
 	return doc, nil
 }

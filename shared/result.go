@@ -2,6 +2,8 @@ package spool
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -17,6 +19,9 @@ const (
 	StateCompleted  State = "completed"
 	StateDead       State = "dead"
 	StateCancelled  State = "cancelled"
+	// StateSnoozed: the handler snoozed the task; it runs again at
+	// next_attempt_at without counting an attempt.
+	StateSnoozed State = "snoozed"
 )
 
 // Terminal reports whether no further attempt will follow.
@@ -65,6 +70,11 @@ type Result struct {
 	// (state cancelled only).
 	CancelledBy  string `json:"cancelled_by,omitempty"`
 	CancelReason string `json:"cancel_reason,omitempty"`
+	// Progress is what the running handler last reported (processing).
+	Progress *Progress `json:"progress,omitempty"`
+	// Snoozes counts the times the handler snoozed the task; those
+	// deliveries are not attempts.
+	Snoozes int `json:"snoozes,omitempty"`
 }
 
 // ResultValue turns handler output into the document's Result field: valid
@@ -79,4 +89,36 @@ func ResultValue(out []byte) json.RawMessage {
 	}
 	s, _ := json.Marshal(string(out)) // a string always marshals
 	return s
+}
+
+// MaxProgressValue is the largest progress value a handler may report, in
+// bytes of JSON.
+const MaxProgressValue = 4 << 10
+
+// Progress is what a running handler last reported (Result.Progress): a
+// percentage, a small JSON value, or both.
+type Progress struct {
+	// Percent is 0 to 100; nil when the handler gave none.
+	Percent *float64 `json:"percent,omitempty"`
+	// Value is any JSON the handler chose, at most MaxProgressValue bytes.
+	Value json.RawMessage `json:"value,omitempty"`
+	// At is when the worker recorded it.
+	At time.Time `json:"at"`
+}
+
+// Validate checks the percentage and the value.
+func (p Progress) Validate() error {
+	if p.Percent == nil && len(p.Value) == 0 {
+		return errors.New("progress: give a percent, a value or both")
+	}
+	if p.Percent != nil && (*p.Percent < 0 || *p.Percent > 100 || *p.Percent != *p.Percent) {
+		return fmt.Errorf("progress: percent %v is outside 0 to 100", *p.Percent)
+	}
+	if len(p.Value) > MaxProgressValue {
+		return fmt.Errorf("progress: value of %d bytes exceeds %d", len(p.Value), MaxProgressValue)
+	}
+	if len(p.Value) > 0 && !json.Valid(p.Value) {
+		return errors.New("progress: value is not valid JSON")
+	}
+	return nil
 }

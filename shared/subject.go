@@ -67,6 +67,10 @@ func (n Names) CancelSubject(id string) string { return "$KV." + n.CancelBucket(
 // CancelFilter matches every cancellation: $KV.spool_cancel.>.
 func (n Names) CancelFilter() string { return "$KV." + n.CancelBucket() + ".>" }
 
+// ProgressSubject is where a remote handler reports the progress of task
+// id: <prefix>.progress.<id> (the request's Spool-Progress-Subject).
+func (n Names) ProgressSubject(id string) string { return n.prefix + ".progress." + id }
+
 // Consumer is the durable pull consumer of one priority: spool-high.
 func (n Names) Consumer(p Priority) string { return n.prefix + "-" + p.String() }
 
