@@ -208,8 +208,8 @@ func TestRolesDenyByConstruction(t *testing.T) {
 			}
 		}
 	}
-	if p := perms["spool-producer"]; p == nil || p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, []string{"_INBOX.>"}) {
-		t.Errorf("spool-producer subscribe permissions %+v, want _INBOX.> only", p)
+	if p := perms["spool-producer"]; p == nil || p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, []string{"_INBOX.>", "spool.events.>"}) {
+		t.Errorf("spool-producer subscribe permissions %+v, want _INBOX.> and spool.events.> only", p)
 	}
 	// The consumer also answers the NATS service API (nats micro), and
 	// only that: it replies, it does not listen to tasks or remote calls.
@@ -219,8 +219,9 @@ func TestRolesDenyByConstruction(t *testing.T) {
 		"$SRV.INFO", "$SRV.INFO.spool-consumer", "$SRV.INFO.spool-consumer.*",
 		"$SRV.STATS", "$SRV.STATS.spool-consumer", "$SRV.STATS.spool-consumer.*",
 		"spool.svc.consumer.>",
-		// Cancellations of the tasks it runs.
+		// Cancellations of the tasks it runs; remote handlers' progress.
 		"$KV.spool_cancel.>",
+		"spool.progress.>",
 	}
 	if p := perms["spool-consumer"]; p == nil || p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, consumerSubs) || p.Response == nil {
 		t.Errorf("spool-consumer subscribe permissions %+v, want %v and responses", p, consumerSubs)
