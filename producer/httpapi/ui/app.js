@@ -633,7 +633,8 @@
     const st = $("#lookup-state");
     st.textContent = doc.state;
     st.className = "badge state-" + doc.state;
-    $("#lookup-summary").textContent = [doc.type, doc.priority, "attempt " + doc.attempts, doc.worker ? "on " + doc.worker : ""].filter(Boolean).join(" · ");
+    const prog = doc.progress ? "progress " + (doc.progress.percent !== undefined ? doc.progress.percent + "%" : "") + (doc.progress.value !== undefined ? " " + JSON.stringify(doc.progress.value) : "") : "";
+    $("#lookup-summary").textContent = [doc.type, doc.priority, "attempt " + doc.attempts, doc.snoozes ? doc.snoozes + " snoozes" : "", doc.worker ? "on " + doc.worker : "", prog].filter(Boolean).join(" · ");
     const cancelled = $("#lookup-cancelled");
     cancelled.hidden = doc.state !== "cancelled";
     cancelled.textContent = doc.state === "cancelled" ? "Cancelled by " + (doc.cancelled_by || "unknown") + (doc.cancel_reason ? ": " + doc.cancel_reason : "") : "";
