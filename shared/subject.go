@@ -156,6 +156,18 @@ func (n Names) SchedSubject(id string) (string, error) {
 	return n.prefix + ".sched." + id, nil
 }
 
+// CronSubject returns spool.cron.<name>, the subject holding the periodic
+// schedule name (a name follows the task-id rules).
+func (n Names) CronSubject(name string) (string, error) {
+	if err := ValidateID(name); err != nil {
+		return "", fmt.Errorf("schedule name: %w", err)
+	}
+	return n.prefix + ".cron." + name, nil
+}
+
+// CronFilter matches every periodic schedule: spool.cron.>.
+func (n Names) CronFilter() string { return n.prefix + ".cron.>" }
+
 // ParseSchedSubject returns the task id of spool.sched.<id>.
 func (n Names) ParseSchedSubject(subject string) (string, error) {
 	head := n.prefix + ".sched."

@@ -33,7 +33,7 @@ func newStack(t *testing.T) *stack {
 	return &stack{env: env, client: client}
 }
 
-func (s *stack) worker(t *testing.T, h consumer.Handler) {
+func (s *stack) worker(t *testing.T, h consumer.Handler) *consumer.Worker {
 	t.Helper()
 	w, err := consumer.New(s.env.Connect(t), h, consumer.WithLogger(streamstest.Logger(t)),
 		consumer.WithWorkerName("control-worker"), consumer.WithPolling(100*time.Millisecond, 50*time.Millisecond))
@@ -50,6 +50,7 @@ func (s *stack) worker(t *testing.T, h consumer.Handler) {
 			t.Errorf("stopping worker: %v", err)
 		}
 	})
+	return w
 }
 
 // next reads one event from a raw subscription.
