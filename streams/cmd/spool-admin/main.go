@@ -6,6 +6,7 @@
 //	spool-admin dlq list|show|replay|purge   manage dead letters
 //	spool-admin pause <priority> [--for D | --until T]   pause a priority fleet-wide
 //	spool-admin resume <priority>                        resume it
+//	spool-admin schedule list|set|pause|resume|delete    periodic tasks
 //
 // Configuration comes from SPOOL_ environment variables (spool-admin help
 // lists them); --url overrides SPOOL_NATS_URL.
@@ -57,6 +58,7 @@ commands:
   dlq         list, show, replay and purge dead letters (spool-admin dlq help)
   pause P     pause priority P for the whole fleet (--for D or --until T; default until resumed)
   resume P    resume priority P
+  schedule    list, set, pause, resume and delete periodic tasks (spool-admin schedule help)
   help        show this text and the environment variables
 
 flags:
@@ -96,6 +98,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runDLQ(ctx, args, stdout, stderr)
 	case "pause", "resume":
 		return runPause(ctx, cmd, args, stdout, stderr)
+	case "schedule":
+		return runSchedule(ctx, args, stdout, stderr)
 	default:
 		fmt.Fprint(stderr, usage)
 		return fmt.Errorf("unknown command %q", cmd)
