@@ -195,6 +195,28 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("the cancelled task ended %q after the resume", got)
 	}
 
+	// 4c. A periodic task created, paused, resumed and deleted from the
+	// schedules panel; while active it fires demo.echo tasks.
+	resultsBefore := eval[float64](b, numberIn("#results-count"))
+	b.do("creating a schedule", 10*time.Second,
+		chromedp.SendKeys(chromedp.CSS("#sched-name"), "ui-every-second"),
+		chromedp.SendKeys(chromedp.CSS("#sched-spec"), "@every 1s"),
+		chromedp.SendKeys(chromedp.CSS("#sched-type"), "demo.echo"),
+		chromedp.Click(chromedp.CSS("#sched-save")),
+	)
+	schedRow := `document.querySelector('#sched-table tr[data-name="ui-every-second"]')`
+	b.waitJS("the schedule listed with its next run", schedRow+`?.querySelector(".sched-state").textContent === "active" && `+schedRow+`.querySelector(".sched-next").textContent !== "—"`, 10*time.Second)
+	b.waitJS("a fired task in the results", fmt.Sprintf("%s > %v", numberIn("#results-count"), resultsBefore), 10*time.Second)
+	b.do("pausing the schedule", 10*time.Second, chromedp.Click(chromedp.CSS(`#sched-table tr[data-name="ui-every-second"] .sched-toggle`)))
+	b.waitJS("the schedule paused", schedRow+`?.querySelector(".sched-state").textContent === "paused" && `+schedRow+`.querySelector(".sched-next").textContent === "—"`, 10*time.Second)
+	b.do("resuming the schedule", 10*time.Second, chromedp.Click(chromedp.CSS(`#sched-table tr[data-name="ui-every-second"] .sched-toggle`)))
+	b.waitJS("the schedule active again", schedRow+`?.querySelector(".sched-state").textContent === "active"`, 10*time.Second)
+	b.screenshot("ui-dashboard-schedules.png")
+	b.do("asking to delete the schedule", 10*time.Second, chromedp.Click(chromedp.CSS(`#sched-table tr[data-name="ui-every-second"] .sched-delete`)))
+	b.waitJS("the delete confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("ui-every-second")`, 5*time.Second)
+	b.do("confirming the delete", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.waitJS("the schedule gone", schedRow+` === null && document.querySelector("#sched-message").textContent === "Schedule ui-every-second deleted."`, 10*time.Second)
+
 	// 5. Nothing left the broker's origin.
 	reqs := b.requested()
 	if len(reqs) < 10 {

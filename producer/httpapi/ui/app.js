@@ -72,6 +72,7 @@
     $("#token-form").hidden = true;
     tick();
     loadDLQ();
+    loadSchedules();
   });
   $("#token-change").addEventListener("click", askToken);
 
@@ -585,6 +586,55 @@
     loadDLQ();
   });
 
+  // ---- periodic schedules --------------------------------------------------
+
+  async function loadSchedules() {
+    try {
+      const res = await api("GET", "/v1/schedules");
+      const list = (res && res.schedules) || [];
+      $("#sched-count").textContent = "(" + list.length + ")";
+      $("#sched-table tbody").replaceChildren(...list.map((x) => el("tr", { "data-name": x.name },
+        el("th", {}, x.name),
+        el("td", {}, el("code", {}, x.spec)),
+        el("td", {}, x.time_zone || "UTC"),
+        el("td", {}, x.priority + " · " + x.type),
+        el("td", { class: "sched-state" }, x.paused ? "paused" : "active"),
+        el("td", { class: "sched-next" }, x.next_run ? fmtDateTime(x.next_run) : "—"),
+        el("td", {},
+          el("button", { type: "button", class: "sched-toggle", onclick: () => scheduleAction(x.name, x.paused ? "resume" : "pause") }, x.paused ? "Resume" : "Pause"), " ",
+          el("button", { type: "button", class: "sched-delete danger", onclick: () => scheduleAction(x.name, "delete") }, "Delete…")))));
+    } catch (e) {
+      $("#sched-message").textContent = "Schedules: " + e.message;
+    }
+  }
+
+  async function scheduleAction(name, action) {
+    if (action === "delete" && !(await confirmAction("Delete schedule " + name + "? It fires no more; tasks it already fired stay."))) return;
+    try {
+      if (action === "delete") await api("DELETE", "/v1/schedules/" + encodeURIComponent(name));
+      else await api("POST", "/v1/schedules/" + encodeURIComponent(name) + "/" + action);
+      $("#sched-message").textContent = "Schedule " + name + (action === "delete" ? " deleted." : action === "pause" ? " paused." : " resumed.");
+    } catch (e) {
+      $("#sched-message").textContent = "Schedule " + name + ": " + e.message;
+    }
+    loadSchedules();
+  }
+
+  $("#sched-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const name = $("#sched-name").value.trim();
+    const body = { spec: $("#sched-spec").value.trim(), type: $("#sched-type").value.trim(), priority: $("#sched-priority").value };
+    const tz = $("#sched-tz").value.trim();
+    if (tz) body.time_zone = tz;
+    try {
+      const x = await api("PUT", "/v1/schedules/" + encodeURIComponent(name), body);
+      $("#sched-message").textContent = "Schedule " + name + " saved; next run " + (x.next_run ? fmtDateTime(x.next_run) : "—") + ".";
+    } catch (e) {
+      $("#sched-message").textContent = "Schedule " + name + ": " + e.message;
+    }
+    loadSchedules();
+  });
+
   // ---- task lookup ---------------------------------------------------------
 
   // look is the task the lookup panel shows: its id, the states seen while
@@ -680,10 +730,13 @@
 
   for (const p of PRIORITIES) $("#dlq-priority").append(el("option", { value: p }, p));
   for (const r of REASONS) $("#dlq-reason").append(el("option", { value: r }, r));
+  for (const p of PRIORITIES) $("#sched-priority").append(el("option", { value: p, selected: p === "normal" }, p));
   buildPriorityRows();
   const params = new URLSearchParams(location.hash.slice(1));
   if (params.get("task")) lookup(params.get("task"));
   tick();
   loadDLQ();
   setInterval(tick, REFRESH_MS);
+  loadSchedules();
+  setInterval(loadSchedules, 5 * REFRESH_MS);
 })();
