@@ -170,14 +170,14 @@ func TestRolesDenyByConstruction(t *testing.T) {
 			"$JS.API.DIRECT.GET.SPOOL_TASKS", "$JS.API.STREAM.MSG.GET.SPOOL_TASKS",
 			"$JS.API.DIRECT.GET.SPOOL_TASKS.spool.tasks.high.x",
 			"$JS.API.CONSUMER.CREATE.KV_spool_unique.x",
-			// Cancelling is an operator's action.
-			"$KV.spool_cancel.task-1", "$JS.API.STREAM.MSG.DELETE.SPOOL_TASKS",
+			// Cancelling, pausing and periodic schedules are operators' actions.
+			"$KV.spool_cancel.task-1", "$JS.API.STREAM.MSG.DELETE.SPOOL_TASKS", "spool.cron.nightly",
 		}, changeTopology...),
 		"spool-consumer": append([]string{
 			"spool.tasks.high.x", "spool.sched.x",
 			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_DLQ.x", "$JS.API.DIRECT.GET.SPOOL_DLQ",
 			"$JS.API.CONSUMER.CREATE.KV_spool_results.x",
-			"$KV.spool_cancel.task-1",
+			"$KV.spool_cancel.task-1", "spool.cron.nightly",
 		}, changeTopology...),
 		"spool-handler": {"spool.tasks.high.x", "$JS.API.INFO", "spool.remote.x", "_INBOX.x"},
 		// The broker purges the DLQ and pauses priorities; nothing else of

@@ -143,6 +143,14 @@ func TestProducerRole(t *testing.T) {
 				_, err := c.js.Publish(ctx, names.CancelSubject("t1"), []byte(`{"id":"t1","by":"producer"}`))
 				return err
 			}},
+		{name: "set a periodic schedule", user: p, denied: `Publish to "spool.cron.nightly"`,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				m := nats.NewMsg("spool.cron.nightly")
+				m.Header.Set(spool.HeaderSchedule, "@every 1h")
+				m.Header.Set(spool.HeaderScheduleTarget, "spool.tasks.low.report")
+				_, err := c.js.PublishMsg(ctx, m)
+				return err
+			}},
 		{name: "pause a priority", user: p, denied: `Publish to "$JS.API.CONSUMER.PAUSE.SPOOL_TASKS.spool-high"`,
 			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
 				_, err := c.js.PauseConsumer(ctx, names.TaskStream(), names.Consumer(spool.High), time.Now().Add(time.Hour))
@@ -461,6 +469,14 @@ func TestConsumerRole(t *testing.T) {
 					return err
 				}
 				_, err = kv.Put(ctx, "t1", []byte(`{"id":"t1","by":"worker"}`))
+				return err
+			}},
+		{name: "set a periodic schedule", user: cons, denied: `Publish to "spool.cron.nightly"`,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				m := nats.NewMsg("spool.cron.nightly")
+				m.Header.Set(spool.HeaderSchedule, "@every 1h")
+				m.Header.Set(spool.HeaderScheduleTarget, "spool.tasks.low.report")
+				_, err := c.js.PublishMsg(ctx, m)
 				return err
 			}},
 		{name: "pause a priority", user: cons, denied: `Publish to "$JS.API.CONSUMER.PAUSE.SPOOL_TASKS.spool-high"`,
