@@ -40,6 +40,7 @@ const (
 	CodeInvalidSeq        = "invalid_seq"
 	CodeNotReplayable     = "not_replayable"
 	CodeTaskFinished      = "task_finished"
+	CodeNotCompleted      = "not_completed"
 )
 
 // retryAfter is the Retry-After (seconds) sent with 503 answers.

@@ -30,14 +30,18 @@ type ScheduleRequest struct {
 }
 
 // scheduleDoc is a schedule as the broker shows it: the payload as JSON
-// when it is JSON.
+// when it is JSON, else as result documents store output (payload_encoding
+// says how).
 type scheduleDoc struct {
 	admin.Schedule
-	Payload json.RawMessage `json:"payload,omitempty"`
+	Payload         json.RawMessage `json:"payload,omitempty"`
+	PayloadEncoding string          `json:"payload_encoding,omitempty"`
 }
 
 func toDoc(s admin.Schedule) scheduleDoc {
-	return scheduleDoc{Schedule: s, Payload: spool.ResultValue(s.Payload)}
+	d := scheduleDoc{Schedule: s}
+	d.Payload, d.PayloadEncoding = spool.ResultValue(s.Payload)
+	return d
 }
 
 func (h *handler) routeSchedules(mux *http.ServeMux) {
