@@ -56,28 +56,45 @@ func (c *Client) Cancel(ctx context.Context, id string, opts ...CancelOption) (s
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	doc, uniqueKey, err := c.locate(ctx, id)
-	if err != nil {
-		return doc, err
-	}
-	if doc.State.Terminal() {
-		return doc, fmt.Errorf("%w: task %q is %s", ErrTaskFinished, id, doc.State)
-	}
-	cn.At = time.Now().UTC()
-	if err := c.putCancellation(ctx, cn); err != nil {
-		return doc, err
-	}
-	if doc.State == spool.StateScheduled {
-		if err := c.deleteSchedule(ctx, id); err != nil {
+	var (
+		doc       spool.Result
+		uniqueKey string
+		stored    bool
+	)
+	// The cancelled document replaces exactly the revision read (or
+	// creates the first one): a worker that wrote meanwhile (completed,
+	// say) makes the write fail, and the loop reads again.
+	for try := 0; try < 5 && !stored; try++ {
+		var rev uint64
+		var err error
+		doc, rev, uniqueKey, err = c.locate(ctx, id)
+		if err != nil {
+			return doc, err
+		}
+		if doc.State.Terminal() {
+			return doc, fmt.Errorf("%w: task %q is %s", ErrTaskFinished, id, doc.State)
+		}
+		if try == 0 {
+			cn.At = time.Now().UTC()
+			if err := c.putCancellation(ctx, cn); err != nil {
+				return doc, err
+			}
+		}
+		if doc.State == spool.StateScheduled {
+			if err := c.deleteSchedule(ctx, id); err != nil {
+				return doc, err
+			}
+		}
+		doc.State = spool.StateCancelled
+		doc.CancelledBy, doc.CancelReason = cn.By, cn.Reason
+		doc.FinishedAt = &cn.At
+		doc.NextAttempt, doc.Error, doc.Reason, doc.Progress = nil, "", "", nil
+		if stored, err = c.putResult(ctx, doc, rev); err != nil {
 			return doc, err
 		}
 	}
-	doc.State = spool.StateCancelled
-	doc.CancelledBy, doc.CancelReason = cn.By, cn.Reason
-	doc.FinishedAt = &cn.At
-	doc.NextAttempt, doc.Error, doc.Reason = nil, "", ""
-	if err := c.putResult(ctx, doc); err != nil {
-		return doc, err
+	if !stored {
+		return doc, fmt.Errorf("task %q: its result kept changing while cancelling; its cancellation is stored, a worker ends it as it meets it", id)
 	}
 	if uniqueKey != "" {
 		if _, err := c.deleteUniqueIfHeld(ctx, uniqueKey, id); err != nil {
@@ -92,33 +109,42 @@ func (c *Client) Cancel(ctx context.Context, id string, opts ...CancelOption) (s
 // locate finds task id: its result document, else its schedule, else the
 // task in the stream. uniqueKey is the task's unique key when the
 // schedule or the queued task shows it.
-func (c *Client) locate(ctx context.Context, id string) (doc spool.Result, uniqueKey string, err error) {
-	doc, err = c.Result(ctx, id)
-	if err == nil {
-		if doc.State == spool.StateScheduled {
-			uniqueKey, err = c.scheduleUniqueKey(ctx, id)
-		}
-		return doc, uniqueKey, err
+func (c *Client) locate(ctx context.Context, id string) (doc spool.Result, rev uint64, uniqueKey string, err error) {
+	kv, err := c.resultsBucket(ctx)
+	if err != nil {
+		return doc, 0, "", err
+	}
+	entry, err := kv.Get(ctx, id)
+	switch {
+	case err == nil:
+		doc, err = decodeResult(id, entry)
+		return doc, entry.Revision(), "", err
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return doc, 0, "", fmt.Errorf("reading the result of task %q: %w", id, err)
+	}
+	if doc, err = c.scheduledResult(ctx, id); err == nil {
+		uniqueKey, err = c.scheduleUniqueKey(ctx, id)
+		return doc, 0, uniqueKey, err
 	}
 	if !errors.Is(err, ErrTaskNotFound) {
-		return doc, "", err
+		return doc, 0, "", err
 	}
 	s, _, err := c.taskStream(ctx)
 	if err != nil {
-		return doc, "", err
+		return doc, 0, "", err
 	}
 	msg, err := streams.FindQueued(ctx, s, c.names, id)
 	if err != nil {
-		return doc, "", err
+		return doc, 0, "", err
 	}
 	if msg == nil {
-		return doc, "", fmt.Errorf("%w: task %q has no result, no pending schedule and is not queued (never enqueued, or its result expired)", ErrTaskNotFound, id)
+		return doc, 0, "", fmt.Errorf("%w: task %q has no result, no pending schedule and is not queued (never enqueued, or its result expired)", ErrTaskNotFound, id)
 	}
 	doc = spool.Result{ID: id, State: spool.StatePending, EnqueuedAt: msg.Time, TraceParent: msg.Header.Get(spool.HeaderTraceParent)}
 	if p, typ, err := c.names.ParseTaskSubject(msg.Subject); err == nil {
 		doc.Priority, doc.Type = p, typ
 	}
-	return doc, msg.Header.Get(spool.HeaderUniqueKey), nil
+	return doc, 0, msg.Header.Get(spool.HeaderUniqueKey), nil
 }
 
 func (c *Client) scheduleUniqueKey(ctx context.Context, id string) (string, error) {
@@ -179,19 +205,29 @@ func (c *Client) putCancellation(ctx context.Context, cn spool.Cancellation) err
 	return nil
 }
 
-func (c *Client) putResult(ctx context.Context, doc spool.Result) error {
+// putResult writes doc over revision rev (0: creates it); stored is false
+// when another write came first.
+func (c *Client) putResult(ctx context.Context, doc spool.Result, rev uint64) (stored bool, err error) {
 	kv, err := c.resultsBucket(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	b, err := json.Marshal(doc)
 	if err != nil {
-		return fmt.Errorf("encoding the result of task %q: %w", doc.ID, err)
+		return false, fmt.Errorf("encoding the result of task %q: %w", doc.ID, err)
 	}
-	if _, err := kv.Put(ctx, doc.ID, b); err != nil {
-		return fmt.Errorf("writing the cancelled result of task %q: %w", doc.ID, err)
+	if rev == 0 {
+		_, err = kv.Create(ctx, doc.ID, b)
+	} else {
+		_, err = kv.Update(ctx, doc.ID, b, rev)
 	}
-	return nil
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("writing the cancelled result of task %q: %w", doc.ID, err)
+	}
+	return true, nil
 }
 
 func defaultCanceller() string {
