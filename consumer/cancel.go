@@ -34,8 +34,10 @@ type cancels struct {
 	log    *slog.Logger
 	sub    *nats.Subscription
 
-	mu      sync.Mutex
-	ids     map[string]struct{}
+	mu sync.Mutex
+	// ids are the cancelled tasks, with their cancellation when it came
+	// by the subscription (a listed one is read when needed).
+	ids     map[string]*spool.Cancellation
 	running map[string]map[*watch]struct{}
 }
 
@@ -48,7 +50,7 @@ func newCancels(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, name
 		kv:      kv,
 		prefix:  strings.TrimSuffix(names.CancelFilter(), ">"),
 		log:     log,
-		ids:     make(map[string]struct{}),
+		ids:     make(map[string]*spool.Cancellation),
 		running: make(map[string]map[*watch]struct{}),
 	}
 	// Subscribe before listing: a cancellation published meanwhile is
@@ -72,7 +74,7 @@ func (c *cancels) load(ctx context.Context) error {
 	defer func() { _ = lister.Stop() }()
 	n := 0
 	for id := range lister.Keys() {
-		c.add(id)
+		c.add(id, nil)
 		n++
 	}
 	if ctx.Err() != nil {
@@ -92,13 +94,20 @@ func (c *cancels) onMsg(m *nats.Msg) {
 		c.mu.Unlock()
 		return
 	}
-	c.add(id)
+	var doc *spool.Cancellation
+	if err := json.Unmarshal(m.Data, &doc); err != nil {
+		doc = nil // read from the bucket when needed
+	}
+	c.add(id, doc)
 }
 
-// add marks id cancelled and cancels its running attempts.
-func (c *cancels) add(id string) {
+// add marks id cancelled (doc: its cancellation, nil when unknown) and
+// cancels its running attempts.
+func (c *cancels) add(id string, doc *spool.Cancellation) {
 	c.mu.Lock()
-	c.ids[id] = struct{}{}
+	if have := c.ids[id]; doc != nil || have == nil {
+		c.ids[id] = doc
+	}
 	var hs []*watch
 	for h := range c.running[id] {
 		hs = append(hs, h)
@@ -145,9 +154,17 @@ func (c *cancels) untrack(id string, h *watch) {
 	c.mu.Unlock()
 }
 
-// get reads the cancellation of id; a missing or unreadable one gives a
-// document with the id only.
+// get returns the cancellation of id: as it arrived, else read from the
+// bucket; a missing or unreadable one gives a document with the id only.
+// (The put reaches subscribers as the stream stores it, so a read right
+// after the message may not find it yet: the message's copy is kept.)
 func (c *cancels) get(ctx context.Context, id string) spool.Cancellation {
+	c.mu.Lock()
+	have := c.ids[id]
+	c.mu.Unlock()
+	if have != nil {
+		return *have
+	}
 	doc := spool.Cancellation{ID: id}
 	e, err := c.kv.Get(ctx, id)
 	if err != nil {

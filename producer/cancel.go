@@ -71,6 +71,10 @@ func (c *Client) Cancel(ctx context.Context, id string, opts ...CancelOption) (s
 		if err != nil {
 			return doc, err
 		}
+		if try > 0 && doc.State == spool.StateCancelled {
+			stored = true // the worker met the cancellation first and wrote it
+			break
+		}
 		if doc.State.Terminal() {
 			return doc, fmt.Errorf("%w: task %q is %s", ErrTaskFinished, id, doc.State)
 		}
