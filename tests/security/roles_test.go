@@ -106,6 +106,15 @@ func wantStream(ack *jetstream.PubAck, stream string) error {
 	return nil
 }
 
+// setCronSchedule publishes a periodic schedule, an operator's action.
+func setCronSchedule(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+	m := nats.NewMsg("spool.cron.nightly")
+	m.Header.Set(spool.HeaderSchedule, "@every 1h")
+	m.Header.Set(spool.HeaderScheduleTarget, "spool.tasks.low.report")
+	_, err := c.js.PublishMsg(ctx, m)
+	return err
+}
+
 func TestProducerRole(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -144,13 +153,7 @@ func TestProducerRole(t *testing.T) {
 				return err
 			}},
 		{name: "set a periodic schedule", user: p, denied: `Publish to "spool.cron.nightly"`,
-			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
-				m := nats.NewMsg("spool.cron.nightly")
-				m.Header.Set(spool.HeaderSchedule, "@every 1h")
-				m.Header.Set(spool.HeaderScheduleTarget, "spool.tasks.low.report")
-				_, err := c.js.PublishMsg(ctx, m)
-				return err
-			}},
+			do: setCronSchedule},
 		{name: "pause a priority", user: p, denied: `Publish to "$JS.API.CONSUMER.PAUSE.SPOOL_TASKS.spool-high"`,
 			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
 				_, err := c.js.PauseConsumer(ctx, names.TaskStream(), names.Consumer(spool.High), time.Now().Add(time.Hour))
@@ -472,13 +475,7 @@ func TestConsumerRole(t *testing.T) {
 				return err
 			}},
 		{name: "set a periodic schedule", user: cons, denied: `Publish to "spool.cron.nightly"`,
-			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
-				m := nats.NewMsg("spool.cron.nightly")
-				m.Header.Set(spool.HeaderSchedule, "@every 1h")
-				m.Header.Set(spool.HeaderScheduleTarget, "spool.tasks.low.report")
-				_, err := c.js.PublishMsg(ctx, m)
-				return err
-			}},
+			do: setCronSchedule},
 		{name: "pause a priority", user: cons, denied: `Publish to "$JS.API.CONSUMER.PAUSE.SPOOL_TASKS.spool-high"`,
 			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
 				_, err := c.js.PauseConsumer(ctx, names.TaskStream(), names.Consumer(spool.High), time.Now().Add(time.Hour))

@@ -110,16 +110,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%s takes no arguments, got %q", cmd, fs.Args())
 	}
-	if *timeout <= 0 {
-		return fmt.Errorf("--timeout %s must be positive", *timeout)
-	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	sess, err := open(ctx, *url, stderr)
+	ctx, sess, done, err := openFor(ctx, *url, *timeout, stderr)
 	if err != nil {
 		return err
 	}
-	defer sess.nc.Close()
+	defer done()
 	cfg, js, logger := sess.cfg, sess.js, sess.logger
 	names := cfg.Names()
 	switch cmd {
@@ -155,6 +150,21 @@ type session struct {
 	js     jetstream.JetStream
 	admin  *admin.Client
 	logger *slog.Logger
+}
+
+// openFor checks the --timeout flag's value, bounds ctx with it and opens a
+// session; done closes the connection and ends the context.
+func openFor(ctx context.Context, url string, timeout time.Duration, stderr io.Writer) (context.Context, *session, func(), error) {
+	if timeout <= 0 {
+		return nil, nil, nil, fmt.Errorf("--timeout %s must be positive", timeout)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	sess, err := open(ctx, url, stderr)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, sess, func() { sess.nc.Close(); cancel() }, nil
 }
 
 // open loads the configuration (url, when set, overrides SPOOL_NATS_URL) and

@@ -51,16 +51,11 @@ func runPause(ctx context.Context, cmd string, args []string, stdout, stderr io.
 			}
 		}
 	}
-	if *timeout <= 0 {
-		return fmt.Errorf("--timeout %s must be positive", *timeout)
-	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	sess, err := open(ctx, *url, stderr)
+	ctx, sess, done, err := openFor(ctx, *url, *timeout, stderr)
 	if err != nil {
 		return err
 	}
-	defer sess.nc.Close()
+	defer done()
 	if cmd == "resume" {
 		if err := sess.admin.ResumePriority(ctx, p); err != nil {
 			return err

@@ -87,16 +87,11 @@ func runSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			s.MaxRetries = maxRetries
 		}
 	}
-	if *cmdTimeout <= 0 {
-		return fmt.Errorf("--timeout %s must be positive", *cmdTimeout)
-	}
-	ctx, cancel := context.WithTimeout(ctx, *cmdTimeout)
-	defer cancel()
-	sess, err := open(ctx, *url, stderr)
+	ctx, sess, done, err := openFor(ctx, *url, *cmdTimeout, stderr)
 	if err != nil {
 		return err
 	}
-	defer sess.nc.Close()
+	defer done()
 	adm := sess.admin
 	switch cmd {
 	case "list":
