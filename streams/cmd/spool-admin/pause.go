@@ -9,14 +9,15 @@ import (
 	"time"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/cli"
 	"github.com/spoolq/spool/streams/admin"
 )
 
 // runPause runs `pause <priority> [--for D | --until T]` and
 // `resume <priority>`.
 func runPause(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("spool-admin "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet("spool-admin " + cmd)
+	verbose := cli.Verbose(fs)
 	url := fs.String("url", "", "NATS server URL (overrides SPOOL_NATS_URL)")
 	timeout := fs.Duration("timeout", 30*time.Second, "time allowed for the command")
 	var forD *time.Duration
@@ -26,6 +27,9 @@ func runPause(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		until = fs.String("until", "", "pause until this RFC 3339 time (default: until resumed)")
 	}
 	pos, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, usage)
+	}
 	if err != nil {
 		return err
 	}
@@ -51,7 +55,7 @@ func runPause(ctx context.Context, cmd string, args []string, stdout, stderr io.
 			}
 		}
 	}
-	ctx, sess, done, err := openFor(ctx, *url, *timeout, stderr)
+	ctx, sess, done, err := openFor(ctx, *url, *verbose, *timeout, stderr)
 	if err != nil {
 		return err
 	}

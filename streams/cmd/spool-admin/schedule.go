@@ -11,6 +11,7 @@ import (
 	"time"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/cli"
 	"github.com/spoolq/spool/streams/admin"
 )
 
@@ -43,9 +44,8 @@ func runSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return nil
 	}
 	cmd, args := args[0], args[1:]
-	fs := flag.NewFlagSet("spool-admin schedule "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, scheduleUsage) }
+	fs := cli.NewFlagSet("spool-admin schedule " + cmd)
+	verbose := cli.Verbose(fs)
 	url := fs.String("url", "", "NATS server URL (overrides SPOOL_NATS_URL)")
 	cmdTimeout := fs.Duration("timeout", 30*time.Second, "time allowed for the command")
 	asJSON := fs.Bool("json", false, "print JSON (list)")
@@ -57,6 +57,9 @@ func runSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	maxRetries := fs.Int("max-retries", -1, "retries after the first attempt (default: the worker's)")
 	timeout := fs.Duration("task-timeout", 0, "the tasks' per-attempt timeout (default: the worker's)")
 	pos, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, scheduleUsage)
+	}
 	if err != nil {
 		return err
 	}
@@ -87,7 +90,7 @@ func runSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			s.MaxRetries = maxRetries
 		}
 	}
-	ctx, sess, done, err := openFor(ctx, *url, *cmdTimeout, stderr)
+	ctx, sess, done, err := openFor(ctx, *url, *verbose, *cmdTimeout, stderr)
 	if err != nil {
 		return err
 	}
