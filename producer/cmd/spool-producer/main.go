@@ -22,6 +22,7 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	_ "time/tzdata" // schedules' time zones resolve without the system tz database
 
 	"github.com/spoolq/spool/shared/cli"
 	"github.com/spoolq/spool/shared/config"

@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	_ "time/tzdata" // schedules' time zones resolve without the system tz database
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
