@@ -3,6 +3,7 @@ package control_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"slices"
 	"strconv"
@@ -103,6 +104,18 @@ func TestPeriodicScheduleOncePerTick(t *testing.T) {
 		t.Fatal(err)
 	}
 	elapsed := time.Since(start)
+	// Every tick fired before the delete runs: wait for the high
+	// priority to drain.
+	streamstest.WaitFor(t, 30*time.Second, func() error {
+		c, err := env.JS.Consumer(ctx, "SPOOL_TASKS", "spool-high")
+		if err != nil {
+			return err
+		}
+		if info := c.CachedInfo(); info.NumPending+uint64(info.NumAckPending) != 0 {
+			return fmt.Errorf("%d fired tasks still queued or running", info.NumPending+uint64(info.NumAckPending))
+		}
+		return nil
+	})
 	for _, w := range workers { // before the restarted server's cleanup
 		if err := w.Stop(ctx); err != nil {
 			t.Errorf("stopping a worker: %v", err)

@@ -45,11 +45,11 @@ func TestPauseAndResumeCommands(t *testing.T) {
 		want string
 	}{
 		{[]string{"pause"}, "takes one priority"},
-		{[]string{"pause", "urgent"}, "want one of critical"},
+		{[]string{"pause", "urgent"}, "is not one of critical"},
 		{[]string{"pause", "--for", "1h", "--until", "2999-01-01T00:00:00Z", "low"}, "give one of them"},
 		{[]string{"pause", "--until", "tomorrow", "low"}, "want an RFC 3339 time"},
 		{[]string{"pause", "--until", "2001-01-01T00:00:00Z", "low"}, "the time is past"},
-		{[]string{"resume", "urgent"}, "want one of critical"},
+		{[]string{"resume", "urgent"}, "is not one of critical"},
 	} {
 		if _, err := cli(tt.args...); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: %v, want %q", tt.args, err, tt.want)
