@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/jsproto"
 )
 
 // ErrCancelled is the cause of a handler context ended because its task
@@ -41,10 +42,14 @@ type cancels struct {
 	running map[string]map[*watch]struct{}
 }
 
-func newCancels(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, names spool.Names, log *slog.Logger) (*cancels, error) {
-	kv, err := js.KeyValue(ctx, names.CancelBucket())
+func newCancels(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, names spool.Names, bind jsproto.Retry, log *slog.Logger) (*cancels, error) {
+	var kv jetstream.KeyValue
+	err := bind.Do(ctx, "binding the cancel bucket "+names.CancelBucket(), func(ctx context.Context) (err error) {
+		kv, err = js.KeyValue(ctx, names.CancelBucket())
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("binding cancel bucket %q (provision it first): %w", names.CancelBucket(), err)
+		return nil, bindError("KV bucket", names.CancelBucket(), err)
 	}
 	c := &cancels{
 		kv:      kv,
@@ -58,7 +63,8 @@ func newCancels(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, name
 	if c.sub, err = nc.Subscribe(names.CancelFilter(), c.onMsg); err != nil {
 		return nil, fmt.Errorf("subscribing to cancellations on %q: %w", names.CancelFilter(), err)
 	}
-	if err := c.load(ctx); err != nil {
+	err = bind.Do(ctx, "listing cancelled tasks", c.load)
+	if err != nil {
 		_ = c.sub.Unsubscribe()
 		return nil, err
 	}
@@ -187,17 +193,23 @@ func (c *cancels) close() {
 // result document (who and why from the cancellation), the unique key
 // released, and the task terminated: never retried, never dead-lettered.
 func (w *Worker) settleCancelled(a attemptInfo, o outcome) {
-	ctx, cancel := w.opCtx()
-	defer cancel()
+	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
 	c := w.cancels.get(ctx, a.id)
+	cancel()
 	doc := a.doc(spool.StateCancelled)
 	fin := time.Now()
 	doc.FinishedAt = &fin
 	doc.CancelledBy, doc.CancelReason = c.By, c.Reason
-	if err := w.results.Put(ctx, doc); err != nil {
+	err := w.settleWrite(a, "writing the cancelled state of task "+a.id, func(ctx context.Context) error {
+		return w.results.Put(ctx, doc)
+	})
+	if err != nil {
 		w.log.Warn("writing cancelled state", "task_id", a.id, "error", err)
 	}
-	if err := w.results.ReleaseUnique(ctx, a.uniqueKey, a.id); err != nil {
+	err = w.settleWrite(a, "releasing the unique key of task "+a.id, func(ctx context.Context) error {
+		return w.results.ReleaseUnique(ctx, a.uniqueKey, a.id)
+	})
+	if err != nil {
 		w.log.Warn("releasing unique key", "task_id", a.id, "unique_key", a.uniqueKey, "error", err)
 	}
 	if err := a.msg.TermWithReason(spool.TermCancelled); err != nil {

@@ -118,7 +118,11 @@ func (c *Client) locate(ctx context.Context, id string) (doc spool.Result, rev u
 	if err != nil {
 		return doc, 0, "", err
 	}
-	entry, err := kv.Get(ctx, id)
+	var entry jetstream.KeyValueEntry
+	err = c.do(ctx, "reading the result of task "+id, func(ctx context.Context) (err error) {
+		entry, err = kv.Get(ctx, id)
+		return err
+	})
 	switch {
 	case err == nil:
 		doc, err = decodeResult(id, entry)
@@ -137,7 +141,11 @@ func (c *Client) locate(ctx context.Context, id string) (doc spool.Result, rev u
 	if err != nil {
 		return doc, 0, "", err
 	}
-	msg, err := streams.FindQueued(ctx, s, c.names, id)
+	var msg *jetstream.RawStreamMsg
+	err = c.do(ctx, "looking for task "+id+" in the task stream", func(ctx context.Context) (err error) {
+		msg, err = streams.FindQueued(ctx, s, c.names, id)
+		return err
+	})
 	if err != nil {
 		return doc, 0, "", err
 	}
@@ -160,7 +168,11 @@ func (c *Client) scheduleUniqueKey(ctx context.Context, id string) (string, erro
 	if err != nil {
 		return "", err
 	}
-	msg, err := s.GetLastMsgForSubject(ctx, subject)
+	var msg *jetstream.RawStreamMsg
+	err = c.do(ctx, "looking up the schedule of task "+id, func(ctx context.Context) (err error) {
+		msg, err = s.GetLastMsgForSubject(ctx, subject)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return "", nil
 	}
@@ -181,14 +193,21 @@ func (c *Client) deleteSchedule(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	msg, err := s.GetLastMsgForSubject(ctx, subject)
+	var msg *jetstream.RawStreamMsg
+	err = c.do(ctx, "looking up the schedule of task "+id, func(ctx context.Context) (err error) {
+		msg, err = s.GetLastMsgForSubject(ctx, subject)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("looking up the schedule of task %q: %w", id, err)
 	}
-	if err := s.DeleteMsg(ctx, msg.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) && !isMsgGone(err) {
+	err = c.do(ctx, "deleting the schedule of task "+id, func(ctx context.Context) error {
+		return s.DeleteMsg(ctx, msg.Sequence)
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) && !isMsgGone(err) {
 		return fmt.Errorf("deleting the schedule of task %q (seq %d): %w", id, msg.Sequence, err)
 	}
 	return nil
@@ -203,7 +222,11 @@ func (c *Client) putCancellation(ctx context.Context, cn spool.Cancellation) err
 	if err != nil {
 		return fmt.Errorf("encoding the cancellation of task %q: %w", cn.ID, err)
 	}
-	if _, err := kv.Put(ctx, cn.ID, b); err != nil {
+	err = c.do(ctx, "storing the cancellation of task "+cn.ID, func(ctx context.Context) error {
+		_, err := kv.Put(ctx, cn.ID, b)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("storing the cancellation of task %q: %w", cn.ID, err)
 	}
 	return nil
@@ -220,11 +243,16 @@ func (c *Client) putResult(ctx context.Context, doc spool.Result, rev uint64) (s
 	if err != nil {
 		return false, fmt.Errorf("encoding the result of task %q: %w", doc.ID, err)
 	}
-	if rev == 0 {
-		_, err = kv.Create(ctx, doc.ID, b)
-	} else {
-		_, err = kv.Update(ctx, doc.ID, b, rev)
-	}
+	// A retried create or update whose first try was stored fails as a
+	// conflict: the caller reads again and finds its own document.
+	err = c.do(ctx, "writing the cancelled result of task "+doc.ID, func(ctx context.Context) error {
+		if rev == 0 {
+			_, err := kv.Create(ctx, doc.ID, b)
+			return err
+		}
+		_, err := kv.Update(ctx, doc.ID, b, rev)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return false, nil
 	}

@@ -162,18 +162,15 @@ func (c *Client) SetSchedule(ctx context.Context, s Schedule) error {
 }
 
 func (c *Client) publishSchedule(ctx context.Context, m *nats.Msg) error {
-	return c.control(ctx, func(ctx context.Context) error {
-		ack, err := c.js.PublishMsg(ctx, m, jetstream.WithExpectStream(c.names.TaskStream()))
-		if err == nil && ack.Stream != c.names.TaskStream() {
-			return fmt.Errorf("stored in stream %q, want %q", ack.Stream, c.names.TaskStream())
-		}
-		return err
+	_, err := call(ctx, c, "publishing "+m.Subject, func(ctx context.Context) (*jetstream.PubAck, error) {
+		return c.js.PublishMsg(ctx, m, jetstream.WithExpectStream(c.names.TaskStream()))
 	})
+	return err
 }
 
 // Schedules lists the periodic schedules, by name.
 func (c *Client) Schedules(ctx context.Context) ([]Schedule, error) {
-	return read(ctx, c, func(ctx context.Context) ([]Schedule, error) {
+	return call(ctx, c, "listing schedules", func(ctx context.Context) ([]Schedule, error) {
 		tasks, err := c.js.Stream(ctx, c.names.TaskStream())
 		if err != nil {
 			return nil, fmt.Errorf("reading stream %q: %w", c.names.TaskStream(), err)
@@ -211,7 +208,7 @@ func (c *Client) lastSchedule(ctx context.Context, name string) (*jetstream.RawS
 	if err != nil {
 		return nil, spool.NewFieldError("name", err)
 	}
-	return read(ctx, c, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+	return call(ctx, c, "reading schedule "+name, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 		tasks, err := c.js.Stream(ctx, c.names.TaskStream())
 		if err != nil {
 			return nil, fmt.Errorf("reading stream %q: %w", c.names.TaskStream(), err)
@@ -341,15 +338,16 @@ func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
 }
 
 func (c *Client) deleteMsg(ctx context.Context, seq uint64) error {
-	return c.control(ctx, func(ctx context.Context) error {
+	_, err := call(ctx, c, fmt.Sprintf("deleting message %d of %s", seq, c.names.TaskStream()), func(ctx context.Context) (struct{}, error) {
 		tasks, err := c.js.Stream(ctx, c.names.TaskStream())
 		if err != nil {
-			return err
+			return struct{}{}, err
 		}
 		err = tasks.DeleteMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil
+			return struct{}{}, nil // gone already
 		}
-		return err
+		return struct{}{}, err
 	})
+	return err
 }
