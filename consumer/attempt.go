@@ -63,11 +63,14 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 	if meta.ID != "" {
 		a.id = meta.ID
 	}
+	// A task handed back for flow control carries the attempts it used
+	// before this message (see deferTask).
+	a.attempt += meta.PriorAttempts
 	// A redelivery reads the task's result document once: deliveries that
 	// were snoozes are not attempts (see Snooze), and a completed result
 	// means the ack was lost (storedAlready).
 	var prior *spool.Result
-	if a.attempt > 1 {
+	if md.NumDelivered > 1 {
 		prior = w.priorResult(a)
 		if prior != nil && prior.EnqueuedAt.Equal(a.enq) {
 			a.snoozes = prior.Snoozes
@@ -79,9 +82,14 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 		retries = *meta.MaxRetries
 	}
 	a.maxAttempts = retries + 1
-	if md := w.maxDeliver[p] - a.snoozes; w.maxDeliver[p] > 0 && md < a.maxAttempts {
-		a.maxAttempts = max(md, a.attempt)
+	if md := w.maxDeliver[p]; md > 0 && meta.PriorAttempts+md-a.snoozes < a.maxAttempts {
+		a.maxAttempts = max(meta.PriorAttempts+md-a.snoozes, a.attempt)
 	}
+	lease, admitted := w.admitFlow(a, meta)
+	if !admitted {
+		return
+	}
+	defer lease.Release(w.ioCtx)
 	a.uniqueKey = meta.UniqueKey
 	if prior != nil && w.storedAlready(a, *prior) {
 		return

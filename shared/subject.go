@@ -77,6 +77,14 @@ func (n Names) CancelFilter() string { return "$KV." + n.CancelBucket() + ".>" }
 // id: <prefix>.progress.<id> (the request's Spool-Progress-Subject).
 func (n Names) ProgressSubject(id string) string { return n.prefix + ".progress." + id }
 
+// LimitsBucket is the KV bucket of flow-control rules, key = task type:
+// spool_limits (see shared/limits).
+func (n Names) LimitsBucket() string { return n.prefix + "_limits" }
+
+// LeasesBucket is the KV bucket of flow-control leases (concurrency slots
+// and rate-limit state), each key with a TTL: spool_leases.
+func (n Names) LeasesBucket() string { return n.prefix + "_leases" }
+
 // Consumer is the durable pull consumer of one priority: spool-high.
 func (n Names) Consumer(p Priority) string { return n.prefix + "-" + p.String() }
 

@@ -151,3 +151,28 @@ func (t Topology) CancelConfig() jetstream.KeyValueConfig {
 		Replicas:    t.Settings.Replicas,
 	}
 }
+
+// LimitsConfig is the spool_limits bucket: one flow-control rule per task
+// type (shared/limits.Rule), watched by every worker.
+func (t Topology) LimitsConfig() jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      t.Names.LimitsBucket(),
+		Description: "Spool flow-control rules, key = task type",
+		History:     1,
+		Storage:     t.Settings.storage(),
+		Replicas:    t.Settings.Replicas,
+	}
+}
+
+// LeasesConfig is the spool_leases bucket: concurrency slots and rate
+// state, every key with a TTL so a crashed worker's lease ends on its own.
+func (t Topology) LeasesConfig() jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:         t.Names.LeasesBucket(),
+		Description:    "Spool flow-control leases (concurrency slots, rate state), per-key TTL",
+		History:        1,
+		Storage:        t.Settings.storage(),
+		Replicas:       t.Settings.Replicas,
+		LimitMarkerTTL: uniqueMarkerTTL,
+	}
+}

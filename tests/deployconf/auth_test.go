@@ -173,8 +173,10 @@ func TestRolesDenyByConstruction(t *testing.T) {
 			// Cancelling, pausing and periodic schedules are operators' actions.
 			"$KV.spool_cancel.task-1", "$JS.API.STREAM.MSG.DELETE.SPOOL_TASKS", "spool.cron.nightly",
 		}, changeTopology...),
+		// A worker publishes schedules: it hands a task waiting for a
+		// flow-control limit back as one.
 		"spool-consumer": append([]string{
-			"spool.tasks.high.x", "spool.sched.x",
+			"spool.tasks.high.x",
 			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_DLQ.x", "$JS.API.DIRECT.GET.SPOOL_DLQ",
 			"$JS.API.CONSUMER.CREATE.KV_spool_results.x",
 			"$KV.spool_cancel.task-1", "spool.cron.nightly",
@@ -211,8 +213,9 @@ func TestRolesDenyByConstruction(t *testing.T) {
 	if p := perms["spool-producer"]; p == nil || p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, []string{"_INBOX.>", "spool.events.>"}) {
 		t.Errorf("spool-producer subscribe permissions %+v, want _INBOX.> and spool.events.> only", p)
 	}
-	// The consumer also answers the NATS service API (nats micro), and
-	// only that: it replies, it does not listen to tasks or remote calls.
+	// The consumer also answers the NATS service API (nats micro) and
+	// watches the flow-control slots, and only that: it replies, it does
+	// not listen to tasks or remote calls.
 	consumerSubs := []string{
 		"_INBOX.>",
 		"$SRV.PING", "$SRV.PING.spool-consumer", "$SRV.PING.spool-consumer.*",
@@ -222,6 +225,8 @@ func TestRolesDenyByConstruction(t *testing.T) {
 		// Cancellations of the tasks it runs; remote handlers' progress.
 		"$KV.spool_cancel.>",
 		"spool.progress.>",
+		// Flow control: changes of the concurrency slots.
+		"$KV.spool_leases.c.>", "$KV.spool_leases.kc.>",
 	}
 	if p := perms["spool-consumer"]; p == nil || p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, consumerSubs) || p.Response == nil {
 		t.Errorf("spool-consumer subscribe permissions %+v, want %v and responses", p, consumerSubs)

@@ -86,6 +86,7 @@ type config struct {
 	backlogReps int // drains per backlog run
 	backlogConc int
 	concs       []int
+	limitsN     int // tasks per flow-control run (a quarter with SyncAlways)
 }
 
 func defaultConfig(quick bool) config {
@@ -97,7 +98,7 @@ func defaultConfig(quick bool) config {
 		pickupN: 600, pickupRate: 200,
 		sharesPer: 2000, sharesWin: 4000, sharesSlots: 8,
 		backlogLo: 10_000, backlogHi: 1_000_000, backlogN: 8000, backlogReps: 6, backlogConc: 100,
-		concs: []int{10, 100},
+		concs: []int{10, 100}, limitsN: 2_000,
 	}
 	if quick {
 		c = config{
@@ -107,7 +108,7 @@ func defaultConfig(quick bool) config {
 			pickupN: 20, pickupRate: 200,
 			sharesPer: 100, sharesWin: 200, sharesSlots: 8,
 			backlogLo: 300, backlogHi: 1000, backlogN: 100, backlogReps: 1, backlogConc: 10,
-			concs: []int{10},
+			concs: []int{10}, limitsN: 200,
 		}
 	}
 	return c
@@ -117,7 +118,7 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.runs, "runs", c.runs, "repetitions of every scenario (medians are reported)")
 	fs.StringVar(&c.out, "out", c.out, "report file (empty: stdout only)")
 	fs.StringVar(&c.only, "sync", c.only, "run one sync mode only: default or always")
-	fs.StringVar(&c.scenarios, "scenarios", c.scenarios, "run only these scenarios (comma-separated: enqueue,processing,pickup,shares,backlog)")
+	fs.StringVar(&c.scenarios, "scenarios", c.scenarios, "run only these scenarios (comma-separated: enqueue,processing,pickup,shares,limits,backlog)")
 	fs.StringVar(&c.profileDir, "profile", c.profileDir, "write CPU profiles of the processing consumers to this directory")
 	fs.IntVar(&c.queued, "queued", c.queued, "queued tasks of the processing scenario")
 	fs.IntVar(&c.processN, "processed", c.processN, "tasks processed per processing run with default sync (at most -queued)")

@@ -82,6 +82,7 @@ func runMode(ctx context.Context, cfg config, syncAlways bool, res *results, log
 		{"processing", b.processing},
 		{"pickup", b.pickup},
 		{"shares", b.shares},
+		{"limits", b.limits},
 	}
 	for run := 1; run <= cfg.runs; run++ {
 		for _, s := range steps {
@@ -156,6 +157,11 @@ func (b *bench) fill(ctx context.Context, p spool.Priority, n int) error {
 			return fmt.Errorf("filling: %w", err)
 		}
 	}
+	return b.filled(ctx)
+}
+
+// filled waits for the acks of every asynchronous publish of a fill.
+func (b *bench) filled(ctx context.Context) error {
 	select {
 	case <-b.js.PublishAsyncComplete():
 	case <-ctx.Done():
