@@ -23,6 +23,7 @@ const (
 	verdictFailed                  // an error: retry while attempts remain
 	verdictDead                    // dead-letter at once (permanent, no handler, bad input)
 	verdictReturned                // shutdown: hand the task back unfinished
+	verdictSnoozed                 // run again later without counting the attempt
 )
 
 // attempt runs one delivery of a task in its slot and settles the message:
@@ -65,13 +66,24 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 	// A task handed back for flow control carries the attempts it used
 	// before this message (see deferTask).
 	a.attempt += meta.PriorAttempts
+	// A redelivery reads the task's result document once: deliveries that
+	// were snoozes are not attempts (see Snooze), and a completed result
+	// means the ack was lost (storedAlready).
+	var prior *spool.Result
+	if md.NumDelivered > 1 {
+		prior = w.priorResult(a)
+		if prior != nil && prior.EnqueuedAt.Equal(a.enq) {
+			a.snoozes = prior.Snoozes
+			a.attempt = max(1, a.attempt-a.snoozes)
+		}
+	}
 	retries := w.o.MaxRetries
 	if meta.MaxRetries != nil {
 		retries = *meta.MaxRetries
 	}
 	a.maxAttempts = retries + 1
-	if md := w.maxDeliver[p]; md > 0 && meta.PriorAttempts+md < a.maxAttempts {
-		a.maxAttempts = meta.PriorAttempts + md
+	if md := w.maxDeliver[p]; md > 0 && meta.PriorAttempts+md-a.snoozes < a.maxAttempts {
+		a.maxAttempts = max(meta.PriorAttempts+md-a.snoozes, a.attempt)
 	}
 	lease, admitted := w.admitFlow(a, meta)
 	if !admitted {
@@ -79,7 +91,7 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 	}
 	defer lease.Release(w.ioCtx)
 	a.uniqueKey = meta.UniqueKey
-	if a.attempt > 1 && w.storedAlready(a) {
+	if prior != nil && w.storedAlready(a, *prior) {
 		return
 	}
 	timeout := w.o.TaskTimeout
@@ -95,13 +107,20 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 		Attempt:     a.attempt,
 		MaxAttempts: a.maxAttempts,
 		EnqueuedAt:  md.Timestamp,
+
+		progressSubject: w.o.Names.ProgressSubject(a.id),
 	}
 	pickup := time.Duration(-1)
 	if a.attempt == 1 {
 		pickup = max(0, received.Sub(md.Timestamp))
 	}
-	a.started = time.Now()
 	a.traceParent = meta.TraceParent
+	if w.cancels.cancelled(a.id) {
+		w.settleCancelled(a, outcome{pickup: -1})
+		return
+	}
+	a.started = time.Now()
+	w.results.Event(spool.EventStarted, a.doc(spool.StateProcessing))
 	if w.o.ProcessingDelay <= 0 {
 		w.putProcessing(a)
 	}
@@ -118,16 +137,8 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 // read, from the bucket's leader (a lagging replica could miss the
 // document), retried through an election for up to a quarter of the
 // AckWait; a read that still fails runs the task.
-func (w *Worker) storedAlready(a attemptInfo) bool {
-	ctx, cancel := context.WithTimeout(w.ioCtx, max(w.ackWait[a.p]/4, w.pipe.timeout))
-	defer cancel()
-	var doc spool.Result
-	found := false
-	err := jsproto.Retry{PerTry: w.pipe.timeout}.Do(ctx, "reading the result of task "+a.id, func(ctx context.Context) (err error) {
-		doc, found, err = w.results.GetFromLeader(ctx, a.id)
-		return err
-	})
-	if err != nil || !found || doc.State != spool.StateCompleted || !doc.EnqueuedAt.Equal(a.enq) {
+func (w *Worker) storedAlready(a attemptInfo, doc spool.Result) bool {
+	if doc.State != spool.StateCompleted || !doc.EnqueuedAt.Equal(a.enq) {
 		return false
 	}
 	if err := a.msg.Ack(); err != nil {
@@ -136,6 +147,25 @@ func (w *Worker) storedAlready(a attemptInfo) bool {
 	w.log.Info("redelivered task was completed already; acked without running it", "task_id", a.id, "attempt", a.attempt)
 	w.rec.recordAcked(a.p, a.typ)
 	return true
+}
+
+// priorResult reads the result document of a redelivered task from the
+// bucket's leader (a lagging replica could miss it), retried through an
+// election for up to a quarter of the AckWait; nil when there is none or
+// the read still fails.
+func (w *Worker) priorResult(a attemptInfo) *spool.Result {
+	ctx, cancel := context.WithTimeout(w.ioCtx, max(w.ackWait[a.p]/4, w.pipe.timeout))
+	defer cancel()
+	var doc spool.Result
+	found := false
+	err := jsproto.Retry{PerTry: w.pipe.timeout}.Do(ctx, "reading the result of task "+a.id, func(ctx context.Context) (err error) {
+		doc, found, err = w.results.GetFromLeader(ctx, a.id)
+		return err
+	})
+	if err != nil || !found {
+		return nil
+	}
+	return &doc
 }
 
 func (w *Worker) putProcessing(a attemptInfo) {
@@ -153,6 +183,7 @@ type attemptInfo struct {
 	maxAttempts int
 	id          string
 	typ         string
+	snoozes     int // deliveries that were snoozes, from the result document
 	uniqueKey   string
 	traceParent string
 	enq         time.Time
@@ -168,6 +199,7 @@ func (a attemptInfo) doc(state spool.State) spool.Result {
 		Attempts:    a.attempt,
 		EnqueuedAt:  a.enq,
 		TraceParent: a.traceParent,
+		Snoozes:     a.snoozes,
 	}
 	if !a.started.IsZero() {
 		s := a.started
@@ -197,7 +229,12 @@ const handlerGrace = 50 * time.Millisecond
 func (w *Worker) run(a attemptInfo, t *Task, timeout time.Duration, o outcome) {
 	ctx, cancel := context.WithTimeout(w.hardCtx, timeout)
 	defer cancel()
-	wa := w.startWatch(ctx, a, o)
+	ctx, cancelTask := context.WithCancelCause(ctx)
+	defer cancelTask(nil)
+	wa := w.startWatch(ctx, cancelTask, a, o)
+	t.progress = wa.progress
+	w.cancels.track(a.id, wa)
+	defer w.cancels.untrack(a.id, wa)
 	var r handlerResult
 	func() {
 		defer func() {
@@ -219,12 +256,14 @@ func (w *Worker) run(a attemptInfo, t *Task, timeout time.Duration, o outcome) {
 // run). Nothing it would still do happens once the attempt is settled, so
 // a late processing write cannot overwrite the final state.
 type watch struct {
-	w     *Worker
-	ctx   context.Context
-	a     attemptInfo
-	o     outcome
-	every time.Duration
-	once  sync.Once
+	w   *Worker
+	ctx context.Context
+	// cancel ends ctx with ErrCancelled when the task is cancelled.
+	cancel context.CancelCauseFunc
+	a      attemptInfo
+	o      outcome
+	every  time.Duration
+	once   sync.Once
 
 	mu           sync.Mutex
 	stopped      bool
@@ -234,12 +273,12 @@ type watch struct {
 	timer        *time.Timer
 }
 
-func (w *Worker) startWatch(ctx context.Context, a attemptInfo, o outcome) *watch {
+func (w *Worker) startWatch(ctx context.Context, cancel context.CancelCauseFunc, a attemptInfo, o outcome) *watch {
 	every := w.ackWait[a.p] / 3
 	if every <= 0 {
 		every = 10 * time.Second
 	}
-	h := &watch{w: w, ctx: ctx, a: a, o: o, every: every, nextBeat: a.started.Add(every)}
+	h := &watch{w: w, ctx: ctx, cancel: cancel, a: a, o: o, every: every, nextBeat: a.started.Add(every)}
 	if d := w.o.ProcessingDelay; d > 0 {
 		h.processingAt = a.started.Add(d)
 	}
@@ -313,6 +352,33 @@ func (h *watch) expireSoon() {
 	h.timer.Reset(handlerGrace)
 }
 
+// progress records the handler's progress: the processing document with
+// it, and the progress event. Under h.mu, so nothing is written once the
+// attempt is settled (a late write would overwrite the final state).
+func (h *watch) progress(p spool.Progress) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return fmt.Errorf("%w: task %s", ErrSettled, h.a.id)
+	}
+	p.At = time.Now().UTC()
+	doc := h.a.doc(spool.StateProcessing)
+	doc.Progress = &p
+	h.processingAt = time.Time{} // the processing state is written now
+	if err := h.w.results.PutUnacked(doc); err != nil {
+		return err
+	}
+	h.w.results.Event(spool.EventProgress, doc)
+	return nil
+}
+
+// cancelTask cancels the handler's context because its task was
+// cancelled, and gives the handler handlerGrace to return.
+func (h *watch) cancelTask() {
+	h.cancel(ErrCancelled)
+	h.expireSoon()
+}
+
 // finish settles the attempt with r, once: the first caller (the handler
 // returning, or the watch expiring) wins and the other waits for it.
 func (h *watch) finish(r handlerResult) {
@@ -349,6 +415,10 @@ func (w *Worker) cancelHandlers() {
 // settle acts on an attempt's result: ack, NAK with backoff, dead letter,
 // or hand-back at shutdown.
 func (w *Worker) settle(ctx context.Context, a attemptInfo, r handlerResult, o outcome) {
+	if w.cancels.cancelled(a.id) {
+		w.settleCancelled(a, o)
+		return
+	}
 	out, herr, v, reason := classify(w.hardCtx, ctx, r)
 	switch v {
 	case verdictOK:
@@ -366,6 +436,8 @@ func (w *Worker) settle(ctx context.Context, a attemptInfo, r handlerResult, o o
 		}
 		w.log.Info("task handed back at shutdown", "task_id", a.id, "type", a.typ, "priority", a.p.String())
 		w.rec.record(a.p, a.typ, o)
+	case verdictSnoozed:
+		w.snooze(a, herr, o)
 	case verdictDead:
 		o.failed = true
 		w.deadLetter(a, reason, herr, o)
@@ -385,7 +457,10 @@ func classify(hard, attemptCtx context.Context, r handlerResult) ([]byte, error,
 		return r.out, nil, verdictOK, ""
 	}
 	var pe *PanicError
+	var se *SnoozeError
 	switch {
+	case errors.As(r.err, &se) && hard.Err() == nil:
+		return nil, r.err, verdictSnoozed, ""
 	case errors.As(r.err, &pe):
 		return nil, r.err, verdictFailed, spool.ReasonPanic
 	case errors.Is(r.err, ErrNoHandler):
@@ -476,7 +551,7 @@ func (w *Worker) resultLost(a attemptInfo, o outcome, err error) {
 
 // retry records the retrying state and NAKs with the backoff delay.
 func (w *Worker) retry(a attemptInfo, herr error, o outcome) {
-	delay := w.o.retryDelay(a.attempt)
+	delay := w.o.nextDelay(a.typ, a.attempt, herr)
 	next := time.Now().Add(delay)
 	doc := a.doc(spool.StateRetrying)
 	doc.Error = herr.Error()
@@ -550,5 +625,32 @@ func (w *Worker) deadLetter(a attemptInfo, reason spool.Reason, cause error, o o
 		w.log.Warn("removing dead-lettered task", "task_id", a.id, "error", err)
 	}
 	o.dead = true
+	w.rec.record(a.p, a.typ, o)
+}
+
+// snooze hands the task back for a later run without counting the
+// attempt: the snoozed document (one more snooze) is stored first, then
+// the task is NAKed with the delay. A snooze that would need a delivery
+// past the consumer's MaxDeliver dead-letters the task instead.
+func (w *Worker) snooze(a attemptInfo, herr error, o outcome) {
+	var se *SnoozeError
+	errors.As(herr, &se)
+	if md := w.maxDeliver[a.p]; md > 0 && a.attempt+a.snoozes >= md {
+		o.failed = true
+		w.deadLetter(a, spool.ReasonError, fmt.Errorf("snoozed past the consumer's max deliveries (%d)", md), o)
+		return
+	}
+	next := time.Now().Add(se.Delay)
+	doc := a.doc(spool.StateSnoozed)
+	doc.Snoozes = a.snoozes + 1
+	doc.NextAttempt = &next
+	err := w.settleWrite(a, "writing the snoozed state of task "+a.id, func(ctx context.Context) error {
+		return w.results.Put(ctx, doc)
+	})
+	if err != nil {
+		w.log.Warn("writing snoozed state; the snooze will count as an attempt", "task_id", a.id, "error", err)
+	}
+	w.log.Debug("task snoozed", "task_id", a.id, "type", a.typ, "for", se.Delay, "snoozes", doc.Snoozes)
+	w.nak(a, se.Delay)
 	w.rec.record(a.p, a.typ, o)
 }

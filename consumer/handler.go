@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -29,7 +30,38 @@ type Task struct {
 	MaxAttempts int
 	// EnqueuedAt is when the task entered its priority subject.
 	EnqueuedAt time.Time
+
+	// Set by the worker for the running attempt.
+	progress        func(spool.Progress) error
+	progressSubject string
 }
+
+// ErrSettled: Progress was called after the attempt ended (the handler
+// returned, timed out or was cancelled).
+var ErrSettled = errors.New("attempt already settled")
+
+// Progress reports how far the running attempt is: percent from 0 to 100
+// (a negative percent: none) and/or value, any JSON of at most
+// spool.MaxProgressValue bytes (nil: none). Readers see it at once in the
+// result document (state processing, field progress), on the progress
+// event, in the broker and the dashboard. It does not wait for the write.
+func (t *Task) Progress(percent float64, value json.RawMessage) error {
+	p := spool.Progress{Value: value}
+	if percent >= 0 {
+		p.Percent = &percent
+	}
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	if t.progress == nil {
+		return fmt.Errorf("%w: task %s is not running", ErrSettled, t.ID)
+	}
+	return t.progress(p)
+}
+
+// ProgressSubject is the subject a remote handler publishes progress of
+// this task to (a JSON spool.Progress): <prefix>.progress.<task-id>.
+func (t *Task) ProgressSubject() string { return t.progressSubject }
 
 // Handler processes tasks of one type. The returned bytes become the result
 // (JSON is kept as JSON). A nil error completes the task; an error retries it

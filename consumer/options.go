@@ -37,6 +37,9 @@ func defaultBoost() []BoostStep {
 // applies the With… options, which validate their arguments; every default
 // is documented on its option.
 type config struct {
+	// retryDelayFunc: WithRetryDelayFunc; nil for the backoff.
+	retryDelayFunc RetryDelayFunc
+
 	Names      spool.Names
 	Logger     *slog.Logger
 	WorkerName string

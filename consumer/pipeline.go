@@ -48,12 +48,16 @@ type pipeline struct {
 	room chan struct{} // one token per completion in flight
 
 	// What the pipeline needs of the worker (see newPipeline).
-	log      *slog.Logger
-	timeout  time.Duration                // per try of a result write (see writePerTry)
-	budget   time.Duration                // IOTimeout: the least retry budget
-	ackWait  [numPriorities]time.Duration // of the priority consumers
-	subject  func(id string) string       // of a task's result in the bucket
-	encode   func(dst []byte, doc *spool.Result) ([]byte, error)
+	log     *slog.Logger
+	timeout time.Duration                // per try of a result write (see writePerTry)
+	budget  time.Duration                // IOTimeout: the least retry budget
+	ackWait [numPriorities]time.Duration // of the priority consumers
+	subject func(id string) string       // of a task's result in the bucket
+	encode  func(dst []byte, doc *spool.Result) ([]byte, error)
+	// event builds a task's completed event; publish sends it once the
+	// task is acked.
+	event    func(kind spool.EventKind, doc *spool.Result, data []byte) (string, []byte)
+	publish  func(subject string, data []byte) error
 	attempts *sync.WaitGroup // counts each completion until it is settled
 	rec      *recorder
 	// lost NAKs a completed task whose result could not be stored, for a
@@ -115,6 +119,9 @@ type completion struct {
 	// beat is when the task's AckWait clock last restarted as far as the
 	// pipeline knows: the hand-over, then each InProgress the sweep sends.
 	beat time.Time
+	// evSubject and evBody are the completed event, sent after the ack.
+	evSubject string
+	evBody    []byte
 }
 
 func newPipeline(w *Worker) (*pipeline, error) {
@@ -125,6 +132,8 @@ func newPipeline(w *Worker) (*pipeline, error) {
 		ackWait:   w.ackWait,
 		subject:   w.results.Subject,
 		encode:    w.results.Encode,
+		event:     w.results.EventMsg,
+		publish:   w.nc.Publish,
 		attempts:  &w.attempts,
 		rec:       w.rec,
 		lost:      w.resultLost,
@@ -166,6 +175,7 @@ func (p *pipeline) put(a attemptInfo, o outcome, doc spool.Result) error {
 	p.attempts.Add(1)
 	now := time.Now()
 	c := &completion{a: a, o: o, doc: doc, deadline: now.Add(p.timeout), until: now.Add(p.retryBudget(a.p)), beat: now}
+	c.evSubject, c.evBody = p.event(spool.EventCompleted, &doc, data)
 	p.mu.Lock()
 	p.next++
 	tok := p.next
@@ -318,6 +328,7 @@ func (p *pipeline) ackStored() {
 		if err := c.a.msg.Ack(); err != nil {
 			p.log.Warn("acking completed task", "task_id", c.a.id, "error", err)
 		}
+		_ = p.publish(c.evSubject, c.evBody) // best effort: events are notifications
 		p.rec.record(c.a.p, c.a.typ, c.o)
 		p.done()
 		p.stored[i] = nil

@@ -51,6 +51,8 @@ type Worker struct {
 	maxAckPend [numPriorities]int // 0: unlimited
 	ackWait    [numPriorities]time.Duration
 	results    *results.Store
+	cancels    *cancels
+	reconnects uint64          // the connection's reconnect count at the last cancel load
 	flow       *flow.Limiter   // nil: flow control off
 	ioCtx      context.Context // values of Start's ctx, never cancelled
 
@@ -104,6 +106,10 @@ type prioState struct {
 	ackPendingHigh bool
 	// restUntil pauses pulls of the priority after a failed one.
 	restUntil time.Time
+	// paused is set while the priority's consumer is paused (an operator's
+	// pause, read at each refresh): nothing is pulled, so no slot waits
+	// on it.
+	paused bool
 }
 
 // New returns a Worker that runs tasks through h (usually a *Mux). nc must
@@ -213,6 +219,10 @@ func (w *Worker) start(ctx context.Context) error {
 	if err != nil {
 		return bindError("KV buckets", names.ResultsBucket()+", "+names.UniqueBucket(), err)
 	}
+	w.reconnects = w.nc.Stats().Reconnects
+	if w.cancels, err = newCancels(ctx, w.nc, js, names, bind, w.log); err != nil {
+		return err
+	}
 	w.ioCtx = context.WithoutCancel(ctx)
 	if err := w.startFlow(ctx); err != nil {
 		return err
@@ -314,6 +324,7 @@ func (w *Worker) shutdown() {
 		w.log.Warn("result writes still pending at shutdown", "pending", w.js.PublishAsyncPending())
 	}
 	cancel()
+	w.cancels.close()
 	w.mu.Lock()
 	w.state = WorkerStopped
 	w.mu.Unlock()
@@ -426,7 +437,7 @@ func (w *Worker) dispatch() (plans []pullPlan) {
 	for p := range w.prio {
 		st := &w.prio[p]
 		oldest[p] = st.oldest
-		resting[p] = now.Before(st.restUntil)
+		resting[p] = now.Before(st.restUntil) || st.paused
 		switch {
 		case resting[p]:
 		case w.slots.prio[p].polling:
@@ -493,10 +504,27 @@ func (w *Worker) refreshLoop() {
 		case <-t.C:
 		}
 		w.pl.expire(false)
+		w.reloadCancels()
 		w.refresh()
 		w.scaleDown()
 		w.nudge()
 	}
+}
+
+// reloadCancels lists the cancelled tasks again after the connection
+// reconnected: cancellations published while it was down were missed.
+func (w *Worker) reloadCancels() {
+	n := w.nc.Stats().Reconnects
+	if n == w.reconnects {
+		return
+	}
+	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
+	defer cancel()
+	if err := w.cancels.load(ctx); err != nil {
+		w.log.Warn("reloading cancelled tasks after a reconnect; trying again", "error", err)
+		return
+	}
+	w.reconnects = n
 }
 
 func (w *Worker) refresh() {
@@ -528,10 +556,15 @@ func (w *Worker) refresh() {
 			st.maybe = info.NumAckPending > local
 			st.oldest = oldest
 		}
+		pauseChanged := st.paused != info.Paused
+		st.paused = info.Paused
 		high := w.maxAckPend[p] > 0 && info.NumAckPending >= w.maxAckPend[p]*9/10
 		warn := high && !st.ackPendingHigh
 		st.ackPendingHigh = high
 		w.mu.Unlock()
+		if pauseChanged {
+			w.log.Info("priority pause changed", "priority", p.String(), "paused", info.Paused)
+		}
 		if warn {
 			w.log.Warn("priority near MaxAckPending: tasks in retry backoff count against it, and at the limit the server delivers no fresh task of this priority; raise SPOOL_MAX_ACK_PENDING",
 				"priority", p.String(), "ack_pending", info.NumAckPending, "max_ack_pending", w.maxAckPend[p])

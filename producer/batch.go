@@ -122,6 +122,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []Task) ([]BatchResult,
 		switch f.state {
 		case acked:
 			results[i].EnqueueResult = f.p.result(f.seq, f.dup)
+			c.enqueued(f.p, f.dup)
 		case lost:
 			results[i].Err = fmt.Errorf("waiting for the ack of task %q (it may be stored; enqueue it again with the same id): %w",
 				f.p.id, f.err)

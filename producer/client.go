@@ -31,6 +31,7 @@ type Client struct {
 	limit   int              // largest task message accepted
 	results jetstream.KeyValue
 	unique  jetstream.KeyValue
+	cancels jetstream.KeyValue
 }
 
 // New returns a client publishing on nc. It does no I/O: the task stream
@@ -144,6 +145,10 @@ func (c *Client) resultsBucket(ctx context.Context) (jetstream.KeyValue, error) 
 
 func (c *Client) uniqueBucket(ctx context.Context) (jetstream.KeyValue, error) {
 	return c.bucket(ctx, &c.unique, c.names.UniqueBucket())
+}
+
+func (c *Client) cancelBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	return c.bucket(ctx, &c.cancels, c.names.CancelBucket())
 }
 
 func (c *Client) bucket(ctx context.Context, slot *jetstream.KeyValue, name string) (jetstream.KeyValue, error) {

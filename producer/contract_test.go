@@ -51,8 +51,8 @@ func TestPlainNATSClientSpeaksTheContract(t *testing.T) {
 	if _, err := raw.PublishMsg(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := e.client.Cancel(ctx, "raw-delayed"); !ok || err != nil {
-		t.Fatalf("cancel of a raw schedule: %v, %v", ok, err)
+	if r, err := e.client.Cancel(ctx, "raw-delayed"); err != nil || r.State != "cancelled" {
+		t.Fatalf("cancel of a raw schedule: %+v, %v", r, err)
 	}
 
 	// A raw unique claim: the library honours it (KV key = base64url of the

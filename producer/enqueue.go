@@ -75,6 +75,7 @@ func (c *Client) Enqueue(ctx context.Context, task Task, opts ...EnqueueOption) 
 		return EnqueueResult{ID: p.id}, err
 	}
 	res := p.result(ack.Sequence, ack.Duplicate)
+	c.enqueued(p, ack.Duplicate)
 	if c.logger.Enabled(ctx, slog.LevelDebug) {
 		c.logger.DebugContext(ctx, "task enqueued", "task_id", res.ID, "subject", res.Subject,
 			"seq", res.Sequence, "duplicate", res.Duplicate, "scheduled", res.Scheduled)

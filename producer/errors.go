@@ -52,6 +52,9 @@ var (
 	// has picked the task up yet, it expired, or there never was such a
 	// task).
 	ErrTaskNotFound = errors.New("task not found")
+	// ErrTaskFinished: Cancel found the task already in a terminal state
+	// (completed, dead or cancelled); nothing was changed.
+	ErrTaskFinished = errors.New("task already finished")
 	// ErrNotProvisioned: Spool's task stream or a bucket does not exist;
 	// run spool-admin provision.
 	// The error is a *spool.NotProvisionedError where the object is known.

@@ -113,20 +113,17 @@ func ExampleClient_Cancel() {
 		log.Fatal(err)
 	}
 	fmt.Println("scheduled:", res.Scheduled, res.Subject)
-	cancelled, err := client.Cancel(ctx, "remind-7")
+	r, err := client.Cancel(ctx, "remind-7", producer.CancelBy("billing"), producer.CancelReason("paid"))
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("cancelled:", cancelled)
-	cancelled, err = client.Cancel(ctx, "remind-7")
-	if err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println("cancelled again:", cancelled)
+	fmt.Println("state:", r.State, "by", r.CancelledBy)
+	_, err = client.Cancel(ctx, "remind-7")
+	fmt.Println("again, finished:", errors.Is(err, producer.ErrTaskFinished))
 	// Output:
 	// scheduled: true spool.sched.remind-7
-	// cancelled: true
-	// cancelled again: false
+	// state: cancelled by billing
+	// again, finished: true
 }
 
 func ExampleClient_EnqueueBatch() {

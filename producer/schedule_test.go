@@ -74,9 +74,9 @@ func TestDelayedTaskFiresAtItsTime(t *testing.T) {
 	if err := m.Ack(); err != nil {
 		t.Fatal(err)
 	}
-	// The schedule is gone: nothing left to cancel.
-	if ok, err := e.client.Cancel(ctx, res.ID); ok || err != nil {
-		t.Fatalf("cancel after firing: %v, %v", ok, err)
+	// The schedule fired and the task was acked: nothing left to cancel.
+	if _, err := e.client.Cancel(ctx, res.ID); !errors.Is(err, producer.ErrTaskNotFound) {
+		t.Fatalf("cancel after firing: %v", err)
 	}
 }
 
@@ -111,12 +111,16 @@ func TestCancelScheduledTask(t *testing.T) {
 		r.NextAttempt == nil || !r.NextAttempt.Equal(res.ProcessAt) {
 		t.Fatalf("result of a scheduled task: %+v, %v", r, err)
 	}
-	ok, err := e.client.Cancel(ctx, res.ID)
-	if err != nil || !ok {
-		t.Fatalf("cancel: %v, %v", ok, err)
+	c, err := e.client.Cancel(ctx, res.ID, producer.CancelBy("ops"), producer.CancelReason("not this month"))
+	if err != nil || c.State != spool.StateCancelled || c.Type != "report" || c.CancelledBy != "ops" {
+		t.Fatalf("cancel: %+v, %v", c, err)
 	}
-	if _, err := e.client.Result(ctx, res.ID); !errors.Is(err, producer.ErrTaskNotFound) {
-		t.Fatalf("result after cancel: %v", err)
+	r, err = e.client.Result(ctx, res.ID)
+	if err != nil || r.State != spool.StateCancelled || r.CancelledBy != "ops" || r.CancelReason != "not this month" || r.FinishedAt == nil {
+		t.Fatalf("result after cancel: %+v, %v", r, err)
+	}
+	if r, err := e.client.Wait(ctx, res.ID); err != nil || r.State != spool.StateCancelled {
+		t.Fatalf("wait after cancel: %+v, %v", r, err)
 	}
 	if n := e.subjectCount(t, "spool.sched.>"); n != 0 {
 		t.Fatalf("%d schedules left", n)
@@ -124,13 +128,11 @@ func TestCancelScheduledTask(t *testing.T) {
 	if holder, held := e.uniqueHolder(t, "monthly"); held {
 		t.Fatalf("unique key still held by %s", holder)
 	}
-	ok, err = e.client.Cancel(ctx, res.ID)
-	if err != nil || ok {
-		t.Fatalf("second cancel: %v, %v", ok, err)
+	if r, err := e.client.Cancel(ctx, res.ID); !errors.Is(err, producer.ErrTaskFinished) || r.State != spool.StateCancelled {
+		t.Fatalf("second cancel: %+v, %v", r, err)
 	}
-	ok, err = e.client.Cancel(ctx, "never-scheduled")
-	if err != nil || ok {
-		t.Fatalf("cancel of an unknown id: %v, %v", ok, err)
+	if _, err := e.client.Cancel(ctx, "never-scheduled"); !errors.Is(err, producer.ErrTaskNotFound) {
+		t.Fatalf("cancel of an unknown id: %v", err)
 	}
 	if _, err := e.client.Cancel(ctx, "bad.id"); !errors.Is(err, producer.ErrInvalidID) {
 		t.Fatalf("cancel of a bad id: %v", err)
@@ -152,8 +154,8 @@ func TestCancelKeepsAUniqueKeyHeldByAnotherTask(t *testing.T) {
 		other, err = e.client.Enqueue(ctx, producer.NewTask("report", nil), producer.Unique("k", time.Hour))
 		return err
 	})
-	if ok, err := e.client.Cancel(ctx, res.ID); !ok || err != nil {
-		t.Fatalf("cancel: %v, %v", ok, err)
+	if _, err := e.client.Cancel(ctx, res.ID); err != nil {
+		t.Fatalf("cancel: %v", err)
 	}
 	if holder, _ := e.uniqueHolder(t, "k"); holder != other.ID {
 		t.Fatalf("key held by %q, want %q", holder, other.ID)

@@ -43,6 +43,11 @@ const (
 	// headers, used for delayed tasks on spool.sched.<id>.
 	HeaderSchedule       = "Nats-Schedule"
 	HeaderScheduleTarget = "Nats-Schedule-Target"
+	// HeaderScheduleTimeZone is the IANA time zone of a cron schedule.
+	HeaderScheduleTimeZone = "Nats-Schedule-Time-Zone"
+	// HeaderScheduleName names the periodic schedule (spool.cron.<name>)
+	// a task was fired by; it travels with every task the schedule fires.
+	HeaderScheduleName = "Spool-Schedule"
 
 	// Headers added to dead letters.
 	HeaderError           = "Spool-Error"

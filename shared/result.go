@@ -3,6 +3,7 @@ package spool
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -11,7 +12,7 @@ import (
 // State is a task's lifecycle state in its result document.
 type State string
 
-// Task states. Completed and Dead are terminal.
+// Task states. Completed, Dead and Cancelled are terminal.
 const (
 	StatePending    State = "pending"
 	StateScheduled  State = "scheduled"
@@ -19,10 +20,16 @@ const (
 	StateRetrying   State = "retrying"
 	StateCompleted  State = "completed"
 	StateDead       State = "dead"
+	StateCancelled  State = "cancelled"
+	// StateSnoozed: the handler snoozed the task; it runs again at
+	// next_attempt_at without counting an attempt.
+	StateSnoozed State = "snoozed"
 )
 
 // Terminal reports whether no further attempt will follow.
-func (s State) Terminal() bool { return s == StateCompleted || s == StateDead }
+func (s State) Terminal() bool {
+	return s == StateCompleted || s == StateDead || s == StateCancelled
+}
 
 // Reason says why a task was dead-lettered (header Spool-Reason).
 type Reason string
@@ -79,6 +86,15 @@ type Result struct {
 	// never dead-lettered and replayed.
 	Replays    int        `json:"replays,omitempty"`
 	ReplayedAt *time.Time `json:"replayed_at,omitempty"`
+	// CancelledBy and CancelReason say who cancelled the task and why
+	// (state cancelled only).
+	CancelledBy  string `json:"cancelled_by,omitempty"`
+	CancelReason string `json:"cancel_reason,omitempty"`
+	// Progress is what the running handler last reported (processing).
+	Progress *Progress `json:"progress,omitempty"`
+	// Snoozes counts the times the handler snoozed the task; those
+	// deliveries are not attempts.
+	Snoozes int `json:"snoozes,omitempty"`
 }
 
 // Output returns the handler's output, byte for byte: Result's string for
@@ -144,4 +160,36 @@ func ResultValue(out []byte) (json.RawMessage, string) {
 	b = append(b, '"')
 	b = base64.StdEncoding.AppendEncode(b, out)
 	return append(b, '"'), ResultEncodingBase64
+}
+
+// MaxProgressValue is the largest progress value a handler may report, in
+// bytes of JSON.
+const MaxProgressValue = 4 << 10
+
+// Progress is what a running handler last reported (Result.Progress): a
+// percentage, a small JSON value, or both.
+type Progress struct {
+	// Percent is 0 to 100; nil when the handler gave none.
+	Percent *float64 `json:"percent,omitempty"`
+	// Value is any JSON the handler chose, at most MaxProgressValue bytes.
+	Value json.RawMessage `json:"value,omitempty"`
+	// At is when the worker recorded it.
+	At time.Time `json:"at"`
+}
+
+// Validate checks the percentage and the value.
+func (p Progress) Validate() error {
+	if p.Percent == nil && len(p.Value) == 0 {
+		return errors.New("progress: give a percent, a value or both")
+	}
+	if p.Percent != nil && (*p.Percent < 0 || *p.Percent > 100 || *p.Percent != *p.Percent) {
+		return fmt.Errorf("progress: percent %v is outside 0 to 100", *p.Percent)
+	}
+	if len(p.Value) > MaxProgressValue {
+		return fmt.Errorf("progress: value of %d bytes exceeds %d", len(p.Value), MaxProgressValue)
+	}
+	if len(p.Value) > 0 && !json.Valid(p.Value) {
+		return errors.New("progress: value is not valid JSON")
+	}
+	return nil
 }

@@ -61,6 +61,22 @@ func (n Names) ResultSubject(id string) string { return "$KV." + n.ResultsBucket
 // UniqueBucket is the KV bucket of unique-task keys: spool_unique.
 func (n Names) UniqueBucket() string { return n.prefix + "_unique" }
 
+// CancelBucket is the KV bucket of cancellations: spool_cancel. Key = task
+// id, value = a Cancellation document.
+func (n Names) CancelBucket() string { return n.prefix + "_cancel" }
+
+// CancelSubject is the subject a cancellation of task id is published on
+// (the KV put of its key): $KV.spool_cancel.<id>. Workers and remote
+// handlers subscribe to it, or to CancelFilter for every task.
+func (n Names) CancelSubject(id string) string { return "$KV." + n.CancelBucket() + "." + id }
+
+// CancelFilter matches every cancellation: $KV.spool_cancel.>.
+func (n Names) CancelFilter() string { return "$KV." + n.CancelBucket() + ".>" }
+
+// ProgressSubject is where a remote handler reports the progress of task
+// id: <prefix>.progress.<id> (the request's Spool-Progress-Subject).
+func (n Names) ProgressSubject(id string) string { return n.prefix + ".progress." + id }
+
 // LimitsBucket is the KV bucket of flow-control rules, key = task type:
 // spool_limits (see shared/limits).
 func (n Names) LimitsBucket() string { return n.prefix + "_limits" }
@@ -153,6 +169,18 @@ func (n Names) SchedSubject(id string) (string, error) {
 	}
 	return n.prefix + ".sched." + id, nil
 }
+
+// CronSubject returns spool.cron.<name>, the subject holding the periodic
+// schedule name (a name follows the task-id rules).
+func (n Names) CronSubject(name string) (string, error) {
+	if err := ValidateID(name); err != nil {
+		return "", fmt.Errorf("schedule name: %w", err)
+	}
+	return n.prefix + ".cron." + name, nil
+}
+
+// CronFilter matches every periodic schedule: spool.cron.>.
+func (n Names) CronFilter() string { return n.prefix + ".cron.>" }
 
 // ParseSchedSubject returns the task id of spool.sched.<id>.
 func (n Names) ParseSchedSubject(subject string) (string, error) {

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
+	github.com/robfig/cron/v3 v3.0.1
 	github.com/spoolq/spool/shared v0.1.0
 	go.uber.org/goleak v1.3.0
 )

@@ -49,7 +49,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology, logger *
 	if err := ensureConsumer(ctx, js, t.Names.AdvisoryStream(), t.RouterConsumerConfig(), logger); err != nil {
 		return err
 	}
-	for _, cfg := range []jetstream.KeyValueConfig{t.ResultsConfig(), t.UniqueConfig(), t.LimitsConfig(), t.LeasesConfig()} {
+	for _, cfg := range []jetstream.KeyValueConfig{t.ResultsConfig(), t.UniqueConfig(), t.CancelConfig(), t.LimitsConfig(), t.LeasesConfig()} {
 		if err := ensureBucket(ctx, js, cfg, logger); err != nil {
 			return err
 		}
@@ -122,6 +122,9 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, 
 		return fmt.Errorf("%w: consumer %q on stream %q has deliver policy %s, Spool needs %s; the deliver policy cannot change: delete it",
 			ErrConflict, want.Durable, stream, have.DeliverPolicy, want.DeliverPolicy)
 	}
+	// A pause is an operator's decision (admin.PausePriority): provisioning
+	// keeps it.
+	want.PauseUntil = have.PauseUntil
 	if _, err := js.UpdateConsumer(ctx, stream, want); err != nil {
 		return fmt.Errorf("updating consumer %q on stream %q: %w", want.Durable, stream, err)
 	}

@@ -12,15 +12,16 @@ import (
 // TTL runs out; it enables per-key TTLs.
 const uniqueMarkerTTL = time.Minute
 
-// TaskStreamConfig is SPOOL_TASKS: the five priority filters and the
-// schedule subjects, WorkQueue retention, schedules and direct get on, no
+// TaskStreamConfig is SPOOL_TASKS: the five priority filters, the
+// delayed-task schedules (spool.sched.>) and the periodic schedules
+// (spool.cron.>), outside every worker consumer's filter, WorkQueue retention, schedules and direct get on, no
 // message or byte limits (see the package doc).
 func (t Topology) TaskStreamConfig() jetstream.StreamConfig {
-	subjects := make([]string, 0, len(spool.Priorities)+1)
+	subjects := make([]string, 0, len(spool.Priorities)+2)
 	for _, p := range spool.Priorities {
 		subjects = append(subjects, t.Names.PriorityFilter(p))
 	}
-	subjects = append(subjects, t.Names.SchedFilter())
+	subjects = append(subjects, t.Names.SchedFilter(), t.Names.CronFilter())
 	return jetstream.StreamConfig{
 		Name:              t.Names.TaskStream(),
 		Description:       "Spool queued tasks, one subject tree per priority, and pending schedules",
@@ -135,6 +136,19 @@ func (t Topology) UniqueConfig() jetstream.KeyValueConfig {
 		Storage:        t.Settings.storage(),
 		Replicas:       t.Settings.Replicas,
 		LimitMarkerTTL: uniqueMarkerTTL,
+	}
+}
+
+// CancelConfig is the spool_cancel bucket: one Cancellation document per
+// cancelled task id, kept as long as result documents (ResultTTL).
+func (t Topology) CancelConfig() jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      t.Names.CancelBucket(),
+		Description: "Spool cancelled tasks, key = task id, value = who, why and when",
+		History:     1,
+		TTL:         t.Settings.ResultTTL,
+		Storage:     t.Settings.storage(),
+		Replicas:    t.Settings.Replicas,
 	}
 }
 

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,6 +27,15 @@ const (
 	HeaderMaxAttempts = "Spool-Max-Attempts"
 	HeaderDeadline    = "Spool-Deadline"
 	HeaderPermanent   = "Spool-Permanent"
+	// HeaderProgressSubject: where the responder may publish progress
+	// (JSON {"percent":…,"value":…}) while it works.
+	HeaderProgressSubject = "Spool-Progress-Subject"
+	// HeaderRetryAfter (with Spool-Error): retry after this Go duration
+	// instead of the worker's backoff; the attempt counts.
+	HeaderRetryAfter = "Spool-Retry-After"
+	// HeaderSnooze: run the task again after this Go duration without
+	// counting the attempt (no Spool-Error needed).
+	HeaderSnooze = "Spool-Snooze"
 )
 
 // DefaultTimeout bounds a remote call whose context has no deadline. The
@@ -126,6 +136,11 @@ var _ consumer.Handler = (*handler)(nil)
 // the same task arriving again (delivery is at least once). Run responders in
 // a queue group to share the load.
 //
+// A cancelled task (see docs/contract.md, "Cancelling a task") ends the
+// worker's wait at once; the responder learns of it by subscribing to
+// $KV.<prefix>_cancel.<Spool-Task-Id> ($KV.spool_cancel.<id> by default)
+// while it works, and should stop: its late reply is dropped.
+//
 // A minimal responder with plain nats.go:
 //
 //	nc.QueueSubscribe("billing.charge", "billing", func(m *nats.Msg) {
@@ -169,6 +184,16 @@ func (h *handler) ProcessTask(ctx context.Context, t *consumer.Task) ([]byte, er
 		defer cancel()
 	}
 	req := h.request(ctx, t)
+	if subj := t.ProgressSubject(); subj != "" {
+		// The responder may report progress on this subject while it
+		// works (a JSON spool.Progress per message).
+		sub, err := h.nc.Subscribe(subj, func(m *nats.Msg) { h.progress(ctx, t, m) })
+		if err != nil {
+			return nil, fmt.Errorf("subscribing to the progress of task %s on %q: %w", t.ID, subj, err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		req.Header.Set(HeaderProgressSubject, subj)
+	}
 	start := time.Now()
 	reply, err := h.nc.RequestMsgWithContext(ctx, req)
 	log := h.logger.With("subject", h.subject, "task_id", t.ID, "task_type", t.Type, "attempt", t.Attempt)
@@ -178,6 +203,22 @@ func (h *handler) ProcessTask(ctx context.Context, t *consumer.Task) ([]byte, er
 	}
 	log.DebugContext(ctx, "remote handler replied", "duration", time.Since(start), "bytes", len(reply.Data))
 	return replyOutcome(h.subject, reply)
+}
+
+// progress passes one progress message of the responder on to the task.
+func (h *handler) progress(ctx context.Context, t *consumer.Task, m *nats.Msg) {
+	var p spool.Progress
+	if err := json.Unmarshal(m.Data, &p); err != nil {
+		h.logger.WarnContext(ctx, "undecodable progress from a remote handler", "subject", h.subject, "task_id", t.ID, "error", err)
+		return
+	}
+	percent := -1.0
+	if p.Percent != nil {
+		percent = *p.Percent
+	}
+	if err := t.Progress(percent, p.Value); err != nil {
+		h.logger.DebugContext(ctx, "progress from a remote handler not recorded", "subject", h.subject, "task_id", t.ID, "error", err)
+	}
 }
 
 // request builds the request message: the task's headers (copied, never
@@ -236,6 +277,13 @@ func replyOutcome(subject string, reply *nats.Msg) ([]byte, error) {
 		permanent, _ = strconv.ParseBool(strings.TrimSpace(vs[0])) // anything but a true value means retryable
 	}
 	if !failed && !permanent {
+		if vs, ok := headerValues(reply.Header, HeaderSnooze); ok && len(vs) > 0 {
+			d, err := time.ParseDuration(strings.TrimSpace(vs[0]))
+			if err != nil || d < 0 {
+				return nil, &Error{Subject: subject, Message: fmt.Sprintf("reply header %s %q is not a Go duration such as 30s", HeaderSnooze, vs[0])}
+			}
+			return nil, consumer.Snooze(d)
+		}
 		return reply.Data, nil
 	}
 	msg := strings.TrimSpace(strings.Join(msgs, "; "))
@@ -245,6 +293,14 @@ func replyOutcome(subject string, reply *nats.Msg) ([]byte, error) {
 	rerr := &Error{Subject: subject, Message: msg}
 	if permanent {
 		return nil, consumer.Permanent(rerr)
+	}
+	if vs, ok := headerValues(reply.Header, HeaderRetryAfter); ok && len(vs) > 0 {
+		d, err := time.ParseDuration(strings.TrimSpace(vs[0]))
+		if err != nil || d < 0 {
+			rerr.Message += fmt.Sprintf(" (reply header %s %q ignored: not a Go duration such as 30s)", HeaderRetryAfter, vs[0])
+			return nil, rerr
+		}
+		return nil, consumer.RetryAfter(rerr, d)
 	}
 	return nil, rerr
 }

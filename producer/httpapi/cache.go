@@ -52,3 +52,11 @@ func (c *cached[T]) get(ctx context.Context) (T, error) {
 	c.at = time.Now()
 	return c.val, c.err
 }
+
+// invalidate makes the next get read again (after a control changed what
+// the cache holds).
+func (c *cached[T]) invalidate() {
+	c.mu.Lock()
+	c.at = time.Time{}
+	c.mu.Unlock()
+}

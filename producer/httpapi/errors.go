@@ -40,6 +40,7 @@ const (
 	CodeFilterRequired    = "filter_required"
 	CodeInvalidSeq        = "invalid_seq"
 	CodeNotReplayable     = "not_replayable"
+	CodeTaskFinished      = "task_finished"
 	CodeNotCompleted      = "not_completed"
 )
 
@@ -53,6 +54,8 @@ type apiError struct {
 	Message    string `json:"message"`
 	Field      string `json:"field,omitempty"`
 	ExistingID string `json:"existing_id,omitempty"`
+	// State is the task's terminal state (task_finished).
+	State string `json:"state,omitempty"`
 }
 
 type errorBody struct {

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -118,6 +119,8 @@ func NewHandler(client *producer.Client, adm *admin.Client, opts Options) http.H
 	mux.Handle("GET /v1/tasks/{id}/result", h.auth(h.output))
 	h.registerUI(mux) // dashboard: /ui, /v1/overview (ui.go)
 	h.routeDLQ(mux)
+	h.routePause(mux)
+	h.routeSchedules(mux)
 	h.routeLimits(mux)
 	h.routeMetrics(mux)
 	// Known paths with a method they do not serve answer 405. Patterns
@@ -437,15 +440,37 @@ func (h *handler) output(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	ok, err := h.client.Cancel(r.Context(), id)
+	q := r.URL.Query()
+	var opts []producer.CancelOption
+	if by := q.Get("by"); by != "" {
+		opts = append(opts, producer.CancelBy(by))
+	} else {
+		opts = append(opts, producer.CancelBy("http@"+r.RemoteAddr))
+	}
+	if why := q.Get("reason"); why != "" {
+		opts = append(opts, producer.CancelReason(why))
+	}
+	res, err := h.client.Cancel(r.Context(), id, opts...)
+	if errors.Is(err, producer.ErrTaskFinished) {
+		e := newError(http.StatusConflict, CodeTaskFinished, "id", err.Error())
+		e.State = string(res.State)
+		writeError(w, h.logger, r, e)
+		return
+	}
+	if errors.Is(err, producer.ErrTaskNotFound) {
+		writeError(w, h.logger, r, newError(http.StatusNotFound, CodeNotFound, "id", err.Error()))
+		return
+	}
 	if err != nil {
 		writeError(w, h.logger, r, fromError(err))
 		return
 	}
-	if !ok {
-		writeError(w, h.logger, r, newError(http.StatusNotFound, CodeNotFound, "id",
-			fmt.Sprintf("task %q has no pending schedule (never scheduled, already fired or cancelled)", id)))
-		return
-	}
-	writeJSON(w, h.logger, r, http.StatusOK, map[string]any{"id": id, "cancelled": true})
+	writeJSON(w, h.logger, r, http.StatusOK, cancelled{Result: res, Cancelled: true})
+}
+
+// cancelled is the answer to a cancel: the cancelled result document, and
+// cancelled: true.
+type cancelled struct {
+	spool.Result
+	Cancelled bool `json:"cancelled"`
 }

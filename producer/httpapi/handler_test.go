@@ -243,12 +243,16 @@ func TestCancelOverHTTP(t *testing.T) {
 	if r.status != 200 || decode[spool.Result](t, r).State != spool.StateScheduled {
 		t.Fatalf("scheduled task: %d %s", r.status, r.body)
 	}
-	r = b.do(t, "DELETE", "/v1/tasks/r1", "", nil)
-	if r.status != 200 || !strings.Contains(string(r.body), `"cancelled":true`) {
+	r = b.do(t, "DELETE", "/v1/tasks/r1?by=ada&reason=obsolete", "", nil)
+	if r.status != 200 || !strings.Contains(string(r.body), `"cancelled":true`) || !strings.Contains(string(r.body), `"cancelled_by":"ada"`) {
 		t.Fatalf("cancel: %d %s", r.status, r.body)
 	}
+	r = b.do(t, "GET", "/v1/tasks/r1", "", nil)
+	if res := decode[spool.Result](t, r); r.status != 200 || res.State != spool.StateCancelled || res.CancelReason != "obsolete" {
+		t.Fatalf("cancelled task: %d %s", r.status, r.body)
+	}
 	r = b.do(t, "DELETE", "/v1/tasks/r1", "", nil)
-	if code, _, _ := r.errorCode(); r.status != 404 || code != "not_found" {
+	if code, _, _ := r.errorCode(); r.status != 409 || code != "task_finished" || !strings.Contains(string(r.body), `"state":"cancelled"`) {
 		t.Fatalf("second cancel: %d %s", r.status, r.body)
 	}
 	if n := b.streamMsgs(t); n != 0 {

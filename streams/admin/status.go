@@ -25,6 +25,10 @@ type PriorityStatus struct {
 	// OldestWait is the age of the oldest task not yet delivered; zero when
 	// none waits.
 	OldestWait time.Duration `json:"oldest_wait_ns"`
+	// Paused is set while the priority is paused (PausePriority);
+	// PausedUntil is when the pause ends (Forever: when resumed).
+	Paused      bool       `json:"paused,omitempty"`
+	PausedUntil *time.Time `json:"paused_until,omitempty"`
 }
 
 // Status is a snapshot of the whole queue.
@@ -72,6 +76,11 @@ func (c *Client) status(ctx context.Context) (Status, error) {
 			Pending:     info.NumPending,
 			InFlight:    info.NumAckPending,
 			Redelivered: info.NumRedelivered,
+			Paused:      info.Paused,
+		}
+		if info.Paused && info.Config.PauseUntil != nil {
+			until := *info.Config.PauseUntil
+			ps.PausedUntil = &until
 		}
 		if ps.Pending > 0 {
 			oldest, err := streams.OldestWaiting(ctx, tasks, names, p, info)

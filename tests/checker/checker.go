@@ -209,6 +209,8 @@ func (c *Checker) Check() Report {
 			if got, ok := resultValue(doc); ok && (doc.ResultEncoding != "" || utf8.ValidString(value)) && got != value {
 				r.Mismatched = append(r.Mismatched, fmt.Sprintf("%s: completed with result %q, enqueued with %q", id, got, value))
 			}
+		case doc.State == spool.StateCancelled:
+			r.Cancelled++
 		case doc.State == spool.StateDead:
 			r.Dead[doc.Reason]++
 			dls := c.deadLetters[id]
@@ -290,8 +292,9 @@ type Report struct {
 	Tasks int
 	// Unconfirmed publishes had no ack; Recovered of them ran anyway.
 	Unconfirmed, Recovered int
-	// Completed tasks and Dead ones by reason.
+	// Completed tasks, Cancelled ones, and Dead ones by reason.
 	Completed int
+	Cancelled int
 	Dead      map[spool.Reason]int
 	// Executions counts handler runs of recorded tasks.
 	Executions int

@@ -170,6 +170,8 @@ func TestRolesDenyByConstruction(t *testing.T) {
 			"$JS.API.DIRECT.GET.SPOOL_TASKS", "$JS.API.STREAM.MSG.GET.SPOOL_TASKS",
 			"$JS.API.DIRECT.GET.SPOOL_TASKS.spool.tasks.high.x",
 			"$JS.API.CONSUMER.CREATE.KV_spool_unique.x",
+			// Cancelling, pausing and periodic schedules are operators' actions.
+			"$KV.spool_cancel.task-1", "$JS.API.STREAM.MSG.DELETE.SPOOL_TASKS", "spool.cron.nightly",
 		}, changeTopology...),
 		// A worker publishes schedules: it hands a task waiting for a
 		// flow-control limit back as one.
@@ -177,15 +179,19 @@ func TestRolesDenyByConstruction(t *testing.T) {
 			"spool.tasks.high.x",
 			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_DLQ.x", "$JS.API.DIRECT.GET.SPOOL_DLQ",
 			"$JS.API.CONSUMER.CREATE.KV_spool_results.x",
+			"$KV.spool_cancel.task-1", "spool.cron.nightly",
 		}, changeTopology...),
 		"spool-handler": {"spool.tasks.high.x", "$JS.API.INFO", "spool.remote.x", "_INBOX.x"},
-		// The broker purges the DLQ; nothing else of the topology.
+		// The broker purges the DLQ and pauses priorities; nothing else of
+		// the topology.
 		"spool-broker": append([]string{
 			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_TASKS.spool-high",
 			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_ADVISORIES.spool-dlq-router",
 			"$JS.ACK.SPOOL_TASKS.spool-high.1.1.1.1.0",
 			"spool.dlq.high.x", "spool.remote.x", "$SRV.STATS", "$SRV.PING",
-		}, slices.DeleteFunc(slices.Clone(changeTopology), func(s string) bool { return s == "$JS.API.STREAM.PURGE.SPOOL_DLQ" })...),
+		}, slices.DeleteFunc(slices.Clone(changeTopology), func(s string) bool {
+			return s == "$JS.API.STREAM.PURGE.SPOOL_DLQ" || s == "$JS.API.CONSUMER.PAUSE.SPOOL_TASKS.spool-high"
+		})...),
 	}
 	for user, subjects := range forbidden {
 		p := perms[user]
@@ -204,8 +210,8 @@ func TestRolesDenyByConstruction(t *testing.T) {
 			}
 		}
 	}
-	if p := perms["spool-producer"]; p == nil || p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, []string{"_INBOX.>"}) {
-		t.Errorf("spool-producer subscribe permissions %+v, want _INBOX.> only", p)
+	if p := perms["spool-producer"]; p == nil || p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, []string{"_INBOX.>", "spool.events.>"}) {
+		t.Errorf("spool-producer subscribe permissions %+v, want _INBOX.> and spool.events.> only", p)
 	}
 	// The consumer also answers the NATS service API (nats micro) and
 	// watches the flow-control slots, and only that: it replies, it does
@@ -216,6 +222,9 @@ func TestRolesDenyByConstruction(t *testing.T) {
 		"$SRV.INFO", "$SRV.INFO.spool-consumer", "$SRV.INFO.spool-consumer.*",
 		"$SRV.STATS", "$SRV.STATS.spool-consumer", "$SRV.STATS.spool-consumer.*",
 		"spool.svc.consumer.>",
+		// Cancellations of the tasks it runs; remote handlers' progress.
+		"$KV.spool_cancel.>",
+		"spool.progress.>",
 		// Flow control: changes of the concurrency slots.
 		"$KV.spool_leases.c.>", "$KV.spool_leases.kc.>",
 	}

@@ -106,6 +106,15 @@ func wantStream(ack *jetstream.PubAck, stream string) error {
 	return nil
 }
 
+// setCronSchedule publishes a periodic schedule, an operator's action.
+func setCronSchedule(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+	m := nats.NewMsg("spool.cron.nightly")
+	m.Header.Set(spool.HeaderSchedule, "@every 1h")
+	m.Header.Set(spool.HeaderScheduleTarget, "spool.tasks.low.report")
+	_, err := c.js.PublishMsg(ctx, m)
+	return err
+}
+
 func TestProducerRole(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -125,26 +134,31 @@ func TestProducerRole(t *testing.T) {
 			}
 			return wantStream(ack, names.TaskStream())
 		}},
-		{name: "cancel a schedule", user: p, do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
-			if _, err := c.js.PublishMsg(ctx, scheduleMsg("cancel-me", "spool.tasks.low.report")); err != nil {
+		// Cancelling is an operator's action (spool-admin, the broker).
+		{name: "delete a schedule", user: p, denied: `Publish to "$JS.API.STREAM.MSG.DELETE.SPOOL_TASKS"`,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				ack, err := f.admin.js.PublishMsg(ctx, scheduleMsg("cancel-me", "spool.tasks.low.report"))
+				if err != nil {
+					return err
+				}
+				s, err := c.js.Stream(ctx, names.TaskStream())
+				if err != nil {
+					return err
+				}
+				return s.DeleteMsg(ctx, ack.Sequence)
+			}},
+		{name: "cancel a task", user: p, denied: `Publish to "$KV.spool_cancel.t1"`,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				_, err := c.js.Publish(ctx, names.CancelSubject("t1"), []byte(`{"id":"t1","by":"producer"}`))
 				return err
-			}
-			s, err := c.js.Stream(ctx, names.TaskStream())
-			if err != nil {
+			}},
+		{name: "set a periodic schedule", user: p, denied: `Publish to "spool.cron.nightly"`,
+			do: setCronSchedule},
+		{name: "pause a priority", user: p, denied: `Publish to "$JS.API.CONSUMER.PAUSE.SPOOL_TASKS.spool-high"`,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				_, err := c.js.PauseConsumer(ctx, names.TaskStream(), names.Consumer(spool.High), time.Now().Add(time.Hour))
 				return err
-			}
-			msg, err := s.GetLastMsgForSubject(ctx, "spool.sched.cancel-me")
-			if err != nil {
-				return fmt.Errorf("reading the schedule: %w", err)
-			}
-			if err := s.DeleteMsg(ctx, msg.Sequence); err != nil {
-				return fmt.Errorf("deleting the schedule: %w", err)
-			}
-			if _, err := s.GetLastMsgForSubject(ctx, "spool.sched.cancel-me"); !errors.Is(err, jetstream.ErrMsgNotFound) {
-				return fmt.Errorf("schedule still readable after delete: %v", err)
-			}
-			return nil
-		}},
+			}},
 		{name: "read a result", user: p, do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
 			doc := []byte(`{"id":"task-read","state":"completed"}`)
 			if err := adminPutResult(ctx, f, "task-read", doc); err != nil {
@@ -451,6 +465,22 @@ func TestConsumerRole(t *testing.T) {
 			return nil
 		}},
 
+		{name: "cancel a task", user: cons, denied: `Publish to "$KV.spool_cancel.t1"`,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				kv, err := c.js.KeyValue(ctx, names.CancelBucket())
+				if err != nil {
+					return err
+				}
+				_, err = kv.Put(ctx, "t1", []byte(`{"id":"t1","by":"worker"}`))
+				return err
+			}},
+		{name: "set a periodic schedule", user: cons, denied: `Publish to "spool.cron.nightly"`,
+			do: setCronSchedule},
+		{name: "pause a priority", user: cons, denied: `Publish to "$JS.API.CONSUMER.PAUSE.SPOOL_TASKS.spool-high"`,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				_, err := c.js.PauseConsumer(ctx, names.TaskStream(), names.Consumer(spool.High), time.Now().Add(time.Hour))
+				return err
+			}},
 		{name: "publish a task", user: cons, denied: `Publish to "spool.tasks.high.x"`,
 			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
 				_, err := c.js.Publish(ctx, "spool.tasks.high.x", nil)

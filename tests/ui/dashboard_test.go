@@ -166,6 +166,58 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 
+	// 4b. Pause a priority from its row, cancel a task queued behind the
+	// pause from the lookup, resume: the cancelled task never runs.
+	b.do("asking to pause normal", 10*time.Second, chromedp.Click(chromedp.CSS("#prio-normal .pause-toggle")))
+	b.waitJS("the pause confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("Pause priority normal")`, 5*time.Second)
+	b.do("confirming the pause", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.waitJS("normal shown paused", `document.querySelector("#prio-normal .pause-state").textContent === "paused" && document.querySelector("#prio-normal .pause-toggle").textContent === "Resume"`, 10*time.Second)
+	post(t, ctx, st.BrokerURL+"/v1/tasks", `{"type":"demo.echo","priority":"normal","id":"ui-paused-1","payload":{"n":1}}`)
+	b.waitJS("the task queued behind the pause", numberIn("#prio-normal .pending")+" === 1", 10*time.Second)
+	b.do("looking the queued task up", 10*time.Second,
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("#lookup-id").value = ""`),
+		chromedp.SendKeys(chromedp.CSS("#lookup-id"), "ui-paused-1"),
+		chromedp.Click(chromedp.CSS("#lookup-go")),
+	)
+	b.waitJS("the cancel control for a queued task", `!document.querySelector("#cancel-form").hidden`, 10*time.Second)
+	b.do("asking to cancel", 10*time.Second,
+		chromedp.SendKeys(chromedp.CSS("#cancel-reason"), "not needed"),
+		chromedp.Click(chromedp.CSS("#lookup-cancel")),
+	)
+	b.waitJS("the cancel confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("ui-paused-1")`, 5*time.Second)
+	b.do("confirming the cancel", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.waitJS("the cancelled task, with who and why", `document.querySelector("#lookup-state").textContent === "cancelled" && document.querySelector("#lookup-cancelled").textContent === "Cancelled by dashboard: not needed" && document.querySelector("#cancel-form").hidden`, 10*time.Second)
+	b.screenshot("ui-dashboard-cancelled.png")
+	b.do("asking to resume normal", 10*time.Second, chromedp.Click(chromedp.CSS("#prio-normal .pause-toggle")))
+	b.waitJS("the resume confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("Resume priority normal")`, 5*time.Second)
+	b.do("confirming the resume", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.waitJS("normal resumed and drained", `document.querySelector("#prio-normal .pause-state").textContent === "" && `+numberIn("#prio-normal .pending")+" === 0 && "+numberIn("#prio-normal .inflight")+" === 0", 15*time.Second)
+	if got := eval[string](b, `document.querySelector("#lookup-state").textContent`); got != "cancelled" {
+		t.Errorf("the cancelled task ended %q after the resume", got)
+	}
+
+	// 4c. A periodic task created, paused, resumed and deleted from the
+	// schedules panel; while active it fires demo.echo tasks.
+	resultsBefore := eval[float64](b, numberIn("#results-count"))
+	b.do("creating a schedule", 10*time.Second,
+		chromedp.SendKeys(chromedp.CSS("#sched-name"), "ui-every-second"),
+		chromedp.SendKeys(chromedp.CSS("#sched-spec"), "@every 1s"),
+		chromedp.SendKeys(chromedp.CSS("#sched-type"), "demo.echo"),
+		chromedp.Click(chromedp.CSS("#sched-save")),
+	)
+	schedRow := `document.querySelector('#sched-table tr[data-name="ui-every-second"]')`
+	b.waitJS("the schedule listed with its next run", schedRow+`?.querySelector(".sched-state").textContent === "active" && `+schedRow+`.querySelector(".sched-next").textContent !== "—"`, 10*time.Second)
+	b.waitJS("a fired task in the results", fmt.Sprintf("%s > %v", numberIn("#results-count"), resultsBefore), 10*time.Second)
+	b.do("pausing the schedule", 10*time.Second, chromedp.Click(chromedp.CSS(`#sched-table tr[data-name="ui-every-second"] .sched-toggle`)))
+	b.waitJS("the schedule paused", schedRow+`?.querySelector(".sched-state").textContent === "paused" && `+schedRow+`.querySelector(".sched-next").textContent === "—"`, 10*time.Second)
+	b.do("resuming the schedule", 10*time.Second, chromedp.Click(chromedp.CSS(`#sched-table tr[data-name="ui-every-second"] .sched-toggle`)))
+	b.waitJS("the schedule active again", schedRow+`?.querySelector(".sched-state").textContent === "active"`, 10*time.Second)
+	b.screenshot("ui-dashboard-schedules.png")
+	b.do("asking to delete the schedule", 10*time.Second, chromedp.Click(chromedp.CSS(`#sched-table tr[data-name="ui-every-second"] .sched-delete`)))
+	b.waitJS("the delete confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("ui-every-second")`, 5*time.Second)
+	b.do("confirming the delete", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.waitJS("the schedule gone", schedRow+` === null && document.querySelector("#sched-message").textContent === "Schedule ui-every-second deleted."`, 10*time.Second)
+
 	// 4b. A binary output: shown as a hex dump, downloaded byte for byte.
 	bin := make([]byte, 0, 263)
 	bin = append(bin, 0xff, 0xfe, 0xc3, 0x28, 0x00, 'o', 'k')

@@ -65,6 +65,7 @@ func (r *Store) Put(ctx context.Context, doc spool.Result) error {
 	if _, err := r.results.Put(ctx, doc.ID, b); err != nil {
 		return fmt.Errorf("writing %s result of task %s: %w", doc.State, doc.ID, err)
 	}
+	r.stateEvent(&doc, b)
 	return nil
 }
 
@@ -79,7 +80,56 @@ func (r *Store) PutAsync(doc spool.Result) error {
 	if _, err := r.js.PublishAsync(r.putPrefix+doc.ID, b); err != nil {
 		return fmt.Errorf("writing %s result of task %s: %w", doc.State, doc.ID, err)
 	}
+	r.stateEvent(&doc, b)
 	return nil
+}
+
+// eventOf is the event a stored state announces; processing and pending
+// announce none (an attempt announces started as it starts).
+func eventOf(s spool.State) spool.EventKind {
+	switch s {
+	case spool.StateRetrying:
+		return spool.EventRetrying
+	case spool.StateCompleted:
+		return spool.EventCompleted
+	case spool.StateDead:
+		return spool.EventDead
+	case spool.StateCancelled:
+		return spool.EventCancelled
+	case spool.StateSnoozed:
+		return spool.EventSnoozed
+	}
+	return ""
+}
+
+func (r *Store) stateEvent(doc *spool.Result, data []byte) {
+	if k := eventOf(doc.State); k != "" {
+		r.PublishEvent(k, doc, data)
+	}
+}
+
+// Event publishes the event of kind about doc.
+func (r *Store) Event(kind spool.EventKind, doc spool.Result) {
+	b, err := r.encode(&doc)
+	if err != nil {
+		return
+	}
+	r.PublishEvent(kind, &doc, b)
+}
+
+// EventMsg is the subject and body of the event of kind about doc, encoded
+// as data, for callers that publish it later (the completion pipeline).
+func (r *Store) EventMsg(kind spool.EventKind, doc *spool.Result, data []byte) (string, []byte) {
+	return r.names.EventSubject(kind, doc.Priority, doc.ID, doc.Type),
+		spool.AppendEvent(make([]byte, 0, len(data)+80), kind, time.Now(), data)
+}
+
+// PublishEvent publishes the event of kind about doc, encoded as data, on
+// its event subject: a core NATS publish, for whoever listens (lost when
+// nobody does, or when the connection is down).
+func (r *Store) PublishEvent(kind spool.EventKind, doc *spool.Result, data []byte) {
+	subj, body := r.EventMsg(kind, doc, data)
+	_ = r.js.Conn().Publish(subj, body) // best effort: events are notifications
 }
 
 // PutUnacked publishes doc to the bucket without asking for an
@@ -248,7 +298,7 @@ func isWrongLastSequence(err error) bool {
 // json.Marshal for its error (a time json.Marshal rejects, an invalid
 // priority).
 func appendResult(b []byte, doc *spool.Result) (_ []byte, ok bool) {
-	if !doc.Priority.Valid() {
+	if !doc.Priority.Valid() || doc.CancelledBy != "" || doc.CancelReason != "" || doc.Progress != nil || doc.Snoozes != 0 {
 		return nil, false
 	}
 	b = append(b, `{"id":`...)

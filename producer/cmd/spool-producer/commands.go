@@ -406,7 +406,9 @@ func (s *session) noResult(ctx context.Context, cfg Config, id, after string) er
 }
 
 func runCancel(ctx context.Context, cfg Config, env *cmdEnv, args []string) error {
-	fs := newFlags("cancel", "spool-producer cancel ID", env)
+	fs := newFlags("cancel", "spool-producer cancel [--by WHO] [--reason WHY] ID", env)
+	by := fs.String("by", defaultCanceller(), "who cancels, stored in the result's cancelled_by")
+	reason := fs.String("reason", "", "why, stored in the result's cancel_reason (default none)")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -422,15 +424,28 @@ func runCancel(ctx context.Context, cfg Config, env *cmdEnv, args []string) erro
 		return err
 	}
 	defer s.close()
-	ok, err := s.client.Cancel(ctx, pos[0])
+	res, err := s.client.Cancel(ctx, pos[0], producer.CancelBy(*by), producer.CancelReason(*reason))
+	if errors.Is(err, producer.ErrTaskFinished) && res.State == spool.StateCancelled {
+		return fmt.Errorf("task %q was already cancelled by %s (%s)", pos[0], res.CancelledBy, res.CancelReason)
+	}
 	if err != nil {
 		return err
 	}
-	if !ok {
-		return fmt.Errorf("task %q has no pending schedule (never scheduled, already fired or cancelled)", pos[0])
-	}
 	fmt.Fprintf(env.stdout, "cancelled %s\n", pos[0])
 	return nil
+}
+
+// defaultCanceller is the -by default of cancel: $USER@host.
+func defaultCanceller() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	user := os.Getenv("USER")
+	if user == "" {
+		user = "spool-producer"
+	}
+	return user + "@" + host
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -3,7 +3,7 @@
 //
 //	spool-producer enqueue --type email.send --payload '{"to":"a@example.com"}' [flags]
 //	spool-producer result <id> [--wait]
-//	spool-producer cancel <id>
+//	spool-producer cancel [-by who] [-reason why] <id>
 //	spool-producer load --count 100000 --mix critical=1,high=2,normal=4 [flags]
 //	spool-producer serve
 //
@@ -22,6 +22,7 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	_ "time/tzdata" // schedules' time zones resolve without the system tz database
 
 	"github.com/spoolq/spool/shared/cli"
 	"github.com/spoolq/spool/shared/config"
@@ -76,9 +77,9 @@ const usage = `usage: spool-producer <command> [flags] [args]
 
 commands:
   enqueue        enqueue one task
-  result <id>    print a task's result document; --wait waits until it is completed or
-                 dead, for at most --timeout (default 1m; 0 waits until interrupted)
-  cancel <id>    cancel a scheduled task that has not fired
+  result <id>    print a task's result document; --wait waits until it is completed,
+                 dead or cancelled, for at most --timeout (default 1m; 0 waits until interrupted)
+  cancel <id>    cancel a task: delayed, queued or running (--by, --reason)
   load           generate load: --count or --duration, --rate, --mix, --type, --size
   serve          run the HTTP broker on SPOOL_HTTP_ADDR
   help           show this text and the environment variables

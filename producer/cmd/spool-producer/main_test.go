@@ -179,7 +179,7 @@ func TestEnqueueCommandRejectsBadFlags(t *testing.T) {
 		{"stray argument", []string{"enqueue", "--type", "a", "extra"}, "no arguments"},
 		{"result without id", []string{"result"}, "one task id"},
 		{"result missing", []string{"result", "nope"}, `task "nope" is not known`},
-		{"cancel missing", []string{"cancel", "nope"}, "no pending schedule"},
+		{"cancel missing", []string{"cancel", "nope"}, "task not found"},
 		{"load without limit", []string{"load"}, "--count or --duration"},
 		{"load bad mix", []string{"load", "--count", "1", "--mix", "urgent=1"}, "--mix"},
 		{"load zero mix", []string{"load", "--count", "1", "--mix", "high=0"}, "all weights are zero"},
@@ -208,11 +208,14 @@ func TestResultAndCancelCommands(t *testing.T) {
 	if err != nil || !strings.HasPrefix(out, "scheduled r1 for ") {
 		t.Fatalf("%q, %v", out, err)
 	}
-	if out, err := s.cli(t, "", "cancel", "r1"); err != nil || out != "cancelled r1\n" {
+	if out, err := s.cli(t, "", "cancel", "-by", "ada", "-reason", "obsolete", "r1"); err != nil || out != "cancelled r1\n" {
 		t.Fatalf("cancel: %q, %v", out, err)
 	}
-	if _, err := s.cli(t, "", "cancel", "r1"); err == nil {
-		t.Fatal("second cancel succeeded")
+	if _, err := s.cli(t, "", "cancel", "r1"); err == nil || !strings.Contains(err.Error(), "already cancelled by ada (obsolete)") {
+		t.Fatalf("second cancel: %v", err)
+	}
+	if out, err := s.cli(t, "", "result", "r1"); err != nil || !strings.Contains(out, `"state": "cancelled"`) || !strings.Contains(out, `"cancelled_by": "ada"`) {
+		t.Fatalf("result after cancel: %q, %v", out, err)
 	}
 
 	kv, err := s.js.KeyValue(ctx, "spool_results")

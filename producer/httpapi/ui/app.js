@@ -12,6 +12,7 @@
   const DLQ_PAGE = 50;
   const DLQ_REFRESH_MS = 2000;
   const TOKEN_KEY = "spool.token";
+  const TERMINAL = ["completed", "dead", "cancelled"];
 
   const $ = (sel) => document.querySelector(sel);
   const el = (tag, attrs, ...kids) => {
@@ -71,6 +72,7 @@
     $("#token-form").hidden = true;
     tick();
     loadDLQ();
+    loadSchedules();
   });
   $("#token-change").addEventListener("click", askToken);
 
@@ -145,7 +147,30 @@
         el("td", { class: "oldest num" }, "—"),
         el("td", { class: "rate num" }, "—"),
         el("td", {}, svgEl("backlog-chart")),
-        el("td", {}, svgEl("rate-chart"))));
+        el("td", {}, svgEl("rate-chart")),
+        el("td", { class: "pause" },
+          el("span", { class: "pause-state muted small" }, ""), " ",
+          el("button", { type: "button", class: "pause-toggle", "data-prio": p, onclick: () => togglePause(p) }, "Pause…"))));
+    }
+  }
+
+  // paused holds each priority's pause as the last overview showed it.
+  const paused = {};
+
+  // togglePause pauses priority p for the whole fleet (until resumed), or
+  // resumes it, after a confirmation.
+  async function togglePause(p) {
+    const on = paused[p];
+    const text = on
+      ? "Resume priority " + p + "? Every consumer pulls it again at once."
+      : "Pause priority " + p + " for the whole fleet, until resumed? Its tasks stay queued; running ones finish; other priorities go on.";
+    if (!(await confirmAction(text))) return;
+    try {
+      await api("POST", "/v1/priorities/" + encodeURIComponent(p) + (on ? "/resume" : "/pause"));
+      $("#pause-message").textContent = (on ? "Resumed " : "Paused ") + p + ".";
+      tick();
+    } catch (e) {
+      $("#pause-message").textContent = (on ? "Resume" : "Pause") + " of " + p + " failed: " + e.message;
     }
   }
   function svgEl(cls) {
@@ -263,6 +288,11 @@
       row.querySelector(".oldest").textContent = p.oldest_wait_ns ? fmtDur(p.oldest_wait_ns) : "—";
       row.querySelector(".rate").textContent = fmtRate(last.rates[p.priority]);
       row.classList.toggle("waiting", p.oldest_wait_ns > 60e9);
+      paused[p.priority] = !!p.paused;
+      row.classList.toggle("paused", !!p.paused);
+      const forever = p.paused_until && p.paused_until.startsWith("9999");
+      row.querySelector(".pause-state").textContent = p.paused ? (forever || !p.paused_until ? "paused" : "paused until " + fmtDateTime(p.paused_until)) : "";
+      row.querySelector(".pause-toggle").textContent = p.paused ? "Resume" : "Pause…";
       spark(row.querySelector(".backlog-chart"), samples.map((x) => ({ t: x.t, v: x.prio[p.priority] ? x.prio[p.priority].pending + x.prio[p.priority].inflight : null })), now);
       spark(row.querySelector(".rate-chart"), samples.map((x) => ({ t: x.t, v: x.rates[p.priority] })), now);
     }
@@ -560,6 +590,55 @@
     loadDLQ();
   });
 
+  // ---- periodic schedules --------------------------------------------------
+
+  async function loadSchedules() {
+    try {
+      const res = await api("GET", "/v1/schedules");
+      const list = (res && res.schedules) || [];
+      $("#sched-count").textContent = "(" + list.length + ")";
+      $("#sched-table tbody").replaceChildren(...list.map((x) => el("tr", { "data-name": x.name },
+        el("th", {}, x.name),
+        el("td", {}, el("code", {}, x.spec)),
+        el("td", {}, x.time_zone || "UTC"),
+        el("td", {}, x.priority + " · " + x.type),
+        el("td", { class: "sched-state" }, x.paused ? "paused" : "active"),
+        el("td", { class: "sched-next" }, x.next_run ? fmtDateTime(x.next_run) : "—"),
+        el("td", {},
+          el("button", { type: "button", class: "sched-toggle", onclick: () => scheduleAction(x.name, x.paused ? "resume" : "pause") }, x.paused ? "Resume" : "Pause"), " ",
+          el("button", { type: "button", class: "sched-delete danger", onclick: () => scheduleAction(x.name, "delete") }, "Delete…")))));
+    } catch (e) {
+      $("#sched-message").textContent = "Schedules: " + e.message;
+    }
+  }
+
+  async function scheduleAction(name, action) {
+    if (action === "delete" && !(await confirmAction("Delete schedule " + name + "? It fires no more; tasks it already fired stay."))) return;
+    try {
+      if (action === "delete") await api("DELETE", "/v1/schedules/" + encodeURIComponent(name));
+      else await api("POST", "/v1/schedules/" + encodeURIComponent(name) + "/" + action);
+      $("#sched-message").textContent = "Schedule " + name + (action === "delete" ? " deleted." : action === "pause" ? " paused." : " resumed.");
+    } catch (e) {
+      $("#sched-message").textContent = "Schedule " + name + ": " + e.message;
+    }
+    loadSchedules();
+  }
+
+  $("#sched-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const name = $("#sched-name").value.trim();
+    const body = { spec: $("#sched-spec").value.trim(), type: $("#sched-type").value.trim(), priority: $("#sched-priority").value };
+    const tz = $("#sched-tz").value.trim();
+    if (tz) body.time_zone = tz;
+    try {
+      const x = await api("PUT", "/v1/schedules/" + encodeURIComponent(name), body);
+      $("#sched-message").textContent = "Schedule " + name + " saved; next run " + (x.next_run ? fmtDateTime(x.next_run) : "—") + ".";
+    } catch (e) {
+      $("#sched-message").textContent = "Schedule " + name + ": " + e.message;
+    }
+    loadSchedules();
+  });
+
   // ---- task lookup ---------------------------------------------------------
 
   // look is the task the lookup panel shows: its id, the states seen while
@@ -588,7 +667,8 @@
         look.seen.push({ state: doc.state, attempts: doc.attempts, at: new Date().toISOString() });
       }
       renderLookup(doc);
-      if (doc.state !== "completed" && doc.state !== "dead") {
+      $("#cancel-form").hidden = TERMINAL.includes(doc.state);
+      if (!TERMINAL.includes(doc.state)) {
         look.timer = setTimeout(pollLookup, REFRESH_MS);
       } else if (doc.state === "dead") {
         look.timer = setTimeout(pollLookup, 5 * REFRESH_MS); // a replay may bring it back
@@ -596,6 +676,7 @@
     } catch (e) {
       if (id !== look.id) return;
       $("#lookup-result").hidden = true;
+      $("#cancel-form").hidden = e.status !== 404; // a queued task has no document yet
       msg.textContent = e.status === 404 ? "No task " + id + ": still queued (no worker picked it up yet), expired, or never enqueued." : "Lookup failed: " + e.message;
       if (e.status === 404 || e.status === 503 || e.status === 0) look.timer = setTimeout(pollLookup, 2 * REFRESH_MS);
     }
@@ -618,14 +699,19 @@
     const st = $("#lookup-state");
     st.textContent = doc.state;
     st.className = "badge state-" + doc.state;
-    $("#lookup-summary").textContent = [doc.type, doc.priority, "attempt " + doc.attempts, doc.worker ? "on " + doc.worker : ""].filter(Boolean).join(" · ");
+    const prog = doc.progress ? "progress " + (doc.progress.percent !== undefined ? doc.progress.percent + "%" : "") + (doc.progress.value !== undefined ? " " + JSON.stringify(doc.progress.value) : "") : "";
+    $("#lookup-summary").textContent = [doc.type, doc.priority, "attempt " + doc.attempts, doc.snoozes ? doc.snoozes + " snoozes" : "", doc.worker ? "on " + doc.worker : "", prog].filter(Boolean).join(" · ");
+    const cancelled = $("#lookup-cancelled");
+    cancelled.hidden = doc.state !== "cancelled";
+    cancelled.textContent = doc.state === "cancelled" ? "Cancelled by " + (doc.cancelled_by || "unknown") + (doc.cancel_reason ? ": " + doc.cancel_reason : "") : "";
     const events = [];
     const add = (at, text, cls) => at && events.push({ at, text, cls });
     add(doc.enqueued_at, "enqueued (" + doc.priority + ")", "enqueued");
     add(doc.started_at, "attempt " + doc.attempts + " started" + (doc.worker ? " on " + doc.worker : ""), "started");
     add(doc.next_attempt_at, (doc.state === "scheduled" ? "due" : "next attempt") + " at", "next");
     add(doc.replayed_at, "replayed from the DLQ" + (doc.replays ? " (" + doc.replays + "×)" : ""), "replayed");
-    add(doc.finished_at, doc.state + (doc.error ? ": " + doc.error : ""), "finished state-" + doc.state);
+    const why = doc.state === "cancelled" ? " by " + (doc.cancelled_by || "unknown") + (doc.cancel_reason ? ": " + doc.cancel_reason : "") : doc.error ? ": " + doc.error : "";
+    add(doc.finished_at, doc.state + why, "finished state-" + doc.state);
     for (const s of look.seen) add(s.at, s.note || "seen " + s.state + " (attempt " + s.attempts + ")", s.note ? "replayed" : "seen");
     events.sort((a, b) => Date.parse(a.at) - Date.parse(b.at));
     $("#lookup-timeline").replaceChildren(...events.map((e) => el("li", { class: e.cls }, el("time", {}, fmtDateTime(e.at)), " ", e.text)));
@@ -642,6 +728,24 @@
       a.download = doc.id + (enc === "base64" ? ".bin" : enc === "text" ? ".txt" : ".json");
     }
   }
+
+  $("#cancel-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const id = look.id;
+    if (!id || !(await confirmAction("Cancel task " + id + "? A queued or delayed task never runs; a running one has its handler cancelled. It is not retried."))) return;
+    const q = new URLSearchParams({ by: "dashboard" });
+    const reason = $("#cancel-reason").value.trim();
+    if (reason) q.set("reason", reason);
+    try {
+      await api("DELETE", "/v1/tasks/" + encodeURIComponent(id) + "?" + q.toString());
+      $("#cancel-reason").value = "";
+      $("#lookup-message").textContent = "Cancelled " + id + ".";
+      clearTimeout(look.timer);
+      await pollLookup();
+    } catch (e) {
+      $("#lookup-message").textContent = "Cancel of " + id + " failed: " + e.message;
+    }
+  });
 
   // The download fetches the raw output with the bearer token (a plain
   // link would not send it) and saves it as a file.
@@ -750,6 +854,7 @@
 
   for (const p of PRIORITIES) $("#dlq-priority").append(el("option", { value: p }, p));
   for (const r of REASONS) $("#dlq-reason").append(el("option", { value: r }, r));
+  for (const p of PRIORITIES) $("#sched-priority").append(el("option", { value: p, selected: p === "normal" }, p));
   buildPriorityRows();
   const params = new URLSearchParams(location.hash.slice(1));
   if (params.get("task")) lookup(params.get("task"));
@@ -757,5 +862,7 @@
   loadDLQ();
   loadLimits();
   setInterval(tick, REFRESH_MS);
+  loadSchedules();
+  setInterval(loadSchedules, 5 * REFRESH_MS);
   setInterval(loadLimits, LIMITS_REFRESH_MS);
 })();

@@ -4,6 +4,9 @@
 //	spool-admin provision          create or update streams, consumers and buckets
 //	spool-admin status [--json]    pending, in flight and oldest wait per priority
 //	spool-admin dlq list|show|replay|purge   manage dead letters
+//	spool-admin pause <priority> [--for D | --until T]   pause a priority fleet-wide
+//	spool-admin resume <priority>                        resume it
+//	spool-admin schedule list|set|pause|resume|delete    periodic tasks
 //	spool-admin limits ls|set|rm   flow-control rules and their usage
 //
 // Configuration comes from SPOOL_ environment variables (spool-admin help
@@ -24,6 +27,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	_ "time/tzdata" // schedules' time zones resolve without the system tz database
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -57,6 +61,9 @@ commands:
   provision   create or update Spool's streams, consumers and KV buckets
   status      show pending, in-flight and oldest wait per priority, DLQ size, results
   dlq         list, show, replay and purge dead letters (spool-admin dlq help)
+  pause P     pause priority P for the whole fleet (--for D or --until T; default until resumed)
+  resume P    resume priority P
+  schedule    list, set, pause, resume and delete periodic tasks (spool-admin schedule help)
   limits      flow-control rules: ls, set, rm (spool-admin limits help)
   help        show this text and the environment variables
 
@@ -94,6 +101,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "provision", "status":
 	case "dlq":
 		return runDLQ(ctx, args, stdout, stderr)
+	case "pause", "resume":
+		return runPause(ctx, cmd, args, stdout, stderr)
+	case "schedule":
+		return runSchedule(ctx, args, stdout, stderr)
 	case "limits":
 		return runLimits(ctx, args, stdout, stderr)
 	default:
@@ -109,16 +120,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%s takes no arguments, got %q", cmd, fs.Args())
 	}
-	if *timeout <= 0 {
-		return fmt.Errorf("--timeout %s must be positive", *timeout)
-	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	sess, err := open(ctx, *url, *verbose, stderr)
+	ctx, sess, done, err := openFor(ctx, *url, *verbose, *timeout, stderr)
 	if err != nil {
 		return err
 	}
-	defer sess.nc.Close()
+	defer done()
 	cfg, js, logger := sess.cfg, sess.js, sess.logger
 	names := cfg.Names()
 	switch cmd {
@@ -137,9 +143,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "provisioned %s, %s, %s, 5 priority consumers, KV %s, %s, %s and %s\n",
+		fmt.Fprintf(stdout, "provisioned %s, %s, %s, 5 priority consumers, KV %s, %s, %s, %s and %s\n",
 			names.TaskStream(), names.DLQStream(), names.AdvisoryStream(), names.ResultsBucket(), names.UniqueBucket(),
-			names.LimitsBucket(), names.LeasesBucket())
+			names.CancelBucket(), names.LimitsBucket(), names.LeasesBucket())
 		return nil
 	default: // status
 		st, err := sess.admin.Status(ctx)
@@ -165,6 +171,21 @@ type session struct {
 	js     jetstream.JetStream
 	admin  *admin.Client
 	logger *slog.Logger
+}
+
+// openFor checks the --timeout flag's value, bounds ctx with it and opens a
+// session; done closes the connection and ends the context.
+func openFor(ctx context.Context, url string, verbose bool, timeout time.Duration, stderr io.Writer) (context.Context, *session, func(), error) {
+	if timeout <= 0 {
+		return nil, nil, nil, fmt.Errorf("--timeout %s must be positive", timeout)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	sess, err := open(ctx, url, verbose, stderr)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, sess, func() { sess.nc.Close(); cancel() }, nil
 }
 
 // open loads the configuration (url, when set, overrides SPOOL_NATS_URL) and
@@ -206,13 +227,22 @@ func open(ctx context.Context, url string, verbose bool, stderr io.Writer) (*ses
 
 func printStatus(w io.Writer, st admin.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "priority\tpending\tin flight\tredelivered\toldest wait\t")
+	fmt.Fprintln(tw, "priority\tpending\tin flight\tredelivered\toldest wait\tpaused\t")
 	for _, p := range st.Priorities {
 		wait := "-"
 		if p.OldestWait > 0 {
 			wait = p.OldestWait.Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t\n", p.Priority, p.Pending, p.InFlight, p.Redelivered, wait)
+		paused := "-"
+		switch {
+		case p.PausedUntil != nil && p.PausedUntil.Equal(admin.Forever):
+			paused = "until resumed"
+		case p.PausedUntil != nil:
+			paused = "until " + p.PausedUntil.UTC().Format(time.RFC3339)
+		case p.Paused:
+			paused = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t\n", p.Priority, p.Pending, p.InFlight, p.Redelivered, wait, paused)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

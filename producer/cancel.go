@@ -1,0 +1,271 @@
+package producer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
+)
+
+// CancelOption sets who cancels a task and why.
+type CancelOption func(*spool.Cancellation)
+
+// CancelBy names who cancels (a user, a service); it is stored in the
+// result document's cancelled_by. Default: "<hostname>-<pid>" of this
+// process.
+func CancelBy(who string) CancelOption { return func(c *spool.Cancellation) { c.By = who } }
+
+// CancelReason says why; it is stored in the result document's
+// cancel_reason. Default: none.
+func CancelReason(why string) CancelOption { return func(c *spool.Cancellation) { c.Reason = why } }
+
+// Cancel cancels task id wherever it is, and returns its cancelled result
+// document:
+//
+//   - delayed: its schedule is deleted, so it never fires;
+//   - queued (no worker has written a state yet): it never runs; the
+//     worker that pulls it drops it;
+//   - running: the worker running it (or its remote handler) sees the
+//     cancellation on its subject and cancels the handler's context at
+//     once; the attempt ends without a retry or a dead letter.
+//
+// The cancellation is stored in the cancel bucket (the tombstone workers
+// check before running a task) and the result document becomes cancelled,
+// with CancelledBy and CancelReason. The task's unique key is released.
+//
+// A task that already reached a terminal state gives an error wrapping
+// ErrTaskFinished, and the document as it is; an id found nowhere (no
+// result, no schedule, not in the task stream) gives ErrTaskNotFound.
+// Finding a task that has no result document yet reads the task stream's
+// backlog one message at a time: a deep backlog needs a longer ctx.
+func (c *Client) Cancel(ctx context.Context, id string, opts ...CancelOption) (spool.Result, error) {
+	if err := spool.ValidateID(id); err != nil {
+		return spool.Result{}, invalid("id", err)
+	}
+	cn := spool.Cancellation{ID: id, By: defaultCanceller()}
+	for _, o := range opts {
+		o(&cn)
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	var (
+		doc       spool.Result
+		uniqueKey string
+		stored    bool
+	)
+	// The cancelled document replaces exactly the revision read (or
+	// creates the first one): a worker that wrote meanwhile (completed,
+	// say) makes the write fail, and the loop reads again.
+	for try := 0; try < 5 && !stored; try++ {
+		var rev uint64
+		var err error
+		doc, rev, uniqueKey, err = c.locate(ctx, id)
+		if err != nil {
+			return doc, err
+		}
+		if try > 0 && doc.State == spool.StateCancelled {
+			stored = true // the worker met the cancellation first and wrote it
+			break
+		}
+		if doc.State.Terminal() {
+			return doc, fmt.Errorf("%w: task %q is %s", ErrTaskFinished, id, doc.State)
+		}
+		if try == 0 {
+			cn.At = time.Now().UTC()
+			if err := c.putCancellation(ctx, cn); err != nil {
+				return doc, err
+			}
+		}
+		if doc.State == spool.StateScheduled {
+			if err := c.deleteSchedule(ctx, id); err != nil {
+				return doc, err
+			}
+		}
+		doc.State = spool.StateCancelled
+		doc.CancelledBy, doc.CancelReason = cn.By, cn.Reason
+		doc.FinishedAt = &cn.At
+		doc.NextAttempt, doc.Error, doc.Reason, doc.Progress = nil, "", "", nil
+		if stored, err = c.putResult(ctx, doc, rev); err != nil {
+			return doc, err
+		}
+	}
+	if !stored {
+		return doc, fmt.Errorf("task %q: its result kept changing while cancelling; its cancellation is stored, a worker ends it as it meets it", id)
+	}
+	if uniqueKey != "" {
+		if _, err := c.deleteUniqueIfHeld(ctx, uniqueKey, id); err != nil {
+			return doc, fmt.Errorf("task %q cancelled, but releasing its unique key: %w", id, err)
+		}
+	}
+	c.event(spool.EventCancelled, doc)
+	c.logger.InfoContext(ctx, "task cancelled", "task_id", id, "by", cn.By, "reason", cn.Reason)
+	return doc, nil
+}
+
+// locate finds task id: its result document, else its schedule, else the
+// task in the stream. uniqueKey is the task's unique key when the
+// schedule or the queued task shows it.
+func (c *Client) locate(ctx context.Context, id string) (doc spool.Result, rev uint64, uniqueKey string, err error) {
+	kv, err := c.resultsBucket(ctx)
+	if err != nil {
+		return doc, 0, "", err
+	}
+	var entry jetstream.KeyValueEntry
+	err = c.do(ctx, "reading the result of task "+id, func(ctx context.Context) (err error) {
+		entry, err = kv.Get(ctx, id)
+		return err
+	})
+	switch {
+	case err == nil:
+		doc, err = decodeResult(id, entry)
+		return doc, entry.Revision(), "", err
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return doc, 0, "", fmt.Errorf("reading the result of task %q: %w", id, err)
+	}
+	if doc, err = c.scheduledResult(ctx, id); err == nil {
+		uniqueKey, err = c.scheduleUniqueKey(ctx, id)
+		return doc, 0, uniqueKey, err
+	}
+	if !errors.Is(err, ErrTaskNotFound) {
+		return doc, 0, "", err
+	}
+	s, _, err := c.taskStream(ctx)
+	if err != nil {
+		return doc, 0, "", err
+	}
+	var msg *jetstream.RawStreamMsg
+	err = c.do(ctx, "looking for task "+id+" in the task stream", func(ctx context.Context) (err error) {
+		msg, err = streams.FindQueued(ctx, s, c.names, id)
+		return err
+	})
+	if err != nil {
+		return doc, 0, "", err
+	}
+	if msg == nil {
+		return doc, 0, "", fmt.Errorf("%w: task %q has no result, no pending schedule and is not queued (never enqueued, or its result expired)", ErrTaskNotFound, id)
+	}
+	doc = spool.Result{ID: id, State: spool.StatePending, EnqueuedAt: msg.Time, TraceParent: msg.Header.Get(spool.HeaderTraceParent)}
+	if p, typ, err := c.names.ParseTaskSubject(msg.Subject); err == nil {
+		doc.Priority, doc.Type = p, typ
+	}
+	return doc, 0, msg.Header.Get(spool.HeaderUniqueKey), nil
+}
+
+func (c *Client) scheduleUniqueKey(ctx context.Context, id string) (string, error) {
+	subject, err := c.names.SchedSubject(id)
+	if err != nil {
+		return "", invalid("id", err)
+	}
+	s, _, err := c.taskStream(ctx)
+	if err != nil {
+		return "", err
+	}
+	var msg *jetstream.RawStreamMsg
+	err = c.do(ctx, "looking up the schedule of task "+id, func(ctx context.Context) (err error) {
+		msg, err = s.GetLastMsgForSubject(ctx, subject)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("looking up the schedule of task %q: %w", id, err)
+	}
+	return msg.Header.Get(spool.HeaderUniqueKey), nil
+}
+
+// deleteSchedule removes the pending schedule of task id; one that fired
+// or went meanwhile is not an error (the tombstone stops the task).
+func (c *Client) deleteSchedule(ctx context.Context, id string) error {
+	subject, err := c.names.SchedSubject(id)
+	if err != nil {
+		return invalid("id", err)
+	}
+	s, _, err := c.taskStream(ctx)
+	if err != nil {
+		return err
+	}
+	var msg *jetstream.RawStreamMsg
+	err = c.do(ctx, "looking up the schedule of task "+id, func(ctx context.Context) (err error) {
+		msg, err = s.GetLastMsgForSubject(ctx, subject)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("looking up the schedule of task %q: %w", id, err)
+	}
+	err = c.do(ctx, "deleting the schedule of task "+id, func(ctx context.Context) error {
+		return s.DeleteMsg(ctx, msg.Sequence)
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) && !isMsgGone(err) {
+		return fmt.Errorf("deleting the schedule of task %q (seq %d): %w", id, msg.Sequence, err)
+	}
+	return nil
+}
+
+func (c *Client) putCancellation(ctx context.Context, cn spool.Cancellation) error {
+	kv, err := c.cancelBucket(ctx)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(cn)
+	if err != nil {
+		return fmt.Errorf("encoding the cancellation of task %q: %w", cn.ID, err)
+	}
+	err = c.do(ctx, "storing the cancellation of task "+cn.ID, func(ctx context.Context) error {
+		_, err := kv.Put(ctx, cn.ID, b)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("storing the cancellation of task %q: %w", cn.ID, err)
+	}
+	return nil
+}
+
+// putResult writes doc over revision rev (0: creates it); stored is false
+// when another write came first.
+func (c *Client) putResult(ctx context.Context, doc spool.Result, rev uint64) (stored bool, err error) {
+	kv, err := c.resultsBucket(ctx)
+	if err != nil {
+		return false, err
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return false, fmt.Errorf("encoding the result of task %q: %w", doc.ID, err)
+	}
+	// A retried create or update whose first try was stored fails as a
+	// conflict: the caller reads again and finds its own document.
+	err = c.do(ctx, "writing the cancelled result of task "+doc.ID, func(ctx context.Context) error {
+		if rev == 0 {
+			_, err := kv.Create(ctx, doc.ID, b)
+			return err
+		}
+		_, err := kv.Update(ctx, doc.ID, b, rev)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("writing the cancelled result of task %q: %w", doc.ID, err)
+	}
+	return true, nil
+}
+
+func defaultCanceller() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return host + "-" + strconv.Itoa(os.Getpid())
+}

@@ -1,0 +1,47 @@
+package httpapi_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spoolq/spool/producer/httpapi"
+	"github.com/spoolq/spool/streams/embedded"
+)
+
+func TestPauseAndResumeOverHTTP(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, embedded.Options{}, httpapi.Options{Token: "tok"})
+	for _, tt := range []struct {
+		name, path, token string
+		status            int
+		code              string
+	}{
+		{"no token", "/v1/priorities/high/pause", "", 401, "unauthorized"},
+		{"bad priority", "/v1/priorities/urgent/pause", "tok", 400, "invalid_priority"},
+		{"bad for", "/v1/priorities/high/pause?for=soon", "tok", 400, "invalid_pause"},
+		{"past until", "/v1/priorities/high/pause?until=2001-01-01T00:00:00Z", "tok", 400, "invalid_pause"},
+		{"both", "/v1/priorities/high/pause?for=1h&until=2999-01-01T00:00:00Z", "tok", 400, "invalid_pause"},
+		{"bad priority on resume", "/v1/priorities/urgent/resume", "tok", 400, "invalid_priority"},
+	} {
+		r := b.do(t, "POST", tt.path, tt.token, nil)
+		if code, _, _ := r.errorCode(); r.status != tt.status || code != tt.code {
+			t.Errorf("%s: %d %s, want %d %s", tt.name, r.status, r.body, tt.status, tt.code)
+		}
+	}
+	r := b.do(t, "POST", "/v1/priorities/high/pause?for=1h", "tok", nil)
+	if r.status != 200 || !strings.Contains(string(r.body), `"paused":true`) {
+		t.Fatalf("pause: %d %s", r.status, r.body)
+	}
+	r = b.do(t, "GET", "/v1/overview", "tok", nil)
+	if r.status != 200 || strings.Count(string(r.body), `"paused":true`) != 1 {
+		t.Fatalf("overview while paused: %d %s", r.status, r.body)
+	}
+	r = b.do(t, "POST", "/v1/priorities/high/resume", "tok", nil)
+	if r.status != 200 || !strings.Contains(string(r.body), `"paused":false`) {
+		t.Fatalf("resume: %d %s", r.status, r.body)
+	}
+	r = b.do(t, "GET", "/v1/overview", "tok", nil)
+	if r.status != 200 || strings.Contains(string(r.body), `"paused":true`) {
+		t.Fatalf("overview after resume: %d %s", r.status, r.body)
+	}
+}

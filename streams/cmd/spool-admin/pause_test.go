@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/spoolq/spool/streams/embedded"
+)
+
+func TestPauseAndResumeCommands(t *testing.T) {
+	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	t.Setenv("SPOOL_LOG_LEVEL", "warn")
+	url := s.ClientURL()
+	cli := func(args ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		err := run(t.Context(), append(args, "--url", url), &out, &errOut)
+		return out.String(), err
+	}
+	if _, err := cli("provision"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cli("pause", "low"); err != nil || out != "paused low until resumed\n" {
+		t.Fatalf("pause: %q, %v", out, err)
+	}
+	if out, err := cli("pause", "--for", "1h", "idle"); err != nil || !strings.HasPrefix(out, "paused idle until 20") {
+		t.Fatalf("pause --for: %q, %v", out, err)
+	}
+	out, err := cli("status")
+	if err != nil || !strings.Contains(out, "until resumed") {
+		t.Fatalf("status while paused: %q, %v", out, err)
+	}
+	if out, err := cli("resume", "low"); err != nil || out != "resumed low\n" {
+		t.Fatalf("resume: %q, %v", out, err)
+	}
+	if out, err := cli("status"); err != nil || strings.Contains(out, "until resumed") {
+		t.Fatalf("status after resume: %q, %v", out, err)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pause"}, "takes one priority"},
+		{[]string{"pause", "urgent"}, "is not one of critical"},
+		{[]string{"pause", "--for", "1h", "--until", "2999-01-01T00:00:00Z", "low"}, "give one of them"},
+		{[]string{"pause", "--until", "tomorrow", "low"}, "want an RFC 3339 time"},
+		{[]string{"pause", "--until", "2001-01-01T00:00:00Z", "low"}, "the time is past"},
+		{[]string{"resume", "urgent"}, "is not one of critical"},
+	} {
+		if _, err := cli(tt.args...); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: %v, want %q", tt.args, err, tt.want)
+		}
+	}
+}

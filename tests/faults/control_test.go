@@ -1,0 +1,143 @@
+package faults_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spoolq/spool/producer"
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams/admin"
+	"github.com/spoolq/spool/tests/checker"
+)
+
+// TestControlsUnderKills issues pauses, resumes and cancels while worker
+// processes are killed with SIGKILL and replaced: nothing is lost, every
+// task ends completed or cancelled, and a task whose cancel was
+// acknowledged never completes afterwards.
+func TestControlsUnderKills(t *testing.T) {
+	const (
+		workers = 3
+		every   = 150 * time.Millisecond
+	)
+	n := scale(600)
+	start := time.Now()
+	srv := startServer(t, t.TempDir(), 0, soak())
+	nc := connect(t, srv.url, "faults-control")
+	js := provision(t, nc, settings(1))
+	chk := checker.New()
+	fl := newFleet(t, srv.url, chk, "SPOOL_CONCURRENCY=8")
+	for range workers {
+		fl.start()
+	}
+	client, err := producer.New(nc, producer.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	adm, err := admin.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks := make([]producer.Task, n)
+	values := make([]string, n)
+	for i := range n {
+		tasks[i], values[i] = newTask(t, fmt.Sprintf("ctl-%05d", i), spool.Priorities[i%len(spool.Priorities)], faultTask{SleepMS: 100})
+	}
+	gen := &loadGen{client: client, chk: chk}
+	ctx := ctxFor(t, time.Duration(scale(3))*time.Minute)
+	produced := make(chan error, 1)
+	go func() { produced <- gen.enqueue(ctx, tasks, values, 20, 20*time.Millisecond) }()
+
+	var mu sync.Mutex
+	cancelled := map[string]time.Time{} // id → when its cancel was acknowledged
+	var paused *spool.Priority
+	pauses, notFound, finished := 0, 0, 0
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
+	producing := true
+	for round := 0; ; round++ {
+		select {
+		case err := <-produced:
+			if err != nil {
+				t.Fatalf("enqueueing: %v", err)
+			}
+			producing = false
+			continue
+		case <-ctx.Done():
+			t.Fatalf("tasks not done before the deadline: %v", idle(context.WithoutCancel(ctx), js))
+		case <-ticker.C:
+		}
+		// Resume the last pause, and for the first rounds pause another
+		// priority and cancel a few tasks.
+		if paused != nil {
+			if err := adm.ResumePriority(ctx, *paused); err != nil {
+				t.Fatalf("resuming %s: %v", *paused, err)
+			}
+			paused = nil
+		}
+		if producing || round < 30 {
+			p := spool.Priorities[rand.IntN(len(spool.Priorities))]
+			if _, err := adm.PausePriority(ctx, p, time.Now().Add(time.Minute)); err != nil {
+				t.Fatalf("pausing %s: %v", p, err)
+			}
+			paused = &p
+			pauses++
+			// Cancel a few tasks, queued or running.
+			for range 3 {
+				id := tasks[rand.IntN(n)].ID
+				_, err := client.Cancel(ctx, id, producer.CancelBy("faults"))
+				switch {
+				case err == nil:
+					mu.Lock()
+					cancelled[id] = time.Now()
+					mu.Unlock()
+				case errors.Is(err, producer.ErrTaskNotFound):
+					notFound++ // not enqueued yet
+				case errors.Is(err, producer.ErrTaskFinished):
+					finished++
+				default:
+					t.Fatalf("cancelling %s: %v", id, err)
+				}
+			}
+		}
+		if !producing && paused == nil && idle(ctx, js) == nil {
+			break
+		}
+		if round%2 == 0 {
+			running := fl.running()
+			fl.kill(running[rand.IntN(len(running))])
+			fl.start()
+		}
+	}
+	left := settle(t, ctx, js, time.Minute)
+	fl.stopAll(30 * time.Second)
+	collect(t, js, chk)
+	lines, torn := fl.readLogs()
+	t.Logf("%d execution lines, %d torn by SIGKILL, %d workers started", lines, torn, workers+fl.kills)
+	r := report(t, "pauses and cancels under SIGKILL", fmt.Sprintf("%d SIGKILL, %d pauses, %d cancels", fl.kills, pauses, len(cancelled)), start, chk, left)
+	t.Logf("cancels: %d acknowledged, %d too late (finished), %d before the enqueue", len(cancelled), finished, notFound)
+	if len(cancelled) < 5 || fl.kills < 3 {
+		t.Errorf("only %d cancels and %d kills: the scenario proves little", len(cancelled), fl.kills)
+	}
+	if r.Completed+r.Cancelled != r.Tasks {
+		t.Errorf("%d completed + %d cancelled of %d tasks; dead: %s", r.Completed, r.Cancelled, r.Tasks, r.DeadSummary())
+	}
+	if r.Cancelled != len(cancelled) {
+		t.Errorf("%d tasks ended cancelled, %d cancels were acknowledged", r.Cancelled, len(cancelled))
+	}
+	kv, err := js.KeyValue(ctx, names.ResultsBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := range cancelled {
+		doc, err := result(ctx, kv, id)
+		if err != nil || doc.State != spool.StateCancelled || doc.CancelledBy != "faults" {
+			t.Errorf("task %s, cancelled, ended %+v (%v)", id, doc, err)
+		}
+	}
+}
