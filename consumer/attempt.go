@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/workflow"
 	"github.com/spoolq/spool/streams/dlq"
 )
 
@@ -60,6 +61,9 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 	}
 	if meta.ID != "" {
 		a.id = meta.ID
+	}
+	if ref, ok := workflow.RefOf(hdr, a.id); ok && !w.beginStep(&a, ref) {
+		return
 	}
 	retries := w.o.MaxRetries
 	if meta.MaxRetries != nil {
@@ -115,6 +119,8 @@ type attemptInfo struct {
 	traceParent string
 	enq         time.Time
 	started     time.Time
+	// wf is the workflow step the task runs, nil for a plain task.
+	wf *workflow.Ref
 }
 
 func (a attemptInfo) doc(state spool.State) spool.Result {
@@ -163,7 +169,7 @@ func (w *Worker) run(a attemptInfo, t *Task, timeout time.Duration, o outcome) {
 				r = handlerResult{err: &PanicError{Value: v, Stack: debug.Stack()}}
 			}
 		}()
-		r.out, r.err = w.h.ProcessTask(ctx, t)
+		r.out, r.err = w.handlerFor(t).ProcessTask(ctx, t)
 	}()
 	// A no-op when the watch settled the attempt already; waits for it
 	// when it is settling it now.
@@ -379,7 +385,7 @@ func (w *Worker) complete(a attemptInfo, out []byte, o outcome) {
 	doc.Result = spool.ResultValue(out)
 	fin := time.Now()
 	doc.FinishedAt = &fin
-	if a.uniqueKey == "" {
+	if a.uniqueKey == "" && a.wf == nil {
 		err := w.pipe.put(a, o, doc)
 		if err == nil {
 			return
@@ -391,6 +397,16 @@ func (w *Worker) complete(a attemptInfo, out []byte, o outcome) {
 	if err := w.results.Put(ctx, doc); err != nil {
 		w.resultLost(a, o, err)
 		return
+	}
+	if a.wf != nil {
+		if err := w.finishStep(a, workflow.Outcome{State: workflow.Completed}); err != nil {
+			// The result is stored: the redelivery skips the handler and
+			// advances the workflow again.
+			w.log.Warn("advancing the workflow of a completed step; the task will come back", "task_id", a.id, "error", err)
+			w.nak(a, w.o.retryDelay(a.attempt))
+			w.rec.record(a.p, a.typ, o)
+			return
+		}
 	}
 	if err := w.results.ReleaseUnique(ctx, a.uniqueKey, a.id); err != nil {
 		w.log.Warn("releasing unique key", "task_id", a.id, "unique_key", a.uniqueKey, "error", err)
@@ -475,6 +491,17 @@ func (w *Worker) deadLetter(a attemptInfo, reason spool.Reason, cause error, o o
 	}
 	if err := w.results.Dead(ctx, dm); err != nil {
 		w.log.Warn("writing dead result or releasing unique key", "task_id", a.id, "error", err)
+	}
+	if a.wf != nil {
+		if err := w.finishStep(a, workflow.Outcome{State: workflow.Failed, Error: errText, Reason: reason}); err != nil {
+			// The dead result is stored: the redelivery skips the handler
+			// and advances the workflow again.
+			w.log.Warn("advancing the workflow of a failed step; the task will come back", "task_id", a.id, "error", err)
+			w.nak(a, w.o.retryDelay(a.attempt))
+			o.retried = true
+			w.rec.record(a.p, a.typ, o)
+			return
+		}
 	}
 	if err := a.msg.TermWithReason(string(reason)); err != nil {
 		w.log.Warn("removing dead-lettered task", "task_id", a.id, "error", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spoolq/spool/consumer/internal/results"
+	"github.com/spoolq/spool/shared/workflow"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/lifecycle"
 	"github.com/spoolq/spool/streams"
@@ -49,6 +50,7 @@ type Worker struct {
 	maxAckPend [numPriorities]int // 0: unlimited
 	ackWait    [numPriorities]time.Duration
 	results    *results.Store
+	wf         *workflow.Store // nil without a workflows bucket
 	ioCtx      context.Context // values of Start's ctx, never cancelled
 
 	// life runs Start and Stop; stopping is its Stopping channel, closed
@@ -192,6 +194,9 @@ func (w *Worker) start(ctx context.Context) error {
 		return err
 	}
 	w.ioCtx = context.WithoutCancel(ctx)
+	if err := w.bindWorkflows(ctx); err != nil {
+		return err
+	}
 	if w.pipe, err = newPipeline(w); err != nil {
 		return err
 	}

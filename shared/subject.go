@@ -55,6 +55,9 @@ func (n Names) ResultsBucket() string { return n.prefix + "_results" }
 // UniqueBucket is the KV bucket of unique-task keys: spool_unique.
 func (n Names) UniqueBucket() string { return n.prefix + "_unique" }
 
+// WorkflowsBucket is the KV bucket of workflow state: spool_workflows.
+func (n Names) WorkflowsBucket() string { return n.prefix + "_workflows" }
+
 // Consumer is the durable pull consumer of one priority: spool-high.
 func (n Names) Consumer(p Priority) string { return n.prefix + "-" + p.String() }
 
