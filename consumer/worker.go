@@ -12,9 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spoolq/spool/consumer/internal/results"
-	"github.com/spoolq/spool/shared/workflow"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/lifecycle"
+	"github.com/spoolq/spool/shared/workflow"
 	"github.com/spoolq/spool/streams"
 )
 

@@ -181,7 +181,7 @@ func (r *StepRecord) UnmarshalJSON(b []byte) error {
 // bitmap is a set of step indexes, base64 in JSON ([]byte).
 type bitmap []byte
 
-func newBitmap(n int) bitmap   { return make(bitmap, (n+7)/8) }
+func newBitmap(n int) bitmap    { return make(bitmap, (n+7)/8) }
 func (b bitmap) has(i int) bool { return i/8 < len(b) && b[i/8]&(1<<(i%8)) != 0 }
 func (b bitmap) set(i int)      { b[i/8] |= 1 << (i % 8) }
 func (b bitmap) clear(i int)    { b[i/8] &^= 1 << (i % 8) }
