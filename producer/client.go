@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/workflow"
 )
 
 // Client enqueues tasks, cancels scheduled ones and reads results. It is
@@ -29,6 +30,7 @@ type Client struct {
 	limit   int              // largest task message accepted
 	results jetstream.KeyValue
 	unique  jetstream.KeyValue
+	wf      *workflow.Store
 }
 
 // New returns a client publishing on nc. It does no I/O: the task stream

@@ -114,6 +114,7 @@ func NewHandler(client *producer.Client, adm *admin.Client, opts Options) http.H
 	mux.Handle("DELETE /v1/tasks/{id}", h.auth(h.cancel))
 	h.registerUI(mux) // dashboard: /ui, /v1/overview (ui.go)
 	h.routeDLQ(mux)
+	h.routeWorkflows(mux)
 	h.routeMetrics(mux)
 	// Known paths with a method they do not serve answer 405. Patterns
 	// carry methods so they do not conflict with GET /v1/tasks/{id}.

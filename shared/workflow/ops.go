@@ -169,7 +169,9 @@ func (s *Store) List(ctx context.Context) ([]Summary, error) {
 		for k := range l.Keys() {
 			keys = append(keys, k)
 		}
-		return l.Stop()
+		// The lister has stopped itself once Keys is drained: Stop
+		// would only report that.
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing workflows: %w", err)
