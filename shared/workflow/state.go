@@ -104,8 +104,8 @@ type Record struct {
 	OnFailure string `json:"on_failure,omitempty"`
 	// Done and NotOK are bitmaps by step index: terminal steps, and those
 	// of them that did not complete.
-	Done  bitmap `json:"done"`
-	NotOK bitmap `json:"not_ok"`
+	Done  Bitmap `json:"done"`
+	NotOK Bitmap `json:"not_ok"`
 	// Waiting counts, for each pending step, the steps it still waits for
 	// (Left) and how many of those finished did not complete (Bad).
 	Waiting map[string]*Wait `json:"waiting,omitempty"`
@@ -178,14 +178,17 @@ func (r *StepRecord) UnmarshalJSON(b []byte) error {
 	return json.Unmarshal(j.Def, &r.Step)
 }
 
-// bitmap is a set of step indexes, base64 in JSON ([]byte).
-type bitmap []byte
+// Bitmap is a set of step indexes, base64 in JSON ([]byte).
+type Bitmap []byte
 
-func newBitmap(n int) bitmap    { return make(bitmap, (n+7)/8) }
-func (b bitmap) has(i int) bool { return i/8 < len(b) && b[i/8]&(1<<(i%8)) != 0 }
-func (b bitmap) set(i int)      { b[i/8] |= 1 << (i % 8) }
-func (b bitmap) clear(i int)    { b[i/8] &^= 1 << (i % 8) }
-func (b bitmap) count() int {
+func newBitmap(n int) Bitmap    { return make(Bitmap, (n+7)/8) }
+func (b Bitmap) has(i int) bool { return i/8 < len(b) && b[i/8]&(1<<(i%8)) != 0 }
+func (b Bitmap) set(i int)      { b[i/8] |= 1 << (i % 8) }
+func (b Bitmap) clear(i int)    { b[i/8] &^= 1 << (i % 8) }
+// Count returns how many indexes are set.
+func (b Bitmap) Count() int { return b.count() }
+
+func (b Bitmap) count() int {
 	n := 0
 	for _, c := range b {
 		for ; c != 0; c &= c - 1 {

@@ -53,6 +53,7 @@ commands:
   provision   create or update Spool's streams, consumers and KV buckets
   status      show pending, in-flight and oldest wait per priority, DLQ size, results
   dlq         list, show, replay and purge dead letters (spool-admin dlq help)
+  workflows   list, show, cancel and retry workflows (spool-admin workflows help)
   help        show this text and the environment variables
 
 flags:
@@ -90,6 +91,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "provision", "status":
 	case "dlq":
 		return runDLQ(ctx, args, stdout, stderr)
+	case "workflows":
+		return runWorkflows(ctx, args, stdout, stderr)
 	default:
 		fmt.Fprint(stderr, usage)
 		return fmt.Errorf("unknown command %q", cmd)
@@ -121,8 +124,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := streams.Provision(ctx, js, topo, logger); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "provisioned %s, %s, %s, 5 priority consumers, KV %s and %s\n",
-			names.TaskStream(), names.DLQStream(), names.AdvisoryStream(), names.ResultsBucket(), names.UniqueBucket())
+		fmt.Fprintf(stdout, "provisioned %s, %s, %s, 5 priority consumers, KV %s, %s and %s\n",
+			names.TaskStream(), names.DLQStream(), names.AdvisoryStream(), names.ResultsBucket(), names.UniqueBucket(), names.WorkflowsBucket())
 		return nil
 	default: // status
 		st, err := sess.admin.Status(ctx)
