@@ -185,6 +185,7 @@ func newBitmap(n int) Bitmap    { return make(Bitmap, (n+7)/8) }
 func (b Bitmap) has(i int) bool { return i/8 < len(b) && b[i/8]&(1<<(i%8)) != 0 }
 func (b Bitmap) set(i int)      { b[i/8] |= 1 << (i % 8) }
 func (b Bitmap) clear(i int)    { b[i/8] &^= 1 << (i % 8) }
+
 // Count returns how many indexes are set.
 func (b Bitmap) Count() int { return b.count() }
 
