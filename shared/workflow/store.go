@@ -92,7 +92,8 @@ func (s *Store) retryFor(ctx context.Context, try time.Duration, op func(ctx con
 }
 
 // transient reports whether a retry may succeed: the request timed out or
-// found no responder (an election in progress, a restarting server).
+// found no responder (an election in progress, a restarting server), or
+// the connection is down and reconnecting.
 func transient(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
@@ -100,7 +101,8 @@ func transient(err error) bool {
 	}
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, nats.ErrConnectionReconnecting)
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrReconnectBufExceeded) ||
+		errors.Is(err, nats.ErrDisconnected)
 }
 
 // get reads key into v; ok is false when the key does not exist.
