@@ -108,7 +108,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	// Health answers from the start, so probes see a worker starting up.
-	obs, err := startObserver(cfg.MetricsAddr, w, nc, logger)
+	obs, err := startObserver(ctx, cfg.MetricsAddr, w, nc, logger)
 	if err != nil {
 		return err
 	}

@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/shared/lifecycle"
 )
 
 // metricsOff turns the metrics and health listener off.
@@ -24,26 +23,20 @@ const metricsOff = "off"
 // observer serves /metrics, /healthz and /readyz.
 type observer struct {
 	reg    *prometheus.Registry
-	srv    *http.Server
-	addr   string // the address listened on, port resolved; empty when off
-	errc   chan error
+	srv    *lifecycle.HTTPServer // nil when off
+	addr   string                // the address listened on, port resolved; empty when off
 	logger *slog.Logger
 }
 
 // startObserver listens on addr (metricsOff: nowhere) and serves the
 // process's registry and the worker's health. The registry holds the Go and
 // process collectors; the caller adds the worker's.
-func startObserver(addr string, w *consumer.Worker, nc *nats.Conn, logger *slog.Logger) (*observer, error) {
+func startObserver(ctx context.Context, addr string, w *consumer.Worker, nc *nats.Conn, logger *slog.Logger) (*observer, error) {
 	o := &observer{reg: prometheus.NewRegistry(), logger: logger}
 	o.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if addr == metricsOff {
 		return o, nil
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("SPOOL_METRICS_ADDR: listening on %s: %w", addr, err)
-	}
-	o.addr = ln.Addr().String()
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(o.reg, promhttp.HandlerOpts{
 		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
@@ -67,15 +60,18 @@ func startObserver(addr string, w *consumer.Worker, nc *nats.Conn, logger *slog.
 		}
 		writeHealth(rw, status, map[string]any{"status": http.StatusText(status), "worker": string(st), "nats": nc.Status().String()})
 	})
-	o.srv = &http.Server{
+	o.srv = lifecycle.NewHTTPServer(&http.Server{
+		Addr:              addr,
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	})
+	if err := o.srv.Start(ctx); err != nil {
+		return nil, fmt.Errorf("SPOOL_METRICS_ADDR: %w", err)
 	}
-	o.errc = make(chan error, 1)
-	go func() { o.errc <- o.srv.Serve(ln) }()
+	o.addr = o.srv.Addr()
 	logger.Info("serving /metrics, /healthz and /readyz", "metrics_addr", o.addr)
 	return o, nil
 }
@@ -92,10 +88,10 @@ func (o *observer) stop(ctx context.Context) error {
 	if o.srv == nil {
 		return nil
 	}
-	if err := o.srv.Shutdown(ctx); err != nil {
+	if err := o.srv.Stop(ctx); err != nil {
 		return fmt.Errorf("stopping the metrics listener: %w", err)
 	}
-	if err := <-o.errc; !errors.Is(err, http.ErrServerClosed) {
+	if err := o.srv.Err(); err != nil {
 		return fmt.Errorf("metrics listener: %w", err)
 	}
 	return nil

@@ -210,7 +210,7 @@ func TestHealthFollowsTheWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	obs, err := startObserver("127.0.0.1:0", w, nc, streamstest.Logger(t))
+	obs, err := startObserver(ctx, "127.0.0.1:0", w, nc, streamstest.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
