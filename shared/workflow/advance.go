@@ -127,7 +127,7 @@ func (s *Store) finishOne(ctx context.Context, id string, f finishing) ([]finish
 		return nil, err
 	}
 	state := sr.State
-	rec, err := s.modifyRecord(ctx, id, func(r *Record) bool {
+	rec, err := s.changeRecord(ctx, id, func(r *Record) bool {
 		if sr.Index == r.Steps { // the on-failure step
 			if r.OnFailureDone {
 				return false
@@ -277,13 +277,13 @@ func (s *Store) stepMsg(ctx context.Context, rec *Record, sr *StepRecord) (*nats
 			in.Failed = rec.Failure
 		}
 		if sr.Inputs {
-			in.Inputs = make([]json.RawMessage, 0, len(sr.After))
-			for _, dep := range sr.After {
-				v, err := s.output(ctx, rec.ID, dep)
-				if err != nil {
-					return nil, err
-				}
-				in.Inputs = append(in.Inputs, v)
+			in.Inputs = make([]json.RawMessage, len(sr.After))
+			err := forEach(ctx, len(sr.After), func(ctx context.Context, i int) (err error) {
+				in.Inputs[i], err = s.output(ctx, rec.ID, sr.After[i])
+				return err
+			})
+			if err != nil {
+				return nil, err
 			}
 		}
 		if data, err = json.Marshal(in); err != nil {

@@ -100,13 +100,19 @@ func (s *Store) submit(ctx context.Context, doc Doc, again bool) (string, error)
 	} else {
 		rec = existing
 	}
+	var roots []string
 	for _, st := range doc.Steps {
-		if len(st.After) > 0 {
-			continue
+		if len(st.After) == 0 {
+			roots = append(roots, st.Name)
 		}
-		if _, err := s.enqueue(ctx, &rec, st.Name); err != nil {
-			return id, err
-		}
+	}
+	// The roots of a large group are many: enqueue them side by side.
+	err = forEach(ctx, len(roots), func(ctx context.Context, i int) error {
+		_, err := s.enqueue(ctx, &rec, roots[i])
+		return err
+	})
+	if err != nil {
+		return id, err
 	}
 	return id, nil
 }
@@ -135,21 +141,27 @@ func (s *Store) Status(ctx context.Context, id string) (Status, error) {
 	}
 	st := Status{ID: r.ID, State: r.State, Policy: r.Policy, Done: r.Done.count(), Total: r.Steps,
 		Failure: r.Failure, Retries: r.Retries, SubmittedAt: r.SubmittedAt, FinishedAt: r.FinishedAt,
-		Steps: make([]StepStatus, 0, len(steps))}
-	for _, sr := range steps {
-		ss := StepStatus{Name: sr.Name, Type: sr.Type, After: sr.After, State: sr.State, Run: sr.Run,
+		Steps: make([]StepStatus, len(steps))}
+	for i, sr := range steps {
+		st.Steps[i] = StepStatus{Name: sr.Name, Type: sr.Type, After: sr.After, State: sr.State, Run: sr.Run,
 			Error: sr.Error, OnFailure: sr.Index == r.Steps}
 		if sr.State != Pending {
-			ss.TaskID = sr.TaskID
-			doc, ok, err := s.result(ctx, sr.TaskID)
-			if err != nil {
-				return Status{}, err
-			}
-			if ok {
-				ss.Task = &doc
-			}
+			st.Steps[i].TaskID = sr.TaskID
 		}
-		st.Steps = append(st.Steps, ss)
+	}
+	err = forEach(ctx, len(steps), func(ctx context.Context, i int) error {
+		ss := &st.Steps[i]
+		if ss.TaskID == "" {
+			return nil
+		}
+		doc, ok, err := s.result(ctx, ss.TaskID)
+		if ok {
+			ss.Task = &doc
+		}
+		return err
+	})
+	if err != nil {
+		return Status{}, err
 	}
 	return st, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,6 +42,9 @@ type Store struct {
 	// maxMsg is the largest task message the connection carries.
 	maxMsg int
 	try    time.Duration
+	// batches holds the group commit of each workflow with changes in
+	// flight (*recordBatch by workflow id; see changeRecord).
+	batches sync.Map
 }
 
 // Open binds the workflows and results buckets of names.
@@ -270,4 +274,40 @@ func (s *Store) steps(ctx context.Context, id string, n int) ([]StepRecord, erro
 
 func sortByIndex(rs []StepRecord) {
 	slices.SortFunc(rs, func(a, b StepRecord) int { return a.Index - b.Index })
+}
+
+// fanOut is how many reads of a workflow's steps or results run at once
+// (a callback gathering 10,000 inputs, a status of 10,000 steps).
+const fanOut = 32
+
+// forEach calls fn(i) for i in [0, n) on up to fanOut goroutines and
+// returns the first error.
+func forEach(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(fanOut, n) {
+		wg.Go(func() {
+			for i := range next {
+				if err := fn(ctx, i); err != nil {
+					cancel(err)
+				}
+			}
+		})
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return ctx.Err()
 }
