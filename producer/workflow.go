@@ -39,7 +39,9 @@ func (c *Client) workflows(ctx context.Context) (*workflow.Store, error) {
 // duplicate step name, too large) is refused with an error wrapping
 // workflow.ErrInvalid before anything is stored; an id used before, with
 // workflow.ErrExists. Without a deadline in ctx the client's timeout
-// applies.
+// applies. A submission that failed midway (a lost connection) may have
+// stored the workflow: submitting it again then gives workflow.ErrExists,
+// and RetryWorkflow enqueues whatever steps are ready and not enqueued.
 func (c *Client) SubmitWorkflow(ctx context.Context, doc workflow.Doc) (string, error) {
 	if err := doc.Validate(); err != nil {
 		return "", err
