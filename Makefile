@@ -6,7 +6,7 @@ GO ?= go
 PKGS = $(foreach m,$(MODULES),./$(m)/...)
 TEST_TIMEOUT ?= 15m
 
-.PHONY: help run test vet lint build tools bench bench-go fuzz soak clean
+.PHONY: help run test vet lint build tools examples release-check bench bench-go fuzz soak clean
 
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -24,7 +24,7 @@ FAULTS_TABLE ?= $(or $(TMPDIR),/tmp)/spool-faults-table.txt
 # the time runs out while a worker is busy (seen on a loaded 2-core machine).
 FUZZ_SMOKE ?= 20000x
 
-test: vet tools ## Vet, run every module's tests with the race detector, fuzz each target for FUZZ_SMOKE (20000 inputs)
+test: vet tools examples ## Vet, run every module's tests with the race detector, fuzz each target for FUZZ_SMOKE (20000 inputs)
 	@rm -f $(FAULTS_TABLE)
 	SPOOL_FAULTS_TABLE=$(FAULTS_TABLE) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS); \
 	  rc=$$?; if [ -f $(FAULTS_TABLE) ]; then cat $(FAULTS_TABLE); fi; exit $$rc
@@ -52,6 +52,21 @@ bin/nats: tools/go.mod tools/go.sum
 	cd tools && GOWORK=off $(GO) build -o ../bin/nats github.com/nats-io/natscli/nats
 	@touch $@
 
+# The Node.js example's npm packages, pinned by its package-lock.json; the
+# test in tests/nodeexample runs it (and examples/shell) against a real server.
+examples: examples/node/node_modules/.package-lock.json ## Install the Node.js example's npm packages (npm ci)
+examples/node/node_modules/.package-lock.json: examples/node/package.json examples/node/package-lock.json
+	@command -v npm >/dev/null || { echo "npm is missing: install Node.js 20+ and npm (Debian: apt-get install nodejs npm)"; exit 1; }
+	cd examples/node && npm ci --no-audit --no-fund
+	@touch $@
+
+# The version the modules require each other at (their go.mod files); the
+# tag a release gets: shared/v0.1.0, streams/v0.1.0, producer/v0.1.0,
+# consumer/v0.1.0.
+RELEASE_VERSION ?= v0.1.0
+release-check: ## Build an outside module importing producer and consumer from a local module proxy of this tree (no workspace)
+	$(GO) run ./tests/cmd/spool-release-check -version $(RELEASE_VERSION)
+
 bench: ## Spool beside raw JetStream on one machine; writes BENCHMARKS.md (BENCH_QUICK=1: smoke run)
 	@mkdir -p bin
 	$(GO) build -o bin/spool-bench ./tests/cmd/spool-bench
@@ -68,5 +83,5 @@ fuzz: ## Fuzz every parser and request decoder for FUZZTIME each (default 300000
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; f=$${t##*:}; echo "fuzzing $$f in $$pkg (-fuzztime $(FUZZTIME))"; \
 	  $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
 
-clean: ## Remove built binaries and the dev store
-	rm -rf bin .data
+clean: ## Remove built binaries, the dev store and the example's npm packages
+	rm -rf bin .data examples/node/node_modules

@@ -382,7 +382,7 @@ func (w *Worker) opCtx() (context.Context, context.CancelFunc) {
 // first.
 func (w *Worker) complete(a attemptInfo, out []byte, o outcome) {
 	doc := a.doc(spool.StateCompleted)
-	doc.Result = spool.ResultValue(out)
+	doc.Result, doc.ResultEncoding = spool.ResultValue(out)
 	fin := time.Now()
 	doc.FinishedAt = &fin
 	if a.uniqueKey == "" && a.wf == nil {

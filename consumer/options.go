@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/logging"
 )
 
 // BoostStep multiplies a priority's weight once its oldest waiting task is
@@ -82,7 +82,7 @@ func defaultConfig() config {
 	}
 	return config{
 		Names:           spool.DefaultNames(),
-		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:          logging.OrDefault(nil),
 		WorkerName:      host + "-" + strconv.Itoa(os.Getpid()),
 		MinConcurrency:  1,
 		MaxConcurrency:  10,
@@ -108,9 +108,6 @@ func defaultConfig() config {
 func (o config) validate() error {
 	if o.Names.Prefix() == "" {
 		return fmt.Errorf("%w: Names not set (use spool.NewNames)", ErrInvalidOption)
-	}
-	if o.Logger == nil {
-		return fmt.Errorf("%w: nil Logger", ErrInvalidOption)
 	}
 	if o.MinConcurrency < 1 || o.MaxConcurrency < o.MinConcurrency {
 		return fmt.Errorf("%w: concurrency min %d max %d: need 1 <= min <= max", ErrInvalidOption, o.MinConcurrency, o.MaxConcurrency)
@@ -188,13 +185,11 @@ func WithNames(n spool.Names) Option {
 	}
 }
 
-// WithLogger sets the logger of the worker's logs. Default: discard.
+// WithLogger sets the logger of the worker's logs. Default (and nil):
+// warnings and errors on standard error (logging.OrDefault).
 func WithLogger(l *slog.Logger) Option {
 	return func(o *config) error {
-		if l == nil {
-			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
-		}
-		o.Logger = l
+		o.Logger = logging.OrDefault(l)
 		return nil
 	}
 }

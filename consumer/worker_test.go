@@ -729,9 +729,9 @@ func TestNewValidates(t *testing.T) {
 		{"shutdown", []consumer.Option{consumer.WithShutdownTimeout(-time.Second)}, true},
 		{"polling", []consumer.Option{consumer.WithPolling(time.Millisecond, time.Second)}, true},
 		{"autoscale", []consumer.Option{consumer.WithAutoscale(1.5, time.Minute)}, true},
-		{"logger", []consumer.Option{consumer.WithLogger(nil)}, true},
 		{"names", []consumer.Option{consumer.WithNames(spool.Names{})}, true},
 		{"valid set", []consumer.Option{consumer.WithConcurrency(2, 8), consumer.WithStrict(true), consumer.WithRetry(time.Second, time.Minute, 0)}, false},
+		{"nil logger: the default", []consumer.Option{consumer.WithLogger(nil)}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -760,7 +760,7 @@ func TestDemoHandlers(t *testing.T) {
 		attempts         int
 	}{
 		{demo.Echo, "echo-1", `{"a":1}`, spool.StateCompleted, `{"a":1}`, 1},
-		{demo.Echo, "echo-2", `plain text`, spool.StateCompleted, `"plain text"`, 1},
+		{demo.Echo, "echo-2", `plain text`, spool.StateCompleted, `"plain text"`, 1}, // text, with result_encoding "text"
 		{demo.Sleep, "sleep-1", `{"ms":20}`, spool.StateCompleted, `{"slept_ms":20}`, 1},
 		{demo.Fail, "fail-1", `{"fail_times":2}`, spool.StateCompleted, `{"attempts":3}`, 3},
 		{demo.Fail, "fail-2", `{"fail_times":9}`, spool.StateDead, ``, 4},

@@ -64,7 +64,14 @@ func (e *wfEnv) submit(doc workflow.Doc) string {
 
 func (e *wfEnv) wait(id string, want workflow.State) workflow.Status {
 	e.t.Helper()
-	r, err := e.store.Wait(testCtx(e.t), id)
+	return e.waitFor(id, want, time.Minute)
+}
+
+func (e *wfEnv) waitFor(id string, want workflow.State, timeout time.Duration) workflow.Status {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.t.Context(), timeout)
+	defer cancel()
+	r, err := e.store.Wait(ctx, id)
 	if err != nil {
 		e.t.Fatalf("waiting for workflow %s: %v", id, err)
 	}
@@ -167,7 +174,7 @@ func TestWorkflowGroupCallback(t *testing.T) {
 	d.Group(members, workflow.Task("total", "sum", nil))
 	start := time.Now()
 	id := e.submit(d)
-	st := e.wait(id, workflow.Completed)
+	st := e.waitFor(id, workflow.Completed, 10*time.Minute) // 10,000 under the race detector: minutes
 	t.Logf("group of %d with a callback: %s", n, time.Since(start))
 	cb := stepOf(t, st, "total")
 	var got struct {

@@ -22,7 +22,7 @@ func TestBatch10000LandsWhole(t *testing.T) {
 	tasks := make([]producer.Task, n)
 	for i := range tasks {
 		tasks[i] = producer.Task{
-			Type: "bulk.item", Priority: spool.Priorities[i%len(spool.Priorities)],
+			Type: "bulk.item", Priority: new(spool.Priorities[i%len(spool.Priorities)]),
 			Payload: fmt.Appendf(nil, "item-%d", i), ID: fmt.Sprintf("item-%05d", i),
 		}
 	}
@@ -80,7 +80,7 @@ func TestBatchReportsEachOutcome(t *testing.T) {
 		{Type: "ok", ID: "t3", UniqueKey: "free", UniqueTTL: time.Hour},
 		{Type: "ok", ID: "t0"},
 		{Type: "later", ID: "t5", Delay: time.Hour},
-		{Type: "ok", Priority: 7},
+		{Type: "ok", Priority: new(spool.Priority(7))},
 	}
 	results, err := e.client.EnqueueBatch(ctx, tasks)
 	var be *producer.BatchError
@@ -182,7 +182,7 @@ func lostAckEnv(t *testing.T, opts ...producer.Option) (*env, *producer.Client) 
 	}
 	t.Cleanup(c.Close)
 	e.deleteTaskStream(t, c)
-	sub, err := e.nc.SubscribeSync(e.names.PriorityFilter(spool.Critical)) // the tasks below
+	sub, err := e.nc.SubscribeSync(e.names.PriorityFilter(spool.Normal)) // the tasks below (the zero priority)
 	if err != nil {
 		t.Fatal(err)
 	}

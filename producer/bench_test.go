@@ -94,7 +94,7 @@ func BenchmarkBatchEnqueue(b *testing.B) {
 	ctx := context.Background()
 	tasks := make([]producer.Task, benchBatch)
 	for i := range tasks {
-		tasks[i] = producer.Task{Type: "bench.batch", Priority: spool.Normal, Payload: benchPayload}
+		tasks[i] = producer.Task{Type: "bench.batch", Payload: benchPayload}
 	}
 	b.Run("spool", func(b *testing.B) {
 		purge(b, e)

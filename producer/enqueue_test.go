@@ -20,7 +20,7 @@ func TestEnqueueStoresWireContract(t *testing.T) {
 	ctx := ctxFor(t)
 	task := producer.Task{
 		Type:        "email.send",
-		Priority:    spool.High,
+		Priority:    new(spool.High),
 		Payload:     []byte(`{"to":"a@example.com"}`),
 		ID:          "order-42",
 		MaxRetries:  new(0),
@@ -125,7 +125,7 @@ func TestEnqueueRejectsBadInput(t *testing.T) {
 		wantErr   error
 		wantField string
 	}{
-		{"priority", producer.Task{Type: "a", Priority: 9}, producer.ErrInvalidPriority, "priority"},
+		{"priority", producer.Task{Type: "a", Priority: new(spool.Priority(9))}, producer.ErrInvalidPriority, "priority"},
 		{"empty type", producer.Task{Type: ""}, producer.ErrInvalidType, "type"},
 		{"type with space", producer.Task{Type: "a b"}, producer.ErrInvalidType, "type"},
 		{"type empty token", producer.Task{Type: "a..b"}, producer.ErrInvalidType, "type"},
@@ -212,7 +212,6 @@ func TestNewValidatesOptions(t *testing.T) {
 		producer.WithPrefix("bad.prefix"),
 		producer.WithTimeout(0),
 		producer.WithPublishWindow(0),
-		producer.WithLogger(nil),
 		producer.WithNames(spool.Names{}),
 	} {
 		if _, err := producer.New(e.nc, opt); err == nil {
@@ -286,5 +285,30 @@ func TestEnqueueWithDoneContextPublishesNothing(t *testing.T) {
 	}
 	if n := e.streamMsgs(t); n != 0 {
 		t.Fatalf("stream holds %d", n)
+	}
+}
+
+// The zero Task is a normal-priority task, as on the wire and in the CLI
+// and the broker; an explicit priority, Critical included, is kept.
+func TestZeroTaskIsNormal(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	ctx := ctxFor(t)
+	for _, c := range []struct {
+		task producer.Task
+		want string
+	}{
+		{producer.Task{Type: "zero"}, "spool.tasks.normal.zero"},
+		{producer.NewTask("new", nil), "spool.tasks.normal.new"},
+		{producer.Task{Type: "crit", Priority: new(spool.Critical)}, "spool.tasks.critical.crit"},
+	} {
+		res, err := e.client.Enqueue(ctx, c.task)
+		if err != nil || res.Subject != c.want {
+			t.Errorf("%+v: %+v, %v; want %s", c.task, res, err, c.want)
+		}
+	}
+	res, err := e.client.Enqueue(ctx, producer.Task{Type: "opt"}, producer.AtPriority(spool.Critical))
+	if err != nil || res.Subject != "spool.tasks.critical.opt" {
+		t.Errorf("AtPriority(Critical): %+v, %v", res, err)
 	}
 }

@@ -87,7 +87,7 @@ func ExampleClient_Enqueue_unique() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	digest := producer.Task{Type: "digest.build", Priority: spool.Low, UniqueKey: "user-42", UniqueTTL: time.Hour}
+	digest := producer.Task{Type: "digest.build", Priority: new(spool.Low), UniqueKey: "user-42", UniqueTTL: time.Hour}
 	if _, err := client.Enqueue(ctx, digest, producer.TaskID("digest-1")); err != nil {
 		log.Fatal(err)
 	}

@@ -5,8 +5,8 @@ go 1.26.0
 require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.25.0
-	github.com/spoolq/spool/shared v0.0.0
-	github.com/spoolq/spool/streams v0.0.0
+	github.com/spoolq/spool/shared v0.1.0
+	github.com/spoolq/spool/streams v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
@@ -64,9 +64,4 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect
 	google.golang.org/grpc v1.84.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-)
-
-replace (
-	github.com/spoolq/spool/shared => ../shared
-	github.com/spoolq/spool/streams => ../streams
 )

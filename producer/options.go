@@ -8,6 +8,7 @@ import (
 	"time"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/logging"
 )
 
 // Defaults of the client options.
@@ -34,7 +35,7 @@ type options struct {
 func defaultOptions() options {
 	return options{
 		names:   spool.DefaultNames(),
-		logger:  slog.New(slog.DiscardHandler),
+		logger:  logging.OrDefault(nil),
 		timeout: DefaultTimeout,
 		window:  DefaultPublishWindow,
 	}
@@ -65,13 +66,11 @@ func WithNames(names spool.Names) Option {
 	}
 }
 
-// WithLogger sets the logger. Default: discard.
+// WithLogger sets the logger. Default (and nil): warnings and errors on
+// standard error (logging.OrDefault).
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) error {
-		if l == nil {
-			return errors.New("logger: nil")
-		}
-		o.logger = l
+		o.logger = logging.OrDefault(l)
 		return nil
 	}
 }
@@ -109,7 +108,7 @@ type EnqueueOption func(*Task)
 func TaskID(id string) EnqueueOption { return func(t *Task) { t.ID = id } }
 
 // AtPriority sets the priority.
-func AtPriority(p spool.Priority) EnqueueOption { return func(t *Task) { t.Priority = p } }
+func AtPriority(p spool.Priority) EnqueueOption { return func(t *Task) { t.Priority = &p } }
 
 // MaxRetries sets the retries after the first attempt (0 means none).
 func MaxRetries(n int) EnqueueOption { return func(t *Task) { t.MaxRetries = &n } }

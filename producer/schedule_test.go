@@ -16,7 +16,7 @@ func TestDelayedTaskFiresAtItsTime(t *testing.T) {
 	ctx := ctxFor(t)
 	const delay = 1500 * time.Millisecond
 	res, err := e.client.Enqueue(ctx, producer.Task{
-		Type: "reminder", Priority: spool.Low, Payload: []byte("wake up"),
+		Type: "reminder", Priority: new(spool.Low), Payload: []byte("wake up"),
 		MaxRetries: new(5), Delay: delay,
 	})
 	if err != nil {

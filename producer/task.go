@@ -8,15 +8,17 @@ import (
 	spool "github.com/spoolq/spool/shared"
 )
 
-// Task is one unit of work to enqueue. Only Type is required; build one with
-// NewTask to get the Normal priority (the zero Priority is spool.Critical).
+// Task is one unit of work to enqueue. Only Type is required: the zero
+// value of every other field means its default (priority normal, a new id,
+// the consumer's retries and timeout, no delay).
 type Task struct {
 	// Type names the handler: dot-separated tokens of [A-Za-z0-9_-]
 	// ("email.send"). Required.
 	Type string
-	// Priority of the task. The zero value is spool.Critical; NewTask sets
-	// spool.Normal.
-	Priority spool.Priority
+	// Priority of the task; nil means spool.Normal, as on the wire
+	// (the CLI's and the broker's default too). Set another with
+	// new(spool.High).
+	Priority *spool.Priority
 	// Payload is the message body, passed to the handler byte for byte.
 	Payload []byte
 	// ID is the task id; empty means a new time-ordered id (spool.NewID).
@@ -48,9 +50,19 @@ type Task struct {
 	TraceState  string
 }
 
-// NewTask returns a task of type typ at spool.Normal priority.
+// NewTask returns a task of type typ with payload, at spool.Normal
+// priority (the zero Priority).
 func NewTask(typ string, payload []byte) Task {
-	return Task{Type: typ, Priority: spool.Normal, Payload: payload}
+	return Task{Type: typ, Payload: payload}
+}
+
+// PriorityOrDefault is the task's priority: Priority, or spool.Normal when
+// it is nil.
+func (t Task) PriorityOrDefault() spool.Priority {
+	if t.Priority == nil {
+		return spool.Normal
+	}
+	return *t.Priority
 }
 
 // prepared is a validated task ready to publish.
@@ -98,7 +110,7 @@ func (c *Client) prepare(t Task, now time.Time, limit int, last *lastSubject) (p
 		TraceParent: t.TraceParent,
 		TraceState:  t.TraceState,
 	}
-	fields := spool.TaskFields{Type: t.Type, Priority: t.Priority, Meta: meta, Delay: t.Delay, ProcessAt: t.ProcessAt, Headers: t.Headers}
+	fields := spool.TaskFields{Type: t.Type, Priority: t.PriorityOrDefault(), Meta: meta, Delay: t.Delay, ProcessAt: t.ProcessAt, Headers: t.Headers}
 	if err := fields.Validate(); err != nil {
 		return p, err
 	}
@@ -106,7 +118,7 @@ func (c *Client) prepare(t Task, now time.Time, limit int, last *lastSubject) (p
 		meta.ID = spool.NewID() // valid by construction
 	}
 	p.id = meta.ID
-	subject, err := c.taskSubject(t.Priority, t.Type, last)
+	subject, err := c.taskSubject(t.PriorityOrDefault(), t.Type, last)
 	if err != nil {
 		return p, invalid("type", err)
 	}

@@ -68,7 +68,7 @@ func (c *TracedClient) start(ctx context.Context, task *Task) (context.Context, 
 			attribute.String("messaging.system", "nats"),
 			attribute.String("messaging.operation.type", "send"),
 			attribute.String("spool.task.type", task.Type),
-			attribute.String("spool.task.priority", task.Priority.String()),
+			attribute.String("spool.task.priority", task.PriorityOrDefault().String()),
 		))
 	if span.SpanContext().IsValid() {
 		c.prop.Inject(ctx, taskCarrier{task})

@@ -24,7 +24,7 @@ func TestTracedEnqueue(t *testing.T) {
 	c := producer.Traced(e.client, tp)
 
 	ctx, caller := tp.Tracer("test").Start(ctxFor(t), "caller")
-	res, err := c.Enqueue(ctx, producer.Task{Type: "traced", Priority: spool.High, ID: "tr-1"})
+	res, err := c.Enqueue(ctx, producer.Task{Type: "traced", Priority: new(spool.High), ID: "tr-1"})
 	caller.End()
 	if err != nil {
 		t.Fatal(err)

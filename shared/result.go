@@ -1,8 +1,11 @@
 package spool
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // State is a task's lifecycle state in its result document.
@@ -35,24 +38,42 @@ const (
 	ReasonNoHandler  Reason = "no_handler"  // no handler is registered for the type
 )
 
+// Result encodings: the result_encoding of a document whose result is not
+// the output itself. ResultEncodingText: result is a JSON string whose
+// UTF-8 bytes are the output (text that is not JSON). ResultEncodingBase64:
+// result is a JSON string holding the output in standard base64 with
+// padding (output that is not UTF-8).
+const (
+	ResultEncodingText   = "text"
+	ResultEncodingBase64 = "base64"
+)
+
 // Result is the document stored under the task id in the results bucket.
-// Result holds the handler's output: JSON output is kept as JSON, anything
-// else is stored as a JSON string.
+// Result holds the handler's output: output that is valid UTF-8 JSON with
+// no surrounding whitespace is stored as that JSON, byte for byte; other
+// UTF-8 output as a JSON string with ResultEncoding "text"; anything else
+// as a base64 JSON string with ResultEncoding "base64". Output returns the
+// handler's bytes in every case.
 type Result struct {
-	ID          string          `json:"id"`
-	Type        string          `json:"type"`
-	Priority    Priority        `json:"priority"`
-	State       State           `json:"state"`
-	Attempts    int             `json:"attempts"`
-	Result      json.RawMessage `json:"result,omitempty"`
-	Error       string          `json:"error,omitempty"`
-	Reason      Reason          `json:"reason,omitempty"`
-	NextAttempt *time.Time      `json:"next_attempt_at,omitempty"`
-	EnqueuedAt  time.Time       `json:"enqueued_at"`
-	StartedAt   *time.Time      `json:"started_at,omitempty"`
-	FinishedAt  *time.Time      `json:"finished_at,omitempty"`
-	Worker      string          `json:"worker,omitempty"`
-	TraceParent string          `json:"traceparent,omitempty"`
+	ID       string          `json:"id"`
+	Type     string          `json:"type"`
+	Priority Priority        `json:"priority"`
+	State    State           `json:"state"`
+	Attempts int             `json:"attempts"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	// ResultEncoding is empty when Result is the output itself (JSON),
+	// ResultEncodingText when Result is a JSON string of the output, and
+	// ResultEncodingBase64 when it is a JSON string of the output in
+	// standard base64.
+	ResultEncoding string     `json:"result_encoding,omitempty"`
+	Error          string     `json:"error,omitempty"`
+	Reason         Reason     `json:"reason,omitempty"`
+	NextAttempt    *time.Time `json:"next_attempt_at,omitempty"`
+	EnqueuedAt     time.Time  `json:"enqueued_at"`
+	StartedAt      *time.Time `json:"started_at,omitempty"`
+	FinishedAt     *time.Time `json:"finished_at,omitempty"`
+	Worker         string     `json:"worker,omitempty"`
+	TraceParent    string     `json:"traceparent,omitempty"`
 	// Replays counts how often the task was replayed from the dead-letter
 	// stream; ReplayedAt is when it last was. Both are absent for a task
 	// never dead-lettered and replayed.
@@ -60,16 +81,67 @@ type Result struct {
 	ReplayedAt *time.Time `json:"replayed_at,omitempty"`
 }
 
-// ResultValue turns handler output into the document's Result field: valid
-// JSON is kept as is, anything else becomes a JSON string; empty output is
-// omitted.
-func ResultValue(out []byte) json.RawMessage {
+// Output returns the handler's output, byte for byte: Result's string for
+// ResultEncodingText, decoded from base64 for ResultEncodingBase64, else
+// Result itself (JSON output, and documents written before result_encoding
+// existed, whose non-JSON output was stored as a JSON string). Empty output
+// gives nil.
+func (r Result) Output() ([]byte, error) {
+	switch r.ResultEncoding {
+	case "":
+		return r.Result, nil
+	case ResultEncodingText:
+		var s string
+		if err := json.Unmarshal(r.Result, &s); err != nil {
+			return nil, fmt.Errorf("decoding the text result of task %s: result is not a JSON string: %w", r.ID, err)
+		}
+		return []byte(s), nil
+	case ResultEncodingBase64:
+		var s string
+		if err := json.Unmarshal(r.Result, &s); err != nil {
+			return nil, fmt.Errorf("decoding the base64 result of task %s: result is not a JSON string: %w", r.ID, err)
+		}
+		out, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return nil, fmt.Errorf("decoding the base64 result of task %s: %w", r.ID, err)
+		}
+		return out, nil
+	default:
+		return nil, fmt.Errorf("decoding the result of task %s: unknown result_encoding %q (this reader knows none, %q and %q)",
+			r.ID, r.ResultEncoding, ResultEncodingText, ResultEncodingBase64)
+	}
+}
+
+// ResultIsJSON reports whether output is stored in a result document as
+// itself: valid JSON, valid UTF-8, and no whitespace before or after the
+// value (a JSON reader would not give it back). Other output is stored as
+// text or in base64 (ResultValue).
+func ResultIsJSON(out []byte) bool {
+	if len(out) == 0 || isJSONSpace(out[0]) || isJSONSpace(out[len(out)-1]) {
+		return false
+	}
+	return json.Valid(out) && utf8.Valid(out)
+}
+
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// ResultValue turns handler output into the document's Result and
+// ResultEncoding fields: JSON as itself (ResultIsJSON), other UTF-8 as a
+// JSON string (ResultEncodingText), anything else in base64
+// (ResultEncodingBase64); empty output gives nil and "".
+func ResultValue(out []byte) (json.RawMessage, string) {
 	if len(out) == 0 {
-		return nil
+		return nil, ""
 	}
-	if json.Valid(out) {
-		return json.RawMessage(out)
+	if ResultIsJSON(out) {
+		return json.RawMessage(out), ""
 	}
-	s, _ := json.Marshal(string(out)) // a string always marshals
-	return s
+	if utf8.Valid(out) {
+		s, _ := json.Marshal(string(out)) // a valid UTF-8 string always marshals, and unmarshals to the same bytes
+		return s, ResultEncodingText
+	}
+	b := make([]byte, 0, base64.StdEncoding.EncodedLen(len(out))+2)
+	b = append(b, '"')
+	b = base64.StdEncoding.AppendEncode(b, out)
+	return append(b, '"'), ResultEncodingBase64
 }

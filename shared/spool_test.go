@@ -1,6 +1,8 @@
 package spool_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -258,14 +260,64 @@ func TestFormatScheduleAt(t *testing.T) {
 
 func TestResultValue(t *testing.T) {
 	t.Parallel()
-	if v := spool.ResultValue(nil); v != nil {
-		t.Errorf("empty output: %q", v)
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
 	}
-	if v := spool.ResultValue([]byte(`{"ok":true}`)); string(v) != `{"ok":true}` {
-		t.Errorf("JSON output: %q", v)
+	cases := []struct {
+		name, out, stored, encoding string
+	}{
+		{"empty", "", "", ""},
+		{"JSON object", `{"ok":true}`, `{"ok":true}`, ""},
+		{"JSON with inner spaces and html", `{"a": "<b>&", "n": [1, 2]}`, `{"a": "<b>&", "n": [1, 2]}`, ""},
+		{"JSON string", `"hi"`, `"hi"`, ""},
+		{"text", "plain text", `"plain text"`, "text"},
+		{"text with html and U+2028", "<b>&\u2028", `"\u003cb\u003e\u0026\u2028"`, "text"},
+		{"JSON with a trailing newline", "{\"ok\":true}\n", `"{\"ok\":true}\n"`, "text"},
+		{"invalid UTF-8 in a JSON string", "\"\xff\"", `"Iv8i"`, "base64"},
+		{"all 256 byte values", string(all), "", "base64"},
 	}
-	if v := spool.ResultValue([]byte("plain text")); string(v) != `"plain text"` {
-		t.Errorf("text output: %q", v)
+	for _, c := range cases {
+		raw, enc := spool.ResultValue([]byte(c.out))
+		if c.stored != "" && string(raw) != c.stored || enc != c.encoding {
+			t.Errorf("%s: stored %s encoding %q, want %s %q", c.name, raw, enc, c.stored, c.encoding)
+		}
+		// Through a document as the worker writes it (the value verbatim)
+		// and back: the same bytes.
+		b := []byte(`{"id":"x"`)
+		if len(raw) > 0 {
+			b = append(append(b, `,"result":`...), raw...)
+		}
+		if enc != "" {
+			b = append(b, `,"result_encoding":"`+enc+`"`...)
+		}
+		b = append(b, '}')
+		var doc spool.Result
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		got, err := doc.Output()
+		if err != nil || !bytes.Equal(got, []byte(c.out)) {
+			t.Errorf("%s: Output() = %q, %v; want %q", c.name, got, err, c.out)
+		}
+	}
+	// A document written before result_encoding: the JSON value as stored.
+	var legacy spool.Result
+	if err := json.Unmarshal([]byte(`{"id":"x","result":"plain text"}`), &legacy); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := legacy.Output(); err != nil || string(got) != `"plain text"` {
+		t.Errorf("legacy document: Output() = %q, %v", got, err)
+	}
+	for _, bad := range []spool.Result{
+		{ID: "x", Result: json.RawMessage(`"!!"`), ResultEncoding: "base64"},
+		{ID: "x", Result: json.RawMessage(`1`), ResultEncoding: "base64"},
+		{ID: "x", Result: json.RawMessage(`"aGk="`), ResultEncoding: "hex"},
+		{ID: "x", Result: json.RawMessage(`{}`), ResultEncoding: "text"},
+	} {
+		if _, err := bad.Output(); err == nil {
+			t.Errorf("Output() of %s (%s) gave no error", bad.Result, bad.ResultEncoding)
+		}
 	}
 	if !spool.StateCompleted.Terminal() || !spool.StateDead.Terminal() || spool.StateRetrying.Terminal() {
 		t.Error("terminal states wrong")

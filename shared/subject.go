@@ -184,3 +184,42 @@ func ValidateType(typ string) error {
 func isTokenChar(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
 }
+
+// ValidateTypePattern checks a task-type pattern: a task type whose tokens
+// may be "*" (any one token) and whose last token may be ">" (one or more
+// tokens), as NATS subject wildcards: "email.send", "email.*", "email.>",
+// ">".
+func ValidateTypePattern(pattern string) error {
+	if pattern == "" {
+		return fmt.Errorf("%w: empty pattern", ErrInvalidType)
+	}
+	toks := strings.Split(pattern, ".")
+	for i, tok := range toks {
+		if tok == "*" || tok == ">" && i == len(toks)-1 {
+			continue
+		}
+		if err := ValidateType(tok); err != nil {
+			return fmt.Errorf("pattern %q: token %q is not a type token, * or a final >: %w", pattern, tok, err)
+		}
+	}
+	return nil
+}
+
+// MatchType reports whether typ matches a pattern that
+// ValidateTypePattern accepts, token by token.
+func MatchType(pattern, typ string) bool {
+	for {
+		pt, prest, pmore := strings.Cut(pattern, ".")
+		if pt == ">" {
+			return typ != ""
+		}
+		tt, trest, tmore := strings.Cut(typ, ".")
+		if tt == "" || pt != "*" && pt != tt {
+			return false
+		}
+		if !pmore || !tmore {
+			return pmore == tmore
+		}
+		pattern, typ = prest, trest
+	}
+}

@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
-	github.com/spoolq/spool/shared v0.0.0
+	github.com/spoolq/spool/shared v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -23,5 +23,3 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 )
-
-replace github.com/spoolq/spool/shared => ../shared

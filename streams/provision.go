@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/logging"
 )
 
 // MinAPILevel is the JetStream API level of nats-server 2.12, the first with
@@ -31,6 +32,7 @@ func CheckServer(ctx context.Context, js jetstream.JetStream) error {
 // Provision creates or updates every object of t. It checks the server first
 // and stops at the first object that conflicts, naming it and the field.
 func Provision(ctx context.Context, js jetstream.JetStream, t Topology, logger *slog.Logger) error {
+	logger = logging.OrDefault(logger)
 	if err := CheckServer(ctx, js); err != nil {
 		return err
 	}

@@ -106,6 +106,10 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	if err := streams.Provision(ctx, js, topo, testLogger(t)); err != nil {
 		t.Fatalf("second provision: %v", err)
 	}
+	// A nil logger is accepted (warnings go to standard error).
+	if err := streams.Provision(ctx, js, topo, nil); err != nil {
+		t.Fatalf("provision with a nil logger: %v", err)
+	}
 	second := snapshot(t, ctx, js, topo)
 	for name, want := range first {
 		if got := second[name]; !reflect.DeepEqual(got, want) {

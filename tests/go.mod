@@ -8,10 +8,10 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.25.0
-	github.com/spoolq/spool/consumer v0.0.0-00010101000000-000000000000
-	github.com/spoolq/spool/producer v0.0.0-00010101000000-000000000000
-	github.com/spoolq/spool/shared v0.0.0
-	github.com/spoolq/spool/streams v0.0.0
+	github.com/spoolq/spool/consumer v0.1.0
+	github.com/spoolq/spool/producer v0.1.0
+	github.com/spoolq/spool/shared v0.1.0
+	github.com/spoolq/spool/streams v0.1.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
 	go.uber.org/goleak v1.3.0
@@ -45,11 +45,4 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-)
-
-replace (
-	github.com/spoolq/spool/consumer => ../consumer
-	github.com/spoolq/spool/producer => ../producer
-	github.com/spoolq/spool/shared => ../shared
-	github.com/spoolq/spool/streams => ../streams
 )

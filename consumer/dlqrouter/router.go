@@ -19,6 +19,7 @@ import (
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/fleet"
 	"github.com/spoolq/spool/shared/lifecycle"
+	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/shared/workflow"
 	"github.com/spoolq/spool/streams/dlq"
 )
@@ -125,13 +126,11 @@ func WithPrefix(prefix string) Option {
 	}
 }
 
-// WithLogger sets the logger. Default: no logging.
+// WithLogger sets the logger. Default (and nil): warnings and errors on
+// standard error (logging.OrDefault).
 func WithLogger(l *slog.Logger) Option {
 	return func(r *Router) error {
-		if l == nil {
-			return errors.New("WithLogger: nil logger")
-		}
-		r.logger = l
+		r.logger = logging.OrDefault(l)
 		return nil
 	}
 }
@@ -212,7 +211,7 @@ func New(nc *nats.Conn, opts ...Option) (*Router, error) {
 	r := &Router{
 		js:         js,
 		names:      spool.DefaultNames(),
-		logger:     slog.New(slog.DiscardHandler),
+		logger:     logging.OrDefault(nil),
 		worker:     defaultRouterWorker(),
 		batch:      DefaultBatch,
 		fetchWait:  DefaultFetchWait,

@@ -651,7 +651,6 @@ func TestRouterLifecycle(t *testing.T) {
 		for name, opt := range map[string]dlqrouter.Option{
 			"batch":      dlqrouter.WithBatch(0),
 			"prefix":     dlqrouter.WithPrefix("a.b"),
-			"logger":     dlqrouter.WithLogger(nil),
 			"worker":     dlqrouter.WithWorker(" "),
 			"timeout":    dlqrouter.WithTimeout(time.Minute),
 			"fetch wait": dlqrouter.WithFetchWait(time.Millisecond),

@@ -21,6 +21,7 @@ import (
 	"github.com/spoolq/spool/consumer"
 	"github.com/spoolq/spool/consumer/dlqrouter"
 	"github.com/spoolq/spool/shared/fleet"
+	"github.com/spoolq/spool/shared/logging"
 )
 
 // Defaults of the dead-letter count read.
@@ -44,13 +45,10 @@ func WithDeadLetters(count func(context.Context) (uint64, error)) Option {
 	return func(c *Collector) { c.dlqCount = count }
 }
 
-// WithLogger logs failed dead-letter counts (at debug). Default: discard.
+// WithLogger logs failed dead-letter counts (at debug). Default (and
+// nil): warnings and errors on standard error (logging.OrDefault).
 func WithLogger(l *slog.Logger) Option {
-	return func(c *Collector) {
-		if l != nil {
-			c.logger = l
-		}
-	}
+	return func(c *Collector) { c.logger = logging.OrDefault(l) }
 }
 
 // Collector is a prometheus.Collector over one worker.
@@ -74,7 +72,7 @@ var _ prometheus.Collector = (*Collector)(nil)
 // New returns a Collector reading w. ctx bounds the reads made on scrape
 // (the dead-letter count): once it ends, they fail.
 func New(ctx context.Context, w *consumer.Worker, opts ...Option) *Collector {
-	c := &Collector{ctx: ctx, w: w, logger: slog.New(slog.DiscardHandler), now: time.Now}
+	c := &Collector{ctx: ctx, w: w, logger: logging.OrDefault(nil), now: time.Now}
 	for _, o := range opts {
 		o(c)
 	}

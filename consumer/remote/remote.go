@@ -13,6 +13,7 @@ import (
 
 	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/logging"
 )
 
 // Request headers a remote Handler adds for the responder, and the reply
@@ -55,13 +56,10 @@ func (e *Error) Error() string {
 type Option func(*handler)
 
 // WithLogger sets the logger of a remote Handler. It logs each call at
-// debug level. Default: no logging.
+// debug level. Default (and nil): warnings and errors on standard error
+// (logging.OrDefault).
 func WithLogger(l *slog.Logger) Option {
-	return func(h *handler) {
-		if l != nil {
-			h.logger = l
-		}
-	}
+	return func(h *handler) { h.logger = logging.OrDefault(l) }
 }
 
 // WithTimeout sets how long a call may wait when the context has no
@@ -153,7 +151,7 @@ func Handler(nc *nats.Conn, subject string, opts ...Option) consumer.Handler {
 	h := &handler{
 		nc:      nc,
 		subject: subject,
-		logger:  slog.New(slog.DiscardHandler),
+		logger:  logging.OrDefault(nil),
 		timeout: DefaultTimeout,
 	}
 	for _, o := range opts {

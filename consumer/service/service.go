@@ -12,6 +12,7 @@ import (
 
 	"github.com/spoolq/spool/consumer"
 	"github.com/spoolq/spool/consumer/dlqrouter"
+	"github.com/spoolq/spool/consumer/remote"
 	"github.com/spoolq/spool/shared/fleet"
 )
 
@@ -22,6 +23,7 @@ type config struct {
 	version  string
 	metadata map[string]string
 	router   *dlqrouter.Router
+	remote   *remote.Routes
 }
 
 // WithVersion sets the service's SemVer version. Default: the main
@@ -48,6 +50,12 @@ func WithMetadata(md map[string]string) Option {
 // WithRouter adds the DLQ router's counters to the stats. Default: none.
 func WithRouter(r *dlqrouter.Router) Option {
 	return func(c *config) error { c.router = r; return nil }
+}
+
+// WithRemote adds the remote-handler routes' settings and counters to the
+// stats (field remote). Default: none.
+func WithRemote(r *remote.Routes) Option {
+	return func(c *config) error { c.remote = r; return nil }
 }
 
 // semver is the pattern nats.go's micro package accepts.
@@ -96,7 +104,13 @@ func Add(nc *nats.Conn, w *consumer.Worker, opts ...Option) (micro.Service, erro
 	name, prefix := w.Name(), w.Names().Prefix()
 	cfg.metadata["worker"] = name
 	cfg.metadata["prefix"] = prefix
-	stats := func() fleet.WorkerStats { return workerStats(w.Stats(), cfg.router) }
+	stats := func() fleet.WorkerStats {
+		st := workerStats(w.Stats(), cfg.router)
+		if cfg.remote != nil {
+			st.Remote = cfg.remote.Stats()
+		}
+		return st
+	}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:         fleet.ServiceName,
 		Version:      cfg.version,

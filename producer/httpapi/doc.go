@@ -10,6 +10,7 @@
 //	                             got in, all for one server-side reason such as queue_full)
 //	GET    /v1/tasks/{id}        result document           200, 404 not_found
 //	GET    /v1/tasks/{id}?wait=10s  long-poll until the task is completed or dead
+//	GET    /v1/tasks/{id}/result the output, byte for byte 200, 204 empty, 409 not_completed
 //	DELETE /v1/tasks/{id}        cancel a scheduled task   200, 404 not_found
 //	GET    /v1/dlq               dead letters, one page    200 (?priority=&type=&reason=&since=&until=&limit=&after=)
 //	GET    /v1/dlq/{seq}         one dead letter           200, 404 not_found

@@ -39,6 +39,7 @@ const (
 	CodeFilterRequired    = "filter_required"
 	CodeInvalidSeq        = "invalid_seq"
 	CodeNotReplayable     = "not_replayable"
+	CodeNotCompleted      = "not_completed"
 )
 
 // retryAfter is the Retry-After (seconds) sent with 503 answers.

@@ -83,7 +83,7 @@ func FuzzDecodeTaskRequest(f *testing.F) {
 			checkAPIError(t, "converting", body, err)
 			return
 		}
-		if task.Type != tr.Type || task.ID != tr.ID || !task.Priority.Valid() {
+		if task.Type != tr.Type || task.ID != tr.ID || !task.PriorityOrDefault().Valid() {
 			t.Fatalf("%q: task %+v does not match request %+v", body, task, tr)
 		}
 		if tr.PayloadBase64 != nil {
@@ -114,7 +114,7 @@ func FuzzDecodeTaskRequest(f *testing.F) {
 		if tr.PayloadBase64 != nil {
 			p1, p2 = task.Payload, task2.Payload
 		}
-		if task.Type != task2.Type || task.Priority != task2.Priority || task.ID != task2.ID ||
+		if task.Type != task2.Type || task.PriorityOrDefault() != task2.PriorityOrDefault() || task.ID != task2.ID ||
 			!bytes.Equal(p1, p2) || task.Timeout != task2.Timeout || task.Delay != task2.Delay ||
 			!task.ProcessAt.Equal(task2.ProcessAt) || task.UniqueKey != task2.UniqueKey ||
 			task.UniqueTTL != task2.UniqueTTL || task.TraceParent != task2.TraceParent ||

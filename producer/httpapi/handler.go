@@ -10,12 +10,14 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/streams/admin"
 )
 
@@ -69,7 +71,7 @@ func (o Options) withDefaults() Options {
 		o.MaxWait = DefaultMaxWait
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
+		o.Logger = logging.OrDefault(nil)
 	}
 	return o
 }
@@ -112,6 +114,7 @@ func NewHandler(client *producer.Client, adm *admin.Client, opts Options) http.H
 	mux.Handle("POST /v1/tasks/batch", h.auth(h.batch))
 	mux.Handle("GET /v1/tasks/{id}", h.auth(h.result))
 	mux.Handle("DELETE /v1/tasks/{id}", h.auth(h.cancel))
+	mux.Handle("GET /v1/tasks/{id}/result", h.auth(h.output))
 	h.registerUI(mux) // dashboard: /ui, /v1/overview (ui.go)
 	h.routeDLQ(mux)
 	h.routeWorkflows(mux)
@@ -367,6 +370,51 @@ func (h *handler) result(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, h.logger, r, http.StatusOK, res)
 	default:
 		writeError(w, h.logger, r, fromError(err))
+	}
+}
+
+// output answers a completed task's output, byte for byte, as the body:
+// application/json when it was stored as JSON, application/octet-stream
+// when it is not UTF-8, else the type http.DetectContentType sniffs.
+// Empty output answers 204; a task not completed yet answers 409.
+func (h *handler) output(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := spool.ValidateID(id); err != nil {
+		writeError(w, h.logger, r, newError(http.StatusBadRequest, CodeInvalidID, "id", err.Error()))
+		return
+	}
+	res, err := h.client.Result(r.Context(), id)
+	if err != nil {
+		writeError(w, h.logger, r, fromError(err))
+		return
+	}
+	if res.State != spool.StateCompleted {
+		writeError(w, h.logger, r, newError(http.StatusConflict, CodeNotCompleted, "id",
+			fmt.Sprintf("task %q is %s, not completed: it has no output yet", id, res.State)))
+		return
+	}
+	out, err := res.Output()
+	if err != nil {
+		writeError(w, h.logger, r, fromError(err))
+		return
+	}
+	if len(out) == 0 {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	ct := "application/json"
+	switch {
+	case res.ResultEncoding == "":
+	case !utf8.Valid(out):
+		ct = "application/octet-stream"
+	default:
+		ct = http.DetectContentType(out)
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if _, err := w.Write(out); err != nil {
+		h.logger.DebugContext(r.Context(), "writing response", "error", err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -268,7 +269,7 @@ func TestHealthReadyAndOpenAPI(t *testing.T) {
 		t.Errorf("openapi %v", doc["openapi"])
 	}
 	paths, _ := doc["paths"].(map[string]any)
-	for _, p := range []string{"/v1/tasks", "/v1/tasks/batch", "/v1/tasks/{id}", "/healthz", "/readyz", "/v1/dlq", "/v1/dlq/{seq}", "/v1/dlq/{seq}/replay"} {
+	for _, p := range []string{"/v1/tasks", "/v1/tasks/batch", "/v1/tasks/{id}", "/v1/tasks/{id}/result", "/healthz", "/readyz", "/v1/dlq", "/v1/dlq/{seq}", "/v1/dlq/{seq}/replay"} {
 		if paths[p] == nil {
 			t.Errorf("openapi.json lacks %s", p)
 		}
@@ -401,5 +402,51 @@ func TestNewServerTimeouts(t *testing.T) {
 	if srv.Addr != "127.0.0.1:8080" || srv.ReadTimeout != 15*time.Second || srv.WriteTimeout != 15*time.Second ||
 		srv.IdleTimeout != 60*time.Second || srv.ReadHeaderTimeout == 0 {
 		t.Fatalf("server %+v", srv)
+	}
+}
+
+// GET /v1/tasks/{id}/result answers the output byte for byte, whatever the
+// bytes; the document answers it in base64.
+func TestOutputOverHTTP(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, embedded.Options{}, httpapi.Options{})
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	cases := []struct {
+		id, ctype string
+		out       []byte
+	}{
+		{"bytes", "application/octet-stream", all},
+		{"invalid-utf8", "application/octet-stream", []byte("a\xffb\xc3")},
+		{"json", "application/json", []byte(`{"a":[1,2]}`)},
+		{"text", "text/plain; charset=utf-8", []byte("hello <b>\n")},
+	}
+	for _, c := range cases {
+		doc := spool.Result{ID: c.id, Type: "a", State: spool.StateCompleted, Attempts: 1}
+		doc.Result, doc.ResultEncoding = spool.ResultValue(c.out)
+		b.putResult(t, doc)
+		r := b.do(t, "GET", "/v1/tasks/"+c.id+"/result", "", nil)
+		if r.status != 200 || !bytes.Equal(r.body, c.out) || r.header.Get("Content-Type") != c.ctype {
+			t.Errorf("%s: %d %q %q, want %q %q", c.id, r.status, r.header.Get("Content-Type"), r.body, c.ctype, c.out)
+		}
+		got, err := decode[spool.Result](t, b.do(t, "GET", "/v1/tasks/"+c.id, "", nil)).Output()
+		if err != nil || !bytes.Equal(got, c.out) {
+			t.Errorf("%s: document output %q, %v", c.id, got, err)
+		}
+	}
+	b.putResult(t, spool.Result{ID: "empty", Type: "a", State: spool.StateCompleted, Attempts: 1})
+	if r := b.do(t, "GET", "/v1/tasks/empty/result", "", nil); r.status != 204 || len(r.body) != 0 {
+		t.Errorf("empty output: %d %q", r.status, r.body)
+	}
+	b.putResult(t, spool.Result{ID: "busy", Type: "a", State: spool.StateProcessing, Attempts: 1})
+	if r := b.do(t, "GET", "/v1/tasks/busy/result", "", nil); r.status != 409 {
+		t.Errorf("running task: %d %s", r.status, r.body)
+	} else if code, field, _ := r.errorCode(); code != "not_completed" || field != "id" {
+		t.Errorf("running task: %s %s", code, field)
+	}
+	if r := b.do(t, "GET", "/v1/tasks/ghost/result", "", nil); r.status != 404 {
+		t.Errorf("no task: %d %s", r.status, r.body)
 	}
 }

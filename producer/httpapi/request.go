@@ -58,7 +58,6 @@ type BatchRequest struct {
 func (tr TaskRequest) task(r *http.Request) (producer.Task, error) {
 	t := producer.Task{
 		Type:        tr.Type,
-		Priority:    spool.Normal,
 		ID:          tr.ID,
 		MaxRetries:  tr.MaxRetries,
 		UniqueKey:   tr.UniqueKey,
@@ -74,7 +73,7 @@ func (tr TaskRequest) task(r *http.Request) (producer.Task, error) {
 		if err != nil {
 			return t, spool.NewFieldError("priority", err)
 		}
-		t.Priority = p
+		t.Priority = &p
 	}
 	if len(tr.Payload) > 0 && tr.PayloadBase64 != nil {
 		return t, spool.NewFieldError("payload", fmt.Errorf("%w: set payload or payload_base64, not both", spool.ErrInvalidPayload))

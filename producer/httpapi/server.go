@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"github.com/spoolq/spool/shared/logging"
 	"log/slog"
 	"net/http"
 	"time"
@@ -29,7 +30,7 @@ func NewServer(addr string, h http.Handler, logger *slog.Logger) *http.Server {
 		addr = DefaultAddr
 	}
 	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+		logger = logging.OrDefault(nil)
 	}
 	return &http.Server{
 		Addr:              addr,

@@ -7,6 +7,11 @@ import "time"
 // `nats micro stats spool-consumer` list the fleet.
 const ServiceName = "spool-consumer"
 
+// MetadataHandlers is the service metadata key listing the task types a
+// consumer process serves, comma-separated: exact types, and the type
+// patterns of its remote routes (* one token, a final > the rest).
+const MetadataHandlers = "handlers"
+
 // WorkerStats are a worker's live figures: the data of its $SRV.STATS
 // endpoint and the answer of its stats endpoint. Counters are cumulative
 // since the worker started.
@@ -35,6 +40,31 @@ type WorkerStats struct {
 	Types map[string]CounterStats `json:"types,omitempty"`
 	// Router is the DLQ router's counters, when the process runs one.
 	Router *RouterStats `json:"dlq_router,omitempty"`
+	// Remote has one entry per remote-handler route, in matching order,
+	// when the process serves types with remote handlers.
+	Remote []RemoteRouteStats `json:"remote,omitempty"`
+}
+
+// RemoteRouteStats are one remote-handler route's settings and counters.
+type RemoteRouteStats struct {
+	// Pattern is the task-type pattern, Subject the request subject
+	// ("{type}" standing for the task type).
+	Pattern string `json:"type"`
+	Subject string `json:"subject"`
+	// Concurrency caps the requests in flight (0: no cap); TimeoutNS caps
+	// each wait for a reply, in nanoseconds (0: the task's own deadline).
+	Concurrency int   `json:"concurrency"`
+	TimeoutNS   int64 `json:"timeout_ns"`
+	// InFlight is the requests waiting for a reply now.
+	InFlight int64 `json:"in_flight"`
+	// Calls counts requests sent; Completed, Failed (a Spool-Error reply
+	// or a request error), Timeouts (no reply, or no free place, before
+	// the deadline) and NoResponders (nobody listening) their outcomes.
+	Calls        uint64 `json:"calls"`
+	Completed    uint64 `json:"completed"`
+	Failed       uint64 `json:"failed"`
+	Timeouts     uint64 `json:"timeouts"`
+	NoResponders uint64 `json:"no_responders"`
 }
 
 // CounterStats count attempts and their outcomes.

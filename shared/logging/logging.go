@@ -53,3 +53,16 @@ func isTerminal(w io.Writer) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
+
+// OrDefault returns l, or when l is nil the default logger of Spool's
+// libraries: warnings and errors as text on standard error, so a program
+// that gives no logger still hears about a lost connection or a failed
+// write, and sees nothing of the routine info and debug lines. Every
+// constructor and WithLogger option of Spool's libraries applies it, so a
+// nil logger is always accepted.
+func OrDefault(l *slog.Logger) *slog.Logger {
+	if l != nil {
+		return l
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}

@@ -3,6 +3,7 @@ package logging_test
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -47,5 +48,18 @@ func TestBadSettings(t *testing.T) {
 	}
 	if _, err := logging.New(&bytes.Buffer{}, "json", "verbose"); err == nil {
 		t.Error("level verbose accepted")
+	}
+}
+
+func TestOrDefault(t *testing.T) {
+	t.Parallel()
+	l := slog.New(slog.DiscardHandler)
+	if logging.OrDefault(l) != l {
+		t.Error("a given logger was replaced")
+	}
+	d := logging.OrDefault(nil)
+	ctx := t.Context()
+	if !d.Enabled(ctx, slog.LevelWarn) || !d.Enabled(ctx, slog.LevelError) || d.Enabled(ctx, slog.LevelInfo) {
+		t.Error("the default logger must keep warnings and errors and drop info")
 	}
 }

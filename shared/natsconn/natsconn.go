@@ -12,11 +12,13 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spoolq/spool/shared/config"
+	"github.com/spoolq/spool/shared/logging"
 )
 
 // Options builds the nats.Options for cfg. name identifies the connection in
 // server monitoring (spool-consumer, spool-producer, ...).
 func Options(cfg config.NATS, name string, logger *slog.Logger) []nats.Option {
+	logger = logging.OrDefault(logger)
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -63,6 +65,7 @@ func Options(cfg config.NATS, name string, logger *slog.Logger) []nats.Option {
 // Connect dials cfg.URL. The first connection must succeed before ctx ends;
 // after that the connection reconnects forever.
 func Connect(ctx context.Context, cfg config.NATS, name string, logger *slog.Logger) (*nats.Conn, error) {
+	logger = logging.OrDefault(logger)
 	opts := Options(cfg, name, logger)
 	if dl, ok := ctx.Deadline(); ok {
 		opts = append(opts, nats.Timeout(time.Until(dl)))

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/spoolq/spool/shared/logging"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -61,6 +62,7 @@ func (c Config) Enabled() bool {
 // stops it (call it on shutdown, with a deadline). When tracing is off the
 // provider is a no-op one: the libraries still pass trace context along.
 func Setup(ctx context.Context, c Config, serviceName string, logger *slog.Logger) (trace.TracerProvider, func(context.Context) error, error) {
+	logger = logging.OrDefault(logger)
 	if !c.Enabled() {
 		return noop.NewTracerProvider(), func(context.Context) error { return nil }, nil
 	}

@@ -272,7 +272,8 @@ func (s *Store) stepMsg(ctx context.Context, rec *Record, sr *StepRecord) (*nats
 	data := sr.Payload
 	onFailure := sr.Index == rec.Steps
 	if sr.Inputs || onFailure {
-		in := StepInput{Payload: spool.ResultValue(sr.Payload)}
+		var in StepInput
+		in.Payload, in.PayloadEncoding = spool.ResultValue(sr.Payload)
 		if onFailure {
 			in.Failed = rec.Failure
 		}

@@ -361,10 +361,15 @@ func (d *Doc) Add(steps ...Step) *Doc {
 // StepInput is the payload of a step with Inputs set, and of the
 // on-failure step.
 type StepInput struct {
-	// Payload is the step's own payload: JSON as is, other bytes as a
-	// JSON string.
-	Payload json.RawMessage `json:"payload,omitempty"`
-	// Inputs are the results of the After steps, in order.
+	// Payload is the step's own payload, encoded as a result document
+	// encodes output: JSON as is, other UTF-8 as a JSON string
+	// (PayloadEncoding "text"), other bytes as a base64 string
+	// (PayloadEncoding "base64").
+	Payload         json.RawMessage `json:"payload,omitempty"`
+	PayloadEncoding string          `json:"payload_encoding,omitempty"`
+	// Inputs are the results of the After steps, in order: each one the
+	// result field of the step task's result document as stored (see its
+	// result_encoding there), JSON null for a step without output.
 	Inputs []json.RawMessage `json:"inputs,omitempty"`
 	// Failed is, for the on-failure step, the step that failed.
 	Failed *Failure `json:"failed,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/logging"
 )
 
 // Defaults of the client options.
@@ -34,7 +35,7 @@ type options struct {
 func defaultOptions() options {
 	return options{
 		names:     spool.DefaultNames(),
-		logger:    slog.New(slog.DiscardHandler),
+		logger:    logging.OrDefault(nil),
 		timeout:   DefaultTimeout,
 		fleetWait: DefaultFleetWait,
 	}
@@ -65,13 +66,11 @@ func WithNames(names spool.Names) Option {
 	}
 }
 
-// WithLogger sets the logger. Default: discard.
+// WithLogger sets the logger. Default (and nil): warnings and errors on
+// standard error (logging.OrDefault).
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) error {
-		if l == nil {
-			return fmt.Errorf("logger: nil")
-		}
-		o.logger = l
+		o.logger = logging.OrDefault(l)
 		return nil
 	}
 }

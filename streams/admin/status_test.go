@@ -28,7 +28,6 @@ func TestNewValidatesOptions(t *testing.T) {
 	for name, opt := range map[string]admin.Option{
 		"prefix":     admin.WithPrefix("bad prefix"),
 		"names":      admin.WithNames(spool.Names{}),
-		"logger":     admin.WithLogger(nil),
 		"timeout":    admin.WithTimeout(0),
 		"fleet wait": admin.WithFleetWait(-time.Second),
 	} {

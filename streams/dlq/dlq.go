@@ -74,10 +74,13 @@ type Letter struct {
 	// OriginalSeq is the task's sequence in the task stream.
 	OriginalSeq uint64      `json:"original_seq,omitempty"`
 	Header      nats.Header `json:"headers,omitempty"`
-	// Payload is the task payload for display: JSON stays JSON, anything
-	// else is a JSON string. Data holds the bytes.
-	Payload json.RawMessage `json:"payload,omitempty"`
-	Data    []byte          `json:"-"`
+	// Payload is the task payload encoded as a result document's result
+	// (spool.ResultValue): JSON stays JSON, other UTF-8 is a string with
+	// PayloadEncoding "text", anything else base64 with PayloadEncoding
+	// "base64". Data holds the bytes.
+	Payload         json.RawMessage `json:"payload,omitempty"`
+	PayloadEncoding string          `json:"payload_encoding,omitempty"`
+	Data            []byte          `json:"-"`
 	// Size is the payload size in bytes.
 	Size int `json:"size"`
 }
@@ -91,10 +94,10 @@ func (d *DLQ) letter(seq uint64, subject string, stored time.Time, h nats.Header
 		Error:           h.Get(spool.HeaderError),
 		OriginalSubject: h.Get(spool.HeaderOriginalSubject),
 		Header:          h,
-		Payload:         spool.ResultValue(data),
 		Data:            data,
 		Size:            len(data),
 	}
+	l.Payload, l.PayloadEncoding = spool.ResultValue(data)
 	if p, typ, err := d.names.ParseDLQSubject(subject); err == nil {
 		l.Priority, l.Type = p, typ
 	}

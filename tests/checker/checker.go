@@ -209,9 +209,11 @@ func (c *Checker) Check() Report {
 			if len(execs) == 0 {
 				r.Mismatched = append(r.Mismatched, fmt.Sprintf("%s: completed without any execution in the handler logs", id))
 			}
-			// JSON cannot carry invalid UTF-8: a binary result is stored
-			// with U+FFFD in its place, so only text values compare.
-			if got, ok := resultValue(doc.Result); ok && utf8.ValidString(value) && got != value {
+			// A value the handler returned as a JSON string (fault.task) went
+			// through json.Marshal, which puts U+FFFD for invalid UTF-8, so
+			// only text values compare; output stored in base64 (fault.echo
+			// returns its payload as is) compares byte for byte.
+			if got, ok := resultValue(doc); ok && (doc.ResultEncoding != "" || utf8.ValidString(value)) && got != value {
 				r.Mismatched = append(r.Mismatched, fmt.Sprintf("%s: completed with result %q, enqueued with %q", id, got, value))
 			}
 		case doc.State == spool.StateDead:
@@ -271,14 +273,19 @@ func (c *Checker) cause(id string, execs []Execution) string {
 	return c.unfaulted
 }
 
-// resultValue reads a result that is a JSON string; ok is false for any
-// other result (a handler that does not echo its value).
-func resultValue(raw json.RawMessage) (string, bool) {
-	if len(raw) == 0 {
+// resultValue reads the value a handler returned: its output when stored in
+// base64, else a result that is a JSON string; ok is false for anything
+// else.
+func resultValue(doc spool.Result) (string, bool) {
+	if doc.ResultEncoding != "" {
+		out, err := doc.Output()
+		return string(out), err == nil
+	}
+	if len(doc.Result) == 0 {
 		return "", false
 	}
 	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
+	if err := json.Unmarshal(doc.Result, &s); err != nil {
 		return "", false
 	}
 	return s, true

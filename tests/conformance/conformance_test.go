@@ -251,7 +251,7 @@ func testRetriesThenCompletes(t *testing.T, s *stack) {
 	s.worker(mux)
 	res := s.enqueue(producer.NewTask("flaky", nil))
 	r := s.wait(res.ID, spool.StateCompleted)
-	if r.Attempts != 3 || string(r.Result) != `"done"` {
+	if out, err := r.Output(); r.Attempts != 3 || err != nil || string(out) != "done" {
 		t.Errorf("result %+v, want 3 attempts and \"done\"", r)
 	}
 }
@@ -410,10 +410,10 @@ func testPriorities(t *testing.T, s *stack) {
 	const high, low = 30, 10
 	tasks := make([]producer.Task, 0, high+low)
 	for range high {
-		tasks = append(tasks, producer.Task{Type: "work", Priority: spool.High})
+		tasks = append(tasks, producer.Task{Type: "work", Priority: new(spool.High)})
 	}
 	for range low {
-		tasks = append(tasks, producer.Task{Type: "work", Priority: spool.Low})
+		tasks = append(tasks, producer.Task{Type: "work", Priority: new(spool.Low)})
 	}
 	results, err := s.client.EnqueueBatch(streamstest.Context(t), tasks)
 	if err != nil {

@@ -96,8 +96,8 @@ func TestDevStackEndToEnd(t *testing.T) {
 		}
 		return nil
 	})
-	if string(res.Result) != `"plain text"` {
-		t.Fatalf("raw task result %s", res.Result)
+	if out, err := res.Output(); err != nil || string(out) != "plain text" || res.ResultEncoding != spool.ResultEncodingText || string(res.Result) != `"plain text"` {
+		t.Fatalf("raw task result %s (%s): %q, %v", res.Result, res.ResultEncoding, out, err)
 	}
 
 	// 3. A task that keeps failing ends in the DLQ with reason "error".

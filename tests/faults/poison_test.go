@@ -310,7 +310,7 @@ func poisonLibrary(t *testing.T, client *producer.Client) []accepted {
 		want    outcome
 	}{
 		{name: "invalid type token", task: producer.Task{Type: "bad$type"}, wantErr: producer.ErrInvalidType},
-		{name: "unknown priority", task: producer.Task{Type: "fault.echo", Priority: spool.Priority(7)}, wantErr: producer.ErrInvalidPriority},
+		{name: "unknown priority", task: producer.Task{Type: "fault.echo", Priority: new(spool.Priority(7))}, wantErr: producer.ErrInvalidPriority},
 		{name: "invalid id", task: producer.Task{Type: "fault.echo", ID: "bad id!"}, wantErr: producer.ErrInvalidID},
 		{name: "reserved header", task: producer.Task{Type: "fault.echo", Headers: map[string]string{"Spool-Reason": "x"}}, wantErr: producer.ErrInvalidHeader},
 		{name: "oversized unique key", task: producer.Task{Type: "fault.echo", UniqueKey: strings.Repeat("k", 300), UniqueTTL: time.Minute}, wantErr: producer.ErrInvalidUnique},

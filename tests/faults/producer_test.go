@@ -33,7 +33,7 @@ func newTask(t testing.TB, id string, p spool.Priority, payload faultTask) (prod
 	if err != nil {
 		t.Fatal(err)
 	}
-	return producer.Task{Type: "fault.task", Priority: p, ID: id, Payload: b}, payload.V
+	return producer.Task{Type: "fault.task", Priority: &p, ID: id, Payload: b}, payload.V
 }
 
 // loadGen enqueues tasks and records every acknowledged one in a checker.

@@ -72,7 +72,7 @@ func TestAttemptSpansAreChildrenOfTheEnqueueSpan(t *testing.T) {
 	t.Cleanup(client.Close)
 	traced := producer.Traced(client, producerTP)
 	callerCtx, caller := producerTP.Tracer("caller").Start(ctx, "handle signup")
-	res, err := traced.Enqueue(callerCtx, producer.Task{Type: "report.build", Priority: spool.Normal})
+	res, err := traced.Enqueue(callerCtx, producer.Task{Type: "report.build"})
 	caller.End()
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package ui_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"log/slog"
@@ -163,6 +164,37 @@ func TestDashboard(t *testing.T) {
 		if !strings.Contains(timeline, want) {
 			t.Errorf("timeline %q lacks %q", timeline, want)
 		}
+	}
+
+	// 4b. A binary output: shown as a hex dump, downloaded byte for byte.
+	bin := make([]byte, 0, 263)
+	bin = append(bin, 0xff, 0xfe, 0xc3, 0x28, 0x00, 'o', 'k')
+	for i := range 256 {
+		bin = append(bin, byte(i))
+	}
+	post(t, ctx, st.BrokerURL+"/v1/tasks", `{"type":"demo.echo","id":"ui-bin-1","payload_base64":"`+base64.StdEncoding.EncodeToString(bin)+`"}`)
+	b.do("looking the binary task up", 10*time.Second,
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("#lookup-id").value = ""`),
+		chromedp.SendKeys(chromedp.CSS("#lookup-id"), "ui-bin-1"),
+		chromedp.Click(chromedp.CSS("#lookup-go")),
+	)
+	b.waitJS("the binary output", `!document.querySelector("#lookup-output").hidden && document.querySelector("#lookup-output-kind").textContent.startsWith("binary output") && document.querySelector("#lookup-output-preview").textContent.startsWith("binary, 263 B")`, 15*time.Second)
+	b.do("downloading the output", 10*time.Second, chromedp.Click(chromedp.CSS("#lookup-output-download")))
+	b.waitJS("the download's object URL", `document.querySelector("#lookup-output-download").href.startsWith("blob:")`, 5*time.Second)
+	// The page's CSP (connect-src 'self') keeps scripts from reading the
+	// blob: URL back, so read what the download fetched, the same way.
+	b.do("reading the download", 10*time.Second, chromedp.Evaluate[chromedp.Void](
+		`fetch("/v1/tasks/ui-bin-1/result", { headers: { Authorization: "Bearer " + sessionStorage.getItem("spool.token") } }).then(r => r.arrayBuffer()).then(a => { window.spoolDownload = Array.from(new Uint8Array(a)).join(","); }); 0`))
+	b.waitJS("the downloaded bytes", `window.spoolDownload !== undefined`, 5*time.Second)
+	want := make([]string, len(bin))
+	for i, c := range bin {
+		want[i] = strconv.Itoa(int(c))
+	}
+	if got := eval[string](b, `window.spoolDownload`); got != strings.Join(want, ",") {
+		t.Errorf("downloaded %s, want %s", got, strings.Join(want, ","))
+	}
+	if name := eval[string](b, `document.querySelector("#lookup-output-download").download`); name != "ui-bin-1.bin" {
+		t.Errorf("download name %q", name)
 	}
 
 	// 5. Nothing left the broker's origin.

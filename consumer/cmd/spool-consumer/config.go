@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/remote"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/config"
 )
@@ -82,8 +85,24 @@ type Config struct {
 	// SPOOL_METRICS_ADDR, default 127.0.0.1:0.
 	MetricsAddr string `envconfig:"METRICS_ADDR" default:"127.0.0.1:0" desc:"listen address of /metrics, /healthz, /readyz (port 0: a free port, logged; off: none)"`
 
+	// RemoteRoutes serves task types with remote handlers (any language,
+	// over NATS request-reply): a comma-separated list of
+	// <type-pattern>=<subject>[;concurrency=<n>][;timeout=<duration>], e.g.
+	// "billing.>=spool.remote.billing;concurrency=8;timeout=30s,img.*=spool.remote.{type}".
+	// Patterns match types as NATS subjects do (* one token, final > the
+	// rest); {type} in a subject stands for the task type; the first
+	// matching route serves a type, and a handler registered in the
+	// process (--demo) comes first. SPOOL_REMOTE_ROUTES, default none.
+	RemoteRoutes string `envconfig:"REMOTE_ROUTES" desc:"remote handlers: <type-pattern>=<subject>[;concurrency=<n>][;timeout=<d>],... (default none)"`
+	// RemoteRoutesFile is a JSON file of routes, read after
+	// SPOOL_REMOTE_ROUTES: {"routes":[{"type":"billing.>",
+	// "subject":"spool.remote.billing","concurrency":8,"timeout":"30s"}]}.
+	// SPOOL_REMOTE_ROUTES_FILE, default none.
+	RemoteRoutesFile string `envconfig:"REMOTE_ROUTES_FILE" desc:"JSON file of remote handler routes, after SPOOL_REMOTE_ROUTES (default none)"`
+
 	weights consumer.Weights
 	boost   []consumer.BoostStep
+	routes  []remote.Route
 }
 
 // Validate checks every setting, naming the variable at fault, and parses
@@ -98,6 +117,23 @@ func (c *Config) Validate() error {
 	}
 	if c.boost, err = parseBoost(c.Boost); err != nil {
 		return fmt.Errorf("SPOOL_BOOST: %w", err)
+	}
+	if c.routes, err = parseRoutes(c.RemoteRoutes); err != nil {
+		return fmt.Errorf("SPOOL_REMOTE_ROUTES: %w", err)
+	}
+	if c.RemoteRoutesFile != "" {
+		fromFile, err := readRoutesFile(c.RemoteRoutesFile)
+		if err != nil {
+			return fmt.Errorf("SPOOL_REMOTE_ROUTES_FILE: %w", err)
+		}
+		c.routes = append(c.routes, fromFile...)
+	}
+	seen := map[string]bool{}
+	for _, r := range c.routes {
+		if seen[r.Pattern] {
+			return fmt.Errorf("SPOOL_REMOTE_ROUTES, SPOOL_REMOTE_ROUTES_FILE: type pattern %q is routed twice", r.Pattern)
+		}
+		seen[r.Pattern] = true
 	}
 	checks := []struct {
 		bad bool
@@ -204,6 +240,85 @@ func parseBoost(s string) ([]consumer.BoostStep, error) {
 		steps = append(steps, consumer.BoostStep{After: d, Factor: f})
 	}
 	return steps, nil
+}
+
+// parseRoutes reads "<pattern>=<subject>[;concurrency=<n>][;timeout=<d>],...".
+func parseRoutes(s string) ([]remote.Route, error) {
+	var routes []remote.Route
+	for _, part := range splitList(s) {
+		fields := strings.Split(part, ";")
+		pattern, subject, ok := strings.Cut(fields[0], "=")
+		if !ok {
+			return nil, fmt.Errorf("%q is not <type-pattern>=<subject>[;concurrency=<n>][;timeout=<duration>]", part)
+		}
+		r := remote.Route{Pattern: strings.TrimSpace(pattern), Subject: strings.TrimSpace(subject)}
+		for _, f := range fields[1:] {
+			k, v, _ := strings.Cut(f, "=")
+			v = strings.TrimSpace(v)
+			switch strings.TrimSpace(k) {
+			case "concurrency":
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 0 {
+					return nil, fmt.Errorf("route %s: concurrency %q must be a whole number, 0 (no cap) or more", r.Pattern, v)
+				}
+				r.Concurrency = n
+			case "timeout":
+				d, err := time.ParseDuration(v)
+				if err != nil || d < 0 {
+					return nil, fmt.Errorf("route %s: timeout %q must be a Go duration such as 30s, 0 (the task's own deadline) or more", r.Pattern, v)
+				}
+				r.Timeout = d
+			default:
+				return nil, fmt.Errorf("route %s: unknown setting %q (allowed: concurrency, timeout)", r.Pattern, f)
+			}
+		}
+		if err := r.Validate(); err != nil {
+			return nil, fmt.Errorf("route %s: %w", r.Pattern, err)
+		}
+		routes = append(routes, r)
+	}
+	return routes, nil
+}
+
+// routesFile is the JSON layout of SPOOL_REMOTE_ROUTES_FILE.
+type routesFile struct {
+	Routes []struct {
+		Pattern     string `json:"type"`
+		Subject     string `json:"subject"`
+		Concurrency int    `json:"concurrency"`
+		Timeout     string `json:"timeout"`
+	} `json:"routes"`
+}
+
+// readRoutesFile reads a routes file; unknown fields are refused, so a
+// misspelt setting is not silently ignored.
+func readRoutesFile(path string) ([]remote.Route, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var f routesFile
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("%s: %w (want {\"routes\":[{\"type\":\"<pattern>\",\"subject\":\"<subject>\",\"concurrency\":<n>,\"timeout\":\"<duration>\"}]})", path, err)
+	}
+	routes := make([]remote.Route, 0, len(f.Routes))
+	for i, fr := range f.Routes {
+		r := remote.Route{Pattern: fr.Pattern, Subject: fr.Subject, Concurrency: fr.Concurrency}
+		if fr.Timeout != "" {
+			d, err := time.ParseDuration(fr.Timeout)
+			if err != nil {
+				return nil, fmt.Errorf("%s: routes[%d].timeout %q is not a Go duration such as 30s", path, i, fr.Timeout)
+			}
+			r.Timeout = d
+		}
+		if err := r.Validate(); err != nil {
+			return nil, fmt.Errorf("%s: routes[%d]: %w", path, i, err)
+		}
+		routes = append(routes, r)
+	}
+	return routes, nil
 }
 
 func splitList(s string) []string {

@@ -1,13 +1,25 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/remote"
 	"github.com/spoolq/spool/shared/config"
 )
+
+func writeFile(t *testing.T, content string) string {
+	p := filepath.Join(t.TempDir(), "routes.json")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
 
 func TestConfigLoad(t *testing.T) {
 	tests := []struct {
@@ -42,6 +54,26 @@ func TestConfigLoad(t *testing.T) {
 		{name: "retry max below base", env: map[string]string{"SPOOL_RETRY_BASE": "1m", "SPOOL_RETRY_MAX": "1s"}, wantErr: "SPOOL_RETRY_MAX"},
 		{name: "timeout", env: map[string]string{"SPOOL_TASK_TIMEOUT": "0s"}, wantErr: "SPOOL_TASK_TIMEOUT"},
 		{name: "not a duration", env: map[string]string{"SPOOL_SHUTDOWN_TIMEOUT": "soon"}, wantErr: "SHUTDOWN_TIMEOUT"},
+		{name: "remote routes", env: map[string]string{"SPOOL_REMOTE_ROUTES": "billing.>=handlers.billing;concurrency=8;timeout=30s, img.*=handlers.{type}"}, check: func(t *testing.T, c *Config) {
+			want := []remote.Route{{Pattern: "billing.>", Subject: "handlers.billing", Concurrency: 8, Timeout: 30 * time.Second}, {Pattern: "img.*", Subject: "handlers.{type}"}}
+			if !slices.Equal(c.routes, want) {
+				t.Errorf("routes %+v", c.routes)
+			}
+		}},
+		{name: "remote routes file", env: map[string]string{"SPOOL_REMOTE_ROUTES": "a=h.a", "SPOOL_REMOTE_ROUTES_FILE": writeFile(t, `{"routes":[{"type":">","subject":"h.all","concurrency":2,"timeout":"5s"}]}`)}, check: func(t *testing.T, c *Config) {
+			want := []remote.Route{{Pattern: "a", Subject: "h.a"}, {Pattern: ">", Subject: "h.all", Concurrency: 2, Timeout: 5 * time.Second}}
+			if !slices.Equal(c.routes, want) {
+				t.Errorf("routes %+v", c.routes)
+			}
+		}},
+		{name: "route without subject", env: map[string]string{"SPOOL_REMOTE_ROUTES": "billing.>"}, wantErr: "SPOOL_REMOTE_ROUTES: \"billing.>\" is not"},
+		{name: "route wildcard subject", env: map[string]string{"SPOOL_REMOTE_ROUTES": "a=h.*"}, wantErr: "SPOOL_REMOTE_ROUTES: route a: subject"},
+		{name: "route bad pattern", env: map[string]string{"SPOOL_REMOTE_ROUTES": "a.>.b=h"}, wantErr: "SPOOL_REMOTE_ROUTES: route a.>.b: type pattern"},
+		{name: "route bad concurrency", env: map[string]string{"SPOOL_REMOTE_ROUTES": "a=h;concurrency=-1"}, wantErr: "concurrency \"-1\""},
+		{name: "route unknown setting", env: map[string]string{"SPOOL_REMOTE_ROUTES": "a=h;retries=2"}, wantErr: "unknown setting"},
+		{name: "route twice", env: map[string]string{"SPOOL_REMOTE_ROUTES": "a=h,a=g"}, wantErr: "routed twice"},
+		{name: "routes file unknown field", env: map[string]string{"SPOOL_REMOTE_ROUTES_FILE": writeFile(t, `{"routes":[{"type":"a","subject":"h","timeuot":"5s"}]}`)}, wantErr: "SPOOL_REMOTE_ROUTES_FILE"},
+		{name: "routes file missing", env: map[string]string{"SPOOL_REMOTE_ROUTES_FILE": "/nonexistent/routes.json"}, wantErr: "SPOOL_REMOTE_ROUTES_FILE"},
 		{name: "strict", env: map[string]string{"SPOOL_STRICT": "true", "SPOOL_WORKER_NAME": "w1"}, check: func(t *testing.T, c *Config) {
 			if !c.Strict || c.WorkerName != "w1" {
 				t.Errorf("%+v", c)

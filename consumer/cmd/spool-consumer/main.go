@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,9 +28,11 @@ import (
 	"github.com/spoolq/spool/consumer/demo"
 	"github.com/spoolq/spool/consumer/dlqrouter"
 	"github.com/spoolq/spool/consumer/metrics"
+	"github.com/spoolq/spool/consumer/remote"
 	"github.com/spoolq/spool/consumer/service"
 	"github.com/spoolq/spool/consumer/tracing"
 	"github.com/spoolq/spool/shared/config"
+	"github.com/spoolq/spool/shared/fleet"
 	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/shared/natsconn"
 	"github.com/spoolq/spool/shared/telemetry"
@@ -96,14 +99,28 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer nc.Close()
 
 	mux := consumer.NewMux()
-	mux.Use(tracing.Middleware(tp))
+	traced := tracing.Middleware(tp)
+	mux.Use(traced)
 	if *withDemo {
 		demo.Register(mux)
 	}
-	if len(mux.Types()) == 0 {
-		logger.Warn("no handlers registered: every task will be dead-lettered with reason no_handler (run with --demo for the demo handlers)")
+	var handler consumer.Handler = mux
+	var routes *remote.Routes
+	if len(cfg.routes) > 0 {
+		routes, err = remote.NewRoutes(nc, cfg.routes, logger)
+		if err != nil {
+			return err
+		}
+		handler = remote.Fallback(mux, routes, traced)
+		for _, r := range cfg.routes {
+			logger.Info("remote handler route", "type_pattern", r.Pattern, "subject", r.Subject,
+				"concurrency", r.Concurrency, "timeout", r.Timeout)
+		}
 	}
-	w, err := consumer.New(nc, mux, append(cfg.Options(), consumer.WithLogger(logger))...)
+	if len(mux.Types()) == 0 && routes == nil {
+		logger.Warn("no handlers registered: every task will be dead-lettered with reason no_handler (run with --demo for the demo handlers, or set SPOOL_REMOTE_ROUTES)")
+	}
+	w, err := consumer.New(nc, handler, append(cfg.Options(), consumer.WithLogger(logger))...)
 	if err != nil {
 		return err
 	}
@@ -134,7 +151,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return errors.Join(err, w.Stop(stopCtx))
 		}
 	}
-	svc, err := observe(ctx, nc, w, router, obs, cfg)
+	svc, err := observe(ctx, nc, w, router, routes, handled(mux, routes), obs, cfg)
 	if err != nil {
 		logger.Warn("the NATS service API is off", "error", err)
 	}
@@ -189,7 +206,7 @@ func startRouter(ctx context.Context, nc *nats.Conn, cfg Config, worker string, 
 
 // observe registers the worker's metrics and its NATS micro service
 // (spool-consumer), which advertises the metrics address.
-func observe(ctx context.Context, nc *nats.Conn, w *consumer.Worker, router *dlqrouter.Router, obs *observer, cfg Config) (micro.Service, error) {
+func observe(ctx context.Context, nc *nats.Conn, w *consumer.Worker, router *dlqrouter.Router, routes *remote.Routes, handled []string, obs *observer, cfg Config) (micro.Service, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("opening JetStream: %w", err)
@@ -200,6 +217,9 @@ func observe(ctx context.Context, nc *nats.Conn, w *consumer.Worker, router *dlq
 		opts = append(opts, metrics.WithRouter(router))
 		svcOpts = append(svcOpts, service.WithRouter(router))
 	}
+	if routes != nil {
+		svcOpts = append(svcOpts, service.WithRemote(routes))
+	}
 	// Scrapes go on while the worker drains after SIGTERM.
 	if err := obs.reg.Register(metrics.New(context.WithoutCancel(ctx), w, opts...)); err != nil {
 		return nil, fmt.Errorf("registering the worker metrics: %w", err)
@@ -207,7 +227,20 @@ func observe(ctx context.Context, nc *nats.Conn, w *consumer.Worker, router *dlq
 	if obs.addr != "" {
 		svcOpts = append(svcOpts, service.WithMetadata(map[string]string{"metrics_addr": obs.addr}))
 	}
+	svcOpts = append(svcOpts, service.WithMetadata(map[string]string{fleet.MetadataHandlers: strings.Join(handled, ",")}))
 	return service.Add(nc, w, svcOpts...)
+}
+
+// handled lists the task types the process serves: the mux's types, then
+// the remote route patterns.
+func handled(mux *consumer.Mux, routes *remote.Routes) []string {
+	types := mux.Types()
+	if routes != nil {
+		for _, r := range routes.Routes() {
+			types = append(types, r.Pattern)
+		}
+	}
+	return types
 }
 
 // summarize logs the one-line summary every interval until ctx ends.

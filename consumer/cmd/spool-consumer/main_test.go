@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/fleet"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/embedded"
 	"github.com/spoolq/spool/streams/streamstest"
@@ -123,5 +124,127 @@ func TestRunRefusesBadConfig(t *testing.T) {
 	var out bytes.Buffer
 	if err := run(t.Context(), []string{"-h"}, &out); !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "SPOOL_WEIGHTS") {
 		t.Fatalf("help: %v\n%s", err, out.String())
+	}
+}
+
+// With SPOOL_REMOTE_ROUTES and no Go handler, the binary serves types by
+// pattern with a responder on another connection (any language would do),
+// returns its bytes faithfully, and reports each route in its stats.
+func TestRunRemoteRoutes(t *testing.T) {
+	e := streamstest.Start(t, streams.Settings{})
+	ctx := streamstest.Context(t)
+	responder := e.Connect(t)
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	sub, err := responder.QueueSubscribe("handlers.>", "handlers", func(m *nats.Msg) {
+		reply := nats.NewMsg(m.Reply)
+		switch m.Header.Get("Spool-Task-Type") {
+		case "img.thumb":
+			reply.Data = all
+		default:
+			reply.Header.Set("Spool-Error", "cannot do "+m.Subject)
+			reply.Header.Set("Spool-Permanent", "true")
+		}
+		_ = m.RespondMsg(reply)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := responder.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Setenv("SPOOL_NATS_URL", e.URL)
+	t.Setenv("SPOOL_WORKER_NAME", "remote-test")
+	t.Setenv("SPOOL_STATS_INTERVAL", "0")
+	t.Setenv("SPOOL_METRICS_ADDR", "off")
+	t.Setenv("SPOOL_REMOTE_ROUTES", "img.*=handlers.{type};concurrency=2;timeout=5s,other.>=handlers.other")
+	var logs syncBuffer
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- run(runCtx, nil, &logs) }()
+
+	for _, task := range []struct{ subject, id string }{
+		{"spool.tasks.high.img.thumb", "thumb-1"},
+		{"spool.tasks.normal.other.x.y", "other-1"},
+		{"spool.tasks.normal.unrouted", "none-1"},
+	} {
+		m := nats.NewMsg(task.subject)
+		m.Header.Set(spool.HeaderTaskID, task.id)
+		if _, err := e.JS.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kv, err := e.JS.KeyValue(ctx, "spool_results")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]spool.Result{}
+	streamstest.WaitFor(t, 20*time.Second, func() error {
+		for _, id := range []string{"thumb-1", "other-1", "none-1"} {
+			var doc spool.Result
+			en, err := kv.Get(ctx, id)
+			if err != nil {
+				return err
+			}
+			if err := json.Unmarshal(en.Value(), &doc); err != nil {
+				return err
+			}
+			if !doc.State.Terminal() {
+				return errors.New(id + " is " + string(doc.State))
+			}
+			docs[id] = doc
+		}
+		return nil
+	})
+	if out, err := docs["thumb-1"].Output(); err != nil || !bytes.Equal(out, all) || docs["thumb-1"].ResultEncoding != "base64" {
+		t.Errorf("thumb-1: output %q, %v, %+v", out, err, docs["thumb-1"])
+	}
+	if d := docs["other-1"]; d.State != spool.StateDead || d.Reason != spool.ReasonPermanent || !strings.Contains(d.Error, "cannot do handlers.other") {
+		t.Errorf("other-1: %+v", d)
+	}
+	if d := docs["none-1"]; d.State != spool.StateDead || d.Reason != spool.ReasonNoHandler {
+		t.Errorf("none-1: %+v", d)
+	}
+
+	// The stats document lists each route with its counters.
+	var stats fleet.WorkerStats
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		info, err := e.NC.RequestWithContext(ctx, "$SRV.INFO.spool-consumer", nil)
+		if err != nil {
+			return err
+		}
+		var si struct {
+			ID       string            `json:"id"`
+			Metadata map[string]string `json:"metadata"`
+		}
+		if err := json.Unmarshal(info.Data, &si); err != nil {
+			return err
+		}
+		if si.Metadata[fleet.MetadataHandlers] != "img.*,other.>" {
+			return errors.New("handlers metadata " + si.Metadata[fleet.MetadataHandlers])
+		}
+		reply, err := e.NC.RequestWithContext(ctx, "spool.svc.consumer.remote-test."+si.ID+".stats", nil)
+		if err != nil {
+			return err
+		}
+		return json.Unmarshal(reply.Data, &stats)
+	})
+	want := []fleet.RemoteRouteStats{
+		{Pattern: "img.*", Subject: "handlers.{type}", Concurrency: 2, TimeoutNS: int64(5 * time.Second), Calls: 1, Completed: 1},
+		{Pattern: "other.>", Subject: "handlers.other", Calls: 1, Failed: 1},
+	}
+	if len(stats.Remote) != 2 || stats.Remote[0] != want[0] || stats.Remote[1] != want[1] {
+		t.Errorf("remote stats %+v, want %+v", stats.Remote, want)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v\n%s", err, logs.String())
+	}
+	if !strings.Contains(logs.String(), "remote handler route") {
+		t.Errorf("logs lack the routes:\n%s", logs.String())
 	}
 }

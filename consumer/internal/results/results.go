@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -199,51 +200,44 @@ func isWrongLastSequence(err error) bool {
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// appendResult appends doc encoded exactly as json.Marshal encodes it,
-// without reflection: the worker writes one or two documents per task,
-// and reflection plus the stack growth of json.Marshal's recursion in a
-// fresh attempt goroutine were the largest CPU cost of a fast task. ok is
-// false when doc holds something this encoder leaves to json.Marshal
-// (characters that need escaping, a result that is not compact JSON, a
-// time json.Marshal rejects, an invalid priority).
+// appendResult appends doc encoded as json.Marshal encodes it, without
+// reflection: the worker writes one or two documents per task, and
+// reflection plus the stack growth of json.Marshal's recursion in a fresh
+// attempt goroutine were the largest CPU cost of a fast task. One
+// difference is wanted: Result is written verbatim (json.Marshal would
+// compact it and escape <, > and &), so the stored output is the handler's
+// bytes. ok is false when doc holds something this encoder leaves to
+// json.Marshal for its error (a time json.Marshal rejects, an invalid
+// priority).
 func appendResult(b []byte, doc *spool.Result) (_ []byte, ok bool) {
 	if !doc.Priority.Valid() {
 		return nil, false
 	}
 	b = append(b, `{"id":`...)
-	if b, ok = appendPlainString(b, doc.ID); !ok {
-		return nil, false
-	}
+	b = appendString(b, doc.ID)
 	b = append(b, `,"type":`...)
-	if b, ok = appendPlainString(b, doc.Type); !ok {
-		return nil, false
-	}
+	b = appendString(b, doc.Type)
 	b = append(b, `,"priority":"`...)
 	b = append(b, doc.Priority.String()...)
 	b = append(b, `","state":`...)
-	if b, ok = appendPlainString(b, string(doc.State)); !ok {
-		return nil, false
-	}
+	b = appendString(b, string(doc.State))
 	b = append(b, `,"attempts":`...)
 	b = strconv.AppendInt(b, int64(doc.Attempts), 10)
 	if len(doc.Result) > 0 {
-		if !plainJSON(doc.Result) {
-			return nil, false
-		}
 		b = append(b, `,"result":`...)
 		b = append(b, doc.Result...)
+		if doc.ResultEncoding != "" {
+			b = append(b, `,"result_encoding":`...)
+			b = appendString(b, doc.ResultEncoding)
+		}
 	}
 	if doc.Error != "" {
 		b = append(b, `,"error":`...)
-		if b, ok = appendPlainString(b, doc.Error); !ok {
-			return nil, false
-		}
+		b = appendString(b, doc.Error)
 	}
 	if doc.Reason != "" {
 		b = append(b, `,"reason":`...)
-		if b, ok = appendPlainString(b, string(doc.Reason)); !ok {
-			return nil, false
-		}
+		b = appendString(b, string(doc.Reason))
 	}
 	if doc.NextAttempt != nil {
 		if b, ok = appendTime(append(b, `,"next_attempt_at":`...), *doc.NextAttempt); !ok {
@@ -265,15 +259,11 @@ func appendResult(b []byte, doc *spool.Result) (_ []byte, ok bool) {
 	}
 	if doc.Worker != "" {
 		b = append(b, `,"worker":`...)
-		if b, ok = appendPlainString(b, doc.Worker); !ok {
-			return nil, false
-		}
+		b = appendString(b, doc.Worker)
 	}
 	if doc.TraceParent != "" {
 		b = append(b, `,"traceparent":`...)
-		if b, ok = appendPlainString(b, doc.TraceParent); !ok {
-			return nil, false
-		}
+		b = appendString(b, doc.TraceParent)
 	}
 	if doc.Replays != 0 {
 		b = append(b, `,"replays":`...)
@@ -287,31 +277,63 @@ func appendResult(b []byte, doc *spool.Result) (_ []byte, ok bool) {
 	return append(b, '}'), true
 }
 
-// appendPlainString appends s quoted when no character of it needs
-// escaping in json.Marshal's output (printable ASCII except ", \, <, >
-// and &); ok is false otherwise.
-func appendPlainString(b []byte, s string) ([]byte, bool) {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return nil, false
-		}
-	}
+// appendString appends s as a JSON string exactly as json.Marshal writes
+// it: ", \ and control characters escaped (\b, \f, \n, \r, \t short), <, > and &
+// as \u003c, \u003e, \u0026, U+2028 and U+2029 escaped, invalid UTF-8
+// replaced by U+FFFD. Strings of printable ASCII take the fast path.
+func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"'), true
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
-// plainJSON reports whether raw (valid JSON, as spool.ResultValue makes
-// it) is printed unchanged by json.Marshal: no whitespace to compact and
-// nothing to escape.
-func plainJSON(raw []byte) bool {
-	for _, c := range raw {
-		if c <= ' ' || c > 0x7e || c == '<' || c == '>' || c == '&' {
-			return false
-		}
-	}
-	return json.Valid(raw)
-}
+const hex = "0123456789abcdef"
 
 // appendTime appends t as time.Time.MarshalJSON does (RFC 3339 with
 // nanoseconds, quoted); ok is false for years it rejects.

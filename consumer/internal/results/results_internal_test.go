@@ -3,14 +3,16 @@ package results
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 
 	spool "github.com/spoolq/spool/shared"
 )
 
-// The hand-written encoder writes exactly what json.Marshal writes, and
-// leaves to json.Marshal what it does not handle.
+// The hand-written encoder writes exactly what json.Marshal writes, but for
+// the result, which it writes verbatim (json.Marshal compacts it), and
+// leaves to json.Marshal the errors.
 func TestEncodeMatchesJSONMarshal(t *testing.T) {
 	t.Parallel()
 	r := &Store{worker: "host-1"}
@@ -27,7 +29,8 @@ func TestEncodeMatchesJSONMarshal(t *testing.T) {
 		"full":            full,
 		"minimal":         {ID: "1", Type: "t", State: spool.StateCompleted},
 		"zero time":       {ID: "1", Type: "t", State: spool.StateProcessing, StartedAt: &time.Time{}},
-		"result string":   {ID: "1", Type: "t", State: spool.StateCompleted, Result: spool.ResultValue([]byte("plain text"))},
+		"result text":     withOutput(spool.Result{ID: "1", Type: "t", State: spool.StateCompleted}, []byte("plain text")),
+		"result bytes":    withOutput(spool.Result{ID: "1", Type: "t", State: spool.StateCompleted}, []byte{0, 0xff, 0xfe, '\n'}),
 		"result spaces":   {ID: "1", Type: "t", State: spool.StateCompleted, Result: json.RawMessage(`{"a": 1,  "b" : [ 2 ]}`)},
 		"result html":     {ID: "1", Type: "t", State: spool.StateCompleted, Result: json.RawMessage(`"<b>&"`)},
 		"result unicode":  {ID: "1", Type: "t", State: spool.StateCompleted, Result: json.RawMessage(`"héllo\u2028"`)},
@@ -44,7 +47,7 @@ func TestEncodeMatchesJSONMarshal(t *testing.T) {
 	}
 	for name, doc := range cases {
 		got, err := r.encode(&doc)
-		want, wantErr := json.Marshal(doc)
+		want, wantErr := marshalVerbatim(doc)
 		if (err != nil) != (wantErr != nil) {
 			t.Errorf("%s: error %v, json.Marshal's %v", name, err, wantErr)
 			continue
@@ -59,16 +62,64 @@ func TestEncodeMatchesJSONMarshal(t *testing.T) {
 	}
 }
 
+func withOutput(doc spool.Result, out []byte) spool.Result {
+	doc.Result, doc.ResultEncoding = spool.ResultValue(out)
+	return doc
+}
+
+// marshalVerbatim is json.Marshal of doc with doc.Result written as it is:
+// what the worker stores.
+func marshalVerbatim(doc spool.Result) ([]byte, error) {
+	raw, enc := doc.Result, doc.ResultEncoding
+	doc.Result, doc.ResultEncoding = nil, ""
+	b, err := json.Marshal(doc)
+	if err != nil || len(raw) == 0 {
+		return b, err
+	}
+	at := []byte(`,"attempts":` + strconv.Itoa(doc.Attempts))
+	i := bytes.Index(b, at) + len(at)
+	ins := append([]byte(`,"result":`), raw...)
+	if enc != "" {
+		ins = append(ins, `,"result_encoding":"`+enc+`"`...)
+	}
+	return append(b[:i:i], append(ins, b[i:]...)...), nil
+}
+
+// The stored document gives back the handler's bytes: all 256 byte
+// values, invalid UTF-8, JSON with spaces and HTML characters.
+func TestEncodeKeepsOutput(t *testing.T) {
+	t.Parallel()
+	r := &Store{worker: "w"}
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	for _, out := range [][]byte{all, []byte("\xff\xfe"), []byte(`{"a": "<b>&", "n": [1, 2]}`), []byte("text\n")} {
+		doc := withOutput(spool.Result{ID: "1", Type: "t", Priority: spool.Normal, State: spool.StateCompleted}, out)
+		b, err := r.encode(&doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back spool.Result
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatalf("%q: %v", b, err)
+		}
+		if got, err := back.Output(); err != nil || !bytes.Equal(got, out) {
+			t.Errorf("output %q came back as %q, %v", out, got, err)
+		}
+	}
+}
+
 func FuzzEncodeResult(f *testing.F) {
 	f.Add("id", "type.x", "boom", []byte(`{"a":1}`), int64(0), 3)
 	f.Add("é", "<>", "\n", []byte(`x y`), int64(-1e18), -1)
 	f.Fuzz(func(t *testing.T, id, typ, errText string, out []byte, ns int64, attempts int) {
 		r := &Store{worker: "w"}
 		at := time.Unix(0, ns).UTC()
-		doc := spool.Result{ID: id, Type: typ, Priority: spool.Normal, State: spool.StateCompleted, Attempts: attempts,
-			Result: spool.ResultValue(out), Error: errText, EnqueuedAt: at, FinishedAt: &at}
+		doc := withOutput(spool.Result{ID: id, Type: typ, Priority: spool.Normal, State: spool.StateCompleted, Attempts: attempts,
+			Error: errText, EnqueuedAt: at, FinishedAt: &at}, out)
 		got, err := r.encode(&doc)
-		want, wantErr := json.Marshal(doc)
+		want, wantErr := marshalVerbatim(doc)
 		if (err != nil) != (wantErr != nil) {
 			t.Fatalf("error %v, json.Marshal's %v", err, wantErr)
 		}

@@ -163,7 +163,7 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 		return errors.New("--type is required")
 	}
 	task := producer.Task{
-		Type: *typ, Priority: pri.p, ID: *id, Timeout: timeout.d,
+		Type: *typ, Priority: &pri.p, ID: *id, Timeout: timeout.d,
 		UniqueKey: *uniqueKey, UniqueTTL: uniqueTTL.d, Delay: delay.d,
 		TraceParent: *traceparent, TraceState: *tracestate,
 	}
@@ -231,6 +231,7 @@ func runResult(ctx context.Context, cfg Config, env *cmdEnv, args []string) erro
 	fs, url := newFlagSet("result", env)
 	wait := fs.Bool("wait", false, "wait until the task is completed or dead")
 	timeout := fs.Duration("timeout", 0, "give up waiting after this long (default: wait until interrupted)")
+	output := fs.Bool("output", false, "print the handler's output byte for byte instead of the result document")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -260,7 +261,17 @@ func runResult(ctx context.Context, cfg Config, env *cmdEnv, args []string) erro
 	if err != nil {
 		return err
 	}
-	return printJSON(env.stdout, res)
+	if !*output {
+		return printJSON(env.stdout, res)
+	}
+	out, err := res.Output()
+	if err != nil {
+		return err
+	}
+	if _, err := env.stdout.Write(out); err != nil {
+		return fmt.Errorf("writing the output of task %q: %w", pos[0], err)
+	}
+	return nil
 }
 
 func runCancel(ctx context.Context, cfg Config, env *cmdEnv, args []string) error {

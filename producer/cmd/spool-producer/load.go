@@ -12,6 +12,8 @@ import (
 
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/fleet"
+	"github.com/spoolq/spool/streams/admin"
 )
 
 // loadSpec is what load generates.
@@ -24,6 +26,47 @@ type loadSpec struct {
 	size     int
 	batch    int
 	progress time.Duration
+}
+
+// demoEcho is the demo handler's type (consumer/demo.Echo; the producer
+// does not import the consumer): a first load test against
+// `spool-consumer --demo` completes instead of filling the DLQ.
+const demoEcho = "demo.echo"
+
+// warnUnserved warns when the fleet is known and no consumer serves typ:
+// every task would wait, or be dead-lettered with no_handler. Consumers
+// list what they serve in their service metadata (fleet.MetadataHandlers);
+// one that does not (an older version) counts as serving everything.
+func warnUnserved(ctx context.Context, s *session, cfg Config, typ string, w io.Writer) {
+	adm, err := admin.New(s.nc, admin.WithNames(cfg.Names()), admin.WithLogger(s.logger))
+	if err != nil {
+		return
+	}
+	f, err := adm.Fleet(ctx)
+	if err != nil {
+		s.logger.Debug("reading the fleet to check the task type", "error", err)
+		return
+	}
+	if len(f.Workers) == 0 {
+		fmt.Fprintf(w, "warning: no spool-consumer is running: the %s tasks will wait in the queue until one serves them\n", typ)
+		return
+	}
+	var all []string
+	for _, wk := range f.Workers {
+		handlers, ok := wk.Metadata[fleet.MetadataHandlers]
+		if !ok {
+			return
+		}
+		for p := range strings.SplitSeq(handlers, ",") {
+			if p != "" && spool.MatchType(p, typ) {
+				return
+			}
+			all = append(all, p)
+		}
+	}
+	slices.Sort(all)
+	fmt.Fprintf(w, "warning: no consumer of the %d running serves type %q (they serve: %s): its tasks will be dead-lettered with reason no_handler; pick one with --type\n",
+		len(f.Workers), typ, strings.Join(slices.Compact(all), ", "))
 }
 
 // parseMix parses "critical=1,high=2,normal=4" into one cycle of priorities
@@ -93,7 +136,7 @@ func runLoad(ctx context.Context, cfg Config, env *cmdEnv, args []string) error 
 	fs.DurationVar(&spec.duration, "duration", 0, "how long to run (0: no limit; set --count or --duration)")
 	fs.Float64Var(&spec.rate, "rate", 0, "tasks per second (0: as fast as possible)")
 	mix := fs.String("mix", "normal=1", "priority mix, e.g. critical=1,high=2,normal=4")
-	fs.StringVar(&spec.typ, "type", "load.test", "task type")
+	fs.StringVar(&spec.typ, "type", demoEcho, "task type (default: the demo handler `spool-consumer --demo` serves)")
 	fs.IntVar(&spec.size, "size", 256, "payload size in bytes")
 	fs.IntVar(&spec.batch, "batch", 500, "tasks per batch publish")
 	fs.DurationVar(&spec.progress, "progress", time.Second, "progress line interval (0: none)")
@@ -133,6 +176,7 @@ func runLoad(ctx context.Context, cfg Config, env *cmdEnv, args []string) error 
 		return err
 	}
 	defer s.close()
+	warnUnserved(ctx, s, cfg, spec.typ, env.stderr)
 	sum, err := generate(ctx, s.client, spec, env.stderr)
 	sum.print(env.stdout)
 	return err
@@ -221,7 +265,7 @@ func generate(ctx context.Context, client *producer.Client, spec loadSpec, progr
 		}
 		tasks = tasks[:0]
 		for range n {
-			tasks = append(tasks, producer.Task{Type: spec.typ, Priority: spec.mix[next%len(spec.mix)], Payload: payload})
+			tasks = append(tasks, producer.Task{Type: spec.typ, Priority: &spec.mix[next%len(spec.mix)], Payload: payload}) // the priority is shared, never written
 			next++
 		}
 		bstart := time.Now()
@@ -236,7 +280,7 @@ func generate(ctx context.Context, client *producer.Client, spec loadSpec, progr
 				sum.duplicates++
 			default:
 				sum.enqueued++
-				sum.byPriority[tasks[i].Priority]++
+				sum.byPriority[tasks[i].PriorityOrDefault()]++
 			}
 		}
 		sent += n

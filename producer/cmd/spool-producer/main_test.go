@@ -16,9 +16,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/goleak"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/fleet"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/embedded"
 	"github.com/spoolq/spool/streams/streamstest"
@@ -358,5 +360,53 @@ func TestConfigValidation(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 			t.Errorf("%s: want %s, got %v", tt.name, tt.wantErr, err)
 		}
+	}
+}
+
+// load publishes demo.echo by default and warns when no consumer serves its
+// type, reading the fleet's handlers metadata.
+func TestLoadWarnsWhenNoHandler(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	load := func(args ...string) string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		args = append([]string{"load", "--url", s.url, "--count", "3", "--progress", "0"}, args...)
+		if err := run(ctxFor(t), args, strings.NewReader(""), &stdout, &stderr); err != nil {
+			t.Fatalf("load %v: %v\n%s", args, err, stderr.String())
+		}
+		return stderr.String()
+	}
+	if errOut := load(); !strings.Contains(errOut, "no spool-consumer is running") {
+		t.Errorf("no fleet: stderr %q", errOut)
+	}
+	info, err := s.tasks.Info(ctxFor(t), jetstream.WithSubjectFilter("spool.tasks.normal.demo.echo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Subjects["spool.tasks.normal.demo.echo"]; n != 3 {
+		t.Errorf("default type: %d demo.echo tasks, want 3", n)
+	}
+
+	// A consumer serving demo.* and remote route billing.>.
+	nc, err := nats.Connect(s.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	svc, err := micro.AddService(nc, micro.Config{Name: fleet.ServiceName, Version: "1.0.0",
+		Metadata: map[string]string{fleet.MetadataHandlers: "demo.echo,demo.fail,billing.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	if errOut := load(); strings.Contains(errOut, "warning") {
+		t.Errorf("served type: stderr %q", errOut)
+	}
+	if errOut := load("--type", "billing.charge.eu"); strings.Contains(errOut, "warning") {
+		t.Errorf("type served by a pattern: stderr %q", errOut)
+	}
+	if errOut := load("--type", "load.test"); !strings.Contains(errOut, `serves type "load.test" (they serve: billing.>, demo.echo, demo.fail)`) {
+		t.Errorf("unserved type: stderr %q", errOut)
 	}
 }

@@ -469,7 +469,7 @@
       $("#dlq-detail-error").textContent = l.error || "—";
       const hdrs = Object.entries(l.headers || {}).sort(([a], [b]) => a.localeCompare(b));
       $("#dlq-detail-headers tbody").replaceChildren(...hdrs.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", { class: "mono" }, Array.isArray(v) ? v.join(", ") : String(v)))));
-      let preview = l.payload === undefined ? "(empty)" : JSON.stringify(l.payload, null, 2);
+      let preview = l.payload === undefined ? "(empty)" : l.payload_encoding === "base64" ? binaryPreview(l.payload) : l.payload_encoding === "text" ? l.payload : JSON.stringify(l.payload, null, 2);
       if (preview.length > 4000) preview = preview.slice(0, 4000) + "\n… (" + (preview.length - 4000) + " more characters)";
       $("#dlq-detail-payload").textContent = preview;
       $("#dlq-detail-size").textContent = l.size !== undefined ? "(" + fmtBytes(l.size) + ")" : "";
@@ -597,6 +597,18 @@
     }
   }
 
+  // binaryPreview shows base64 output (result_encoding / payload_encoding
+  // "base64"): as text when it decodes to UTF-8, else as a hex dump.
+  function binaryPreview(b64) {
+    const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+    try {
+      return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+    } catch {
+      const hex = Array.from(bytes.slice(0, 512), (b) => b.toString(16).padStart(2, "0")).join(" ");
+      return "binary, " + fmtBytes(bytes.length) + ":\n" + hex + (bytes.length > 512 ? " …" : "");
+    }
+  }
+
   function renderLookup(doc) {
     $("#lookup-result").hidden = false;
     const st = $("#lookup-state");
@@ -614,7 +626,39 @@
     events.sort((a, b) => Date.parse(a.at) - Date.parse(b.at));
     $("#lookup-timeline").replaceChildren(...events.map((e) => el("li", { class: e.cls }, el("time", {}, fmtDateTime(e.at)), " ", e.text)));
     $("#lookup-doc").textContent = JSON.stringify(doc, null, 2);
+    // The output, byte for byte, from GET /v1/tasks/{id}/result.
+    const out = $("#lookup-output");
+    out.hidden = doc.state !== "completed" || doc.result === undefined;
+    if (!out.hidden) {
+      const enc = doc.result_encoding;
+      $("#lookup-output-kind").textContent = enc === "base64" ? "binary output (stored as base64)" : enc === "text" ? "text output" : "JSON output";
+      $("#lookup-output-preview").textContent = enc === "base64" ? binaryPreview(doc.result) : enc === "text" ? doc.result : JSON.stringify(doc.result, null, 2);
+      const a = $("#lookup-output-download");
+      a.dataset.id = doc.id;
+      a.download = doc.id + (enc === "base64" ? ".bin" : enc === "text" ? ".txt" : ".json");
+    }
   }
+
+  // The download fetches the raw output with the bearer token (a plain
+  // link would not send it) and saves it as a file.
+  $("#lookup-output-download").addEventListener("click", async (ev) => {
+    const a = ev.currentTarget;
+    if (a.href) return; // the object URL of this output is ready: let the browser save it
+    ev.preventDefault();
+    const headers = {};
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    if (token) headers.Authorization = "Bearer " + token;
+    try {
+      const resp = await fetch("/v1/tasks/" + encodeURIComponent(a.dataset.id) + "/result", { headers, cache: "no-store" });
+      if (!resp.ok) throw new Error("HTTP " + resp.status);
+      a.href = URL.createObjectURL(await resp.blob());
+      a.click();
+      const url = a.href;
+      setTimeout(() => { URL.revokeObjectURL(url); a.removeAttribute("href"); }, 10000);
+    } catch (e) {
+      $("#lookup-message").textContent = "Download failed: " + e.message;
+    }
+  });
 
   $("#lookup-form").addEventListener("submit", (ev) => {
     ev.preventDefault();

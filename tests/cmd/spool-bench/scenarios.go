@@ -287,7 +287,7 @@ func (b *bench) enqueue(ctx context.Context) error {
 	}
 	tasks := make([]producer.Task, b.cfg.batchSize)
 	for i := range tasks {
-		tasks[i] = producer.Task{Type: "bench", Priority: spool.Normal, Payload: payload}
+		tasks[i] = producer.Task{Type: "bench", Payload: payload}
 	}
 	if err := batch("spool", func() error {
 		_, err := client.EnqueueBatch(ctx, tasks)
