@@ -451,10 +451,15 @@ func TestConsumerRole(t *testing.T) {
 			return nil
 		}},
 
-		{name: "publish a task", user: cons, denied: `Publish to "spool.tasks.high.x"`,
+		// A worker that finishes a workflow step enqueues the steps that
+		// became ready.
+		{name: "enqueue a workflow step", user: cons,
 			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
-				_, err := c.js.Publish(ctx, "spool.tasks.high.x", nil)
-				return err
+				ack, err := c.js.Publish(ctx, "spool.tasks.high.x", nil)
+				if err != nil {
+					return err
+				}
+				return wantStream(ack, names.TaskStream())
 			}},
 		{name: "publish a schedule", user: cons, denied: `Publish to "spool.sched.x"`,
 			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
