@@ -99,19 +99,25 @@ func (h *handler) workflowStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) cancelWorkflow(w http.ResponseWriter, r *http.Request) {
-	rec, err := h.client.CancelWorkflow(r.Context(), r.PathValue("id"))
-	if err != nil {
-		writeError(w, h.logger, r, workflowError(err))
-		return
-	}
-	writeJSON(w, h.logger, r, http.StatusOK, map[string]any{"id": rec.ID, "state": rec.State, "cancelled": rec.Cancelled})
+	h.workflowOp(w, r, h.client.CancelWorkflow, func(rec workflow.Record) map[string]any {
+		return map[string]any{"id": rec.ID, "state": rec.State, "cancelled": rec.Cancelled}
+	})
 }
 
 func (h *handler) retryWorkflow(w http.ResponseWriter, r *http.Request) {
-	rec, err := h.client.RetryWorkflow(r.Context(), r.PathValue("id"))
+	h.workflowOp(w, r, h.client.RetryWorkflow, func(rec workflow.Record) map[string]any {
+		return map[string]any{"id": rec.ID, "state": rec.State, "retries": rec.Retries}
+	})
+}
+
+// workflowOp runs op on the workflow of the path and answers with the
+// fields answer picks from the record.
+func (h *handler) workflowOp(w http.ResponseWriter, r *http.Request,
+	op func(context.Context, string) (workflow.Record, error), answer func(workflow.Record) map[string]any) {
+	rec, err := op(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, h.logger, r, workflowError(err))
 		return
 	}
-	writeJSON(w, h.logger, r, http.StatusOK, map[string]any{"id": rec.ID, "state": rec.State, "retries": rec.Retries})
+	writeJSON(w, h.logger, r, http.StatusOK, answer(rec))
 }

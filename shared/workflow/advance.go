@@ -127,7 +127,15 @@ func (s *Store) finishOne(ctx context.Context, id string, f finishing) ([]finish
 		return nil, err
 	}
 	state := sr.State
+	// ready marks the dependants whose count this change brought to zero:
+	// this finisher enqueues them. A redo (the bit was set before: a
+	// crash came after the record was written) enqueues every dependant
+	// at zero, which enqueue makes idempotent. Reset on every try of the
+	// compare-and-set.
+	var ready map[string]bool
+	redo := false
 	rec, err := s.changeRecord(ctx, id, func(r *Record) bool {
+		ready, redo = nil, false
 		if sr.Index == r.Steps { // the on-failure step
 			if r.OnFailureDone {
 				return false
@@ -137,6 +145,7 @@ func (s *Store) finishOne(ctx context.Context, id string, f finishing) ([]finish
 			return true
 		}
 		if r.Done.has(sr.Index) {
+			redo = true
 			return false
 		}
 		r.Done.set(sr.Index)
@@ -157,6 +166,12 @@ func (s *Store) finishOne(ctx context.Context, id string, f finishing) ([]finish
 				if state != Completed {
 					w.Bad++
 				}
+				if w.Left == 0 {
+					if ready == nil {
+						ready = map[string]bool{}
+					}
+					ready[d] = true
+				}
 			}
 		}
 		r.settle()
@@ -175,7 +190,7 @@ func (s *Store) finishOne(ctx context.Context, id string, f finishing) ([]finish
 	}
 	for _, d := range sr.Next {
 		w := rec.Waiting[d]
-		if w == nil || w.Left > 0 {
+		if w == nil || w.Left > 0 || !redo && !ready[d] {
 			continue
 		}
 		if w.Bad > 0 || rec.Stopped || rec.Cancelled {

@@ -139,9 +139,7 @@ func (s *Store) Status(ctx context.Context, id string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	st := Status{ID: r.ID, State: r.State, Policy: r.Policy, Done: r.Done.count(), Total: r.Steps,
-		Failure: r.Failure, Retries: r.Retries, SubmittedAt: r.SubmittedAt, FinishedAt: r.FinishedAt,
-		Steps: make([]StepStatus, len(steps))}
+	st := Status{Summary: r.summary(), Policy: r.Policy, Retries: r.Retries, Steps: make([]StepStatus, len(steps))}
 	for i, sr := range steps {
 		st.Steps[i] = StepStatus{Name: sr.Name, Type: sr.Type, After: sr.After, State: sr.State, Run: sr.Run,
 			Error: sr.Error, OnFailure: sr.Index == r.Steps}
@@ -204,40 +202,53 @@ func (s *Store) List(ctx context.Context) ([]Summary, error) {
 }
 
 // Wait returns the workflow record once its state is final, or ctx's
-// error.
+// error. It watches the record (its current value, then each update); a
+// watch that goes quiet for a while (lost in a leader change) is made
+// again.
 func (s *Store) Wait(ctx context.Context, id string) (Record, error) {
+	r, err := s.Get(ctx, id)
+	if err != nil || r.State.Terminal() {
+		return r, err
+	}
 	for {
-		r, err := s.Get(ctx, id)
-		if err != nil {
-			return r, err
-		}
-		if r.State.Terminal() {
-			return r, nil
-		}
-		if err := s.awaitChange(ctx, recordKey(id)); err != nil {
+		done, err := s.watchRecord(ctx, id, &r)
+		if done || err != nil {
 			return r, err
 		}
 	}
 }
 
-// awaitChange returns after the next update of key, or after a short
-// while (a watch lost in an election), or with ctx's error.
-func (s *Store) awaitChange(ctx context.Context, key string) error {
+// watchRecord watches the record of id for up to a few request timeouts
+// and reports whether it reached a final state (stored in r).
+func (s *Store) watchRecord(ctx context.Context, id string, r *Record) (bool, error) {
 	wctx, cancel := context.WithTimeout(ctx, 5*s.try)
 	defer cancel()
-	w, err := s.kv.Watch(wctx, key, jetstream.UpdatesOnly())
+	w, err := s.kv.Watch(wctx, recordKey(id))
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return nil // reread, then watch again
+		return false, ctx.Err() // nil: watch again
 	}
 	defer func() { _ = w.Stop() }()
-	select {
-	case <-w.Updates():
-	case <-wctx.Done():
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return false, ctx.Err()
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var x Record
+			if err := json.Unmarshal(e.Value(), &x); err != nil {
+				return false, fmt.Errorf("decoding %s: %w", e.Key(), err)
+			}
+			*r = x
+			if r.State.Terminal() {
+				return true, nil
+			}
+		case <-wctx.Done():
+			return false, ctx.Err()
+		}
 	}
-	return ctx.Err()
 }
 
 // Cancel cancels a running workflow: every step that has not started ends

@@ -214,21 +214,8 @@ type StepStatus struct {
 	OnFailure bool `json:"on_failure,omitempty"`
 }
 
-// Status is a workflow's state with each step's.
-type Status struct {
-	ID          string       `json:"id"`
-	State       State        `json:"state"`
-	Policy      Policy       `json:"on_error"`
-	Steps       []StepStatus `json:"steps"`
-	Done        int          `json:"done"`
-	Total       int          `json:"total"`
-	Failure     *Failure     `json:"failure,omitempty"`
-	Retries     int          `json:"retries,omitempty"`
-	SubmittedAt time.Time    `json:"submitted_at"`
-	FinishedAt  *time.Time   `json:"finished_at,omitempty"`
-}
-
-// Summary is a workflow in a List.
+// Summary is a workflow in a List: its state and how many of its steps
+// are done.
 type Summary struct {
 	ID          string     `json:"id"`
 	State       State      `json:"state"`
@@ -237,6 +224,14 @@ type Summary struct {
 	Failure     *Failure   `json:"failure,omitempty"`
 	SubmittedAt time.Time  `json:"submitted_at"`
 	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+}
+
+// Status is a workflow's summary with its policy and each step's state.
+type Status struct {
+	Summary
+	Policy  Policy       `json:"on_error"`
+	Retries int          `json:"retries,omitempty"`
+	Steps   []StepStatus `json:"steps"`
 }
 
 func (r *Record) summary() Summary {
