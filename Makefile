@@ -11,7 +11,7 @@ TEST_TIMEOUT ?= 15m
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
-run: ## Run the dev stack in the foreground (Ctrl-C stops it)
+run: ## Run the dev stack in the foreground (Ctrl-C stops it; SPOOL_NATS_URL, SPOOL_HTTP_ADDR, SPOOL_METRICS_ADDR, SPOOL_DEV_STORE move it)
 	@mkdir -p bin
 	$(GO) build -o bin/spool-dev ./tests/cmd/spool-dev
 	exec ./bin/spool-dev

@@ -173,10 +173,16 @@ func (w *Worker) start(ctx context.Context) error {
 	w.js = js
 	names := w.o.Names
 	if w.tasks, err = js.Stream(ctx, names.TaskStream()); err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return &spool.NotProvisionedError{Kind: "stream", Name: names.TaskStream(), Err: err}
+		}
 		return fmt.Errorf("binding task stream %q (provision it first): %w", names.TaskStream(), err)
 	}
 	for _, p := range spool.Priorities {
 		c, err := w.tasks.Consumer(ctx, names.Consumer(p))
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return &spool.NotProvisionedError{Kind: "consumer", Name: names.Consumer(p), Err: err}
+		}
 		if err != nil {
 			return fmt.Errorf("binding consumer %q: %w", names.Consumer(p), err)
 		}

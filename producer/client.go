@@ -95,7 +95,7 @@ func (c *Client) taskStream(ctx context.Context) (jetstream.Stream, int, error) 
 	name := c.names.TaskStream()
 	s, err := c.js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, 0, fmt.Errorf("%w: stream %q does not exist (run spool-admin provision): %w", ErrNotProvisioned, name, err)
+		return nil, 0, &spool.NotProvisionedError{Kind: "stream", Name: name, Err: err}
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("looking up stream %q: %w", name, err)
@@ -142,7 +142,7 @@ func (c *Client) bucket(ctx context.Context, slot *jetstream.KeyValue, name stri
 	}
 	kv, err := c.js.KeyValue(ctx, name)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("%w: KV bucket %q does not exist (run spool-admin provision): %w", ErrNotProvisioned, name, err)
+		return nil, &spool.NotProvisionedError{Kind: "KV bucket", Name: name, Err: err}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("opening KV bucket %q: %w", name, err)

@@ -54,8 +54,23 @@ var (
 	ErrTaskNotFound = errors.New("task not found")
 	// ErrNotProvisioned: Spool's task stream or a bucket does not exist;
 	// run spool-admin provision.
-	ErrNotProvisioned = errors.New("spool streams not provisioned")
+	// The error is a *spool.NotProvisionedError where the object is known.
+	ErrNotProvisioned = spool.ErrNotProvisioned
 )
+
+// TaskNotFoundError is ErrTaskNotFound for one id: its message is one
+// line; errors.Is(err, ErrTaskNotFound) holds.
+type TaskNotFoundError struct {
+	// ID is the task id asked for.
+	ID string
+}
+
+func (e *TaskNotFoundError) Error() string {
+	return fmt.Sprintf("task %q has no result document and no pending schedule: the id is unknown, its result expired, or no worker has picked it up yet", e.ID)
+}
+
+// Is reports whether target is ErrTaskNotFound.
+func (e *TaskNotFoundError) Is(target error) bool { return target == ErrTaskNotFound }
 
 // InvalidTaskError is the validation error of a task: spool.FieldError,
 // whose Field is the JSON name used by the HTTP API (type, priority, id,
@@ -77,7 +92,7 @@ type UniqueConflictError struct {
 }
 
 func (e *UniqueConflictError) Error() string {
-	return fmt.Sprintf("%s: key %q is held by task %q", ErrUniqueConflict, e.Key, e.ExistingID)
+	return fmt.Sprintf("unique key %q is held by task %q until it finishes or the key's TTL ends", e.Key, e.ExistingID)
 }
 
 // Is makes errors.Is(err, ErrUniqueConflict) hold.

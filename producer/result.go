@@ -102,7 +102,7 @@ func decodeResult(id string, entry jetstream.KeyValueEntry) (spool.Result, error
 // scheduledResult describes task id from its pending schedule, or returns
 // ErrTaskNotFound when it has none.
 func (c *Client) scheduledResult(ctx context.Context, id string) (spool.Result, error) {
-	notFound := fmt.Errorf("%w: no result for task %q", ErrTaskNotFound, id)
+	notFound := &TaskNotFoundError{ID: id}
 	subject, err := c.names.SchedSubject(id)
 	if err != nil {
 		return spool.Result{}, invalid("id", err)

@@ -1,6 +1,9 @@
 package spool
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Validation errors. Each is wrapped with the offending value, and task
 // field errors come in a *FieldError naming the field; match them with
@@ -34,3 +37,25 @@ var (
 	// maximum message size (or the server's maximum payload).
 	ErrPayloadTooLarge = errors.New("task too large")
 )
+
+// ErrNotProvisioned: a stream, consumer or KV bucket of Spool's topology
+// does not exist; spool-admin provision creates them. A
+// *NotProvisionedError names the missing object.
+var ErrNotProvisioned = errors.New("spool streams not provisioned (run spool-admin provision)")
+
+// NotProvisionedError names a missing object of the topology. Its message
+// is one line with the remedy; errors.Is matches ErrNotProvisioned and the
+// JetStream error behind it (jetstream.ErrStreamNotFound, ...).
+type NotProvisionedError struct {
+	// Kind is "stream", "consumer" or "KV bucket"; Name is the object's.
+	Kind, Name string
+	// Err is the JetStream error that reported it missing.
+	Err error
+}
+
+func (e *NotProvisionedError) Error() string {
+	return fmt.Sprintf("%s %q does not exist: run spool-admin provision (with the same SPOOL_PREFIX)", e.Kind, e.Name)
+}
+
+// Unwrap returns ErrNotProvisioned and the JetStream error.
+func (e *NotProvisionedError) Unwrap() []error { return []error{ErrNotProvisioned, e.Err} }

@@ -41,7 +41,7 @@ func ParsePriority(s string) (Priority, error) {
 			return Priority(i), nil
 		}
 	}
-	return 0, fmt.Errorf("%w: %q (want one of %s)", ErrInvalidPriority, s, strings.Join(priorityNames[:], ", "))
+	return 0, fmt.Errorf("%w: %q is not one of %s", ErrInvalidPriority, s, strings.Join(priorityNames[:], ", "))
 }
 
 // MarshalText implements encoding.TextMarshaler.

@@ -104,6 +104,49 @@ func ErrorCode(err error) string {
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
 
+// Reason is the error in the terms of the task's fields, without the
+// sentinel wording or the header names Error keeps for the wire:
+// "-1 must be 0 to 1000" where Error says "invalid max retries: invalid
+// header: Spool-Max-Retries -1 must be 0 to 1000". The broker's answers
+// and the producer CLI print "<field>: <reason>".
+func (e *FieldError) Reason() string {
+	msg := Detail(e.Err)
+	for header, field := range fieldOfHeader {
+		msg = strings.ReplaceAll(msg, header, field)
+	}
+	msg = strings.TrimPrefix(msg, e.Field+" ")
+	if msg == "empty" {
+		return "must not be empty"
+	}
+	return msg
+}
+
+// Detail is a validation error's message without the sentinels' wording
+// in front: `"urgent" is not one of critical, ...` where Error says
+// `invalid priority: "urgent" is not one of critical, ...`, for messages
+// that name the flag, variable or field themselves.
+func Detail(err error) string {
+	msg := err.Error()
+	for trimmed := true; trimmed; {
+		trimmed = false
+		for _, c := range codes {
+			if rest, ok := strings.CutPrefix(msg, c.err.Error()+": "); ok {
+				msg, trimmed = rest, true
+			}
+		}
+	}
+	return msg
+}
+
+// fieldOfHeader maps the headers that carry task fields to the fields'
+// names.
+var fieldOfHeader = map[string]string{
+	HeaderMaxRetries: fieldMaxRetries,
+	HeaderTimeout:    fieldTimeout,
+	HeaderUniqueKey:  fieldUniqueKey,
+	HeaderUniqueTTL:  fieldUniqueTTL,
+}
+
 // Unwrap returns the underlying validation error.
 func (e *FieldError) Unwrap() error { return e.Err }
 

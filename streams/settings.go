@@ -15,29 +15,29 @@ import (
 type Settings struct {
 	// Replicas of every stream, consumer and bucket: 1 for one server, 3 for
 	// a cluster. SPOOL_REPLICAS, default 1.
-	Replicas int `envconfig:"REPLICAS" default:"1"`
+	Replicas int `envconfig:"REPLICAS" default:"1" desc:"replicas of every stream, consumer and bucket (3 on a cluster)"`
 	// Storage is file or memory. SPOOL_STORAGE, default file.
-	Storage string `envconfig:"STORAGE" default:"file"`
+	Storage string `envconfig:"STORAGE" default:"file" desc:"file or memory"`
 	// DuplicateWindow is the publish dedup window of the task and DLQ
 	// streams. SPOOL_DUPLICATE_WINDOW, default 2m.
-	DuplicateWindow time.Duration `envconfig:"DUPLICATE_WINDOW" default:"2m"`
+	DuplicateWindow time.Duration `envconfig:"DUPLICATE_WINDOW" default:"2m" desc:"publish dedup window of the task and DLQ streams"`
 	// MaxMsgSize caps one task (payload plus headers) in bytes.
 	// SPOOL_MAX_MSG_SIZE, default 1048576 (1 MiB).
-	MaxMsgSize int32 `envconfig:"MAX_MSG_SIZE" default:"1048576"`
+	MaxMsgSize int32 `envconfig:"MAX_MSG_SIZE" default:"1048576" desc:"largest task (payload plus headers), bytes"`
 	// AckWait is how long a delivered task may go without an ack or a
 	// heartbeat before it is redelivered. SPOOL_ACK_WAIT, default 30s.
-	AckWait time.Duration `envconfig:"ACK_WAIT" default:"30s"`
+	AckWait time.Duration `envconfig:"ACK_WAIT" default:"30s" desc:"time a task may run without an ack or heartbeat before redelivery"`
 	// MaxDeliver caps deliveries of one task, whatever its retry count; a task
 	// that crashes its worker every time is dead-lettered after this many.
 	// SPOOL_MAX_DELIVER, default 10.
-	MaxDeliver int `envconfig:"MAX_DELIVER" default:"10"`
+	MaxDeliver int `envconfig:"MAX_DELIVER" default:"10" desc:"deliveries of one task at most"`
 	// MaxAckPending caps tasks delivered but not yet acked per priority,
 	// including tasks waiting in retry backoff. SPOOL_MAX_ACK_PENDING,
 	// default 100000.
-	MaxAckPending int `envconfig:"MAX_ACK_PENDING" default:"100000"`
+	MaxAckPending int `envconfig:"MAX_ACK_PENDING" default:"100000" desc:"tasks in flight per priority"`
 	// ResultTTL is how long result documents are kept. SPOOL_RESULT_TTL,
 	// default 24h.
-	ResultTTL time.Duration `envconfig:"RESULT_TTL" default:"24h"`
+	ResultTTL time.Duration `envconfig:"RESULT_TTL" default:"24h" desc:"how long result documents are kept"`
 }
 
 // DefaultSettings returns the documented defaults.

@@ -35,7 +35,7 @@ func dlqFilter(q url.Values, now time.Time) (dlq.Filter, *apiError) {
 	if v := q.Get("priority"); v != "" {
 		p, err := spool.ParsePriority(v)
 		if err != nil {
-			return bad("priority", err.Error())
+			return bad("priority", "priority: "+spool.NewFieldError("priority", err).Reason())
 		}
 		f.Priority = &p
 	}

@@ -89,16 +89,16 @@ func fromError(err error) *apiError {
 		return e
 	}
 	if code := spool.ErrorCode(err); code != "" {
-		field := ""
+		field, msg := "", err.Error()
 		var fe *spool.FieldError
 		if errors.As(err, &fe) {
-			field = fe.Field
+			field, msg = fe.Field, fe.Field+": "+fe.Reason()
 		}
 		status := http.StatusBadRequest
 		if code == CodePayloadTooLarge {
 			status = http.StatusRequestEntityTooLarge
 		}
-		return newError(status, code, field, err.Error())
+		return newError(status, code, field, msg)
 	}
 	for _, s := range sentinelCodes {
 		if errors.Is(err, s.err) {

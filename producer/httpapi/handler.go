@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	_ "embed"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -233,10 +234,22 @@ func (h *handler) enqueue(w http.ResponseWriter, r *http.Request) {
 }
 
 // BatchItem is one task's outcome in a batch answer: the enqueue result,
-// or the error that kept it out.
+// or the error that kept it out. A failed item is {"id","error"}, the id
+// only when the request gave one: it has no subject or sequence to show.
 type BatchItem struct {
 	producer.EnqueueResult
 	Error *apiError `json:"error,omitempty"`
+}
+
+// MarshalJSON writes a failed item without an enqueue result's fields.
+func (b BatchItem) MarshalJSON() ([]byte, error) {
+	if b.Error == nil {
+		return json.Marshal(b.EnqueueResult)
+	}
+	return json.Marshal(struct {
+		ID    string    `json:"id,omitempty"`
+		Error *apiError `json:"error"`
+	}{b.ID, b.Error})
 }
 
 // BatchResponse answers POST /v1/tasks/batch, results in request order.
@@ -282,12 +295,16 @@ func (h *handler) batch(w http.ResponseWriter, r *http.Request) {
 			resp.Results[i] = BatchItem{EnqueueResult: producer.EnqueueResult{ID: tr.ID}, Error: e}
 			continue
 		}
+		resp.Results[i].ID = tr.ID // kept for a task the library refuses
 		tasks = append(tasks, task)
 		index = append(index, i)
 	}
 	results, _ := h.tasks.EnqueueBatch(r.Context(), tasks) // per-task errors are in results
 	for j, res := range results {
 		i := index[j]
+		if res.ID == "" {
+			res.ID = resp.Results[i].ID
+		}
 		resp.Results[i].EnqueueResult = res.EnqueueResult
 		if res.Err != nil {
 			e := fromError(res.Err)
@@ -331,7 +348,7 @@ func prefixField(prefix, field string) string {
 func (h *handler) result(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := spool.ValidateID(id); err != nil {
-		writeError(w, h.logger, r, newError(http.StatusBadRequest, CodeInvalidID, "id", err.Error()))
+		writeError(w, h.logger, r, fromError(spool.NewFieldError("id", err)))
 		return
 	}
 	waitParam := r.URL.Query().Get("wait")

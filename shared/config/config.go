@@ -1,6 +1,9 @@
 // Package config loads Spool's environment configuration with envconfig
 // under the SPOOL_ prefix. Each binary defines one Config struct that embeds
-// Common, loads it once in main with Load, and passes it down.
+// Common, loads it once in main with Load, and passes it down. Load's
+// errors are one line naming the variable and what it accepts; Warnings
+// names the SPOOL_ variables no part of Spool reads (Known lists those it
+// does), with the closest known name.
 package config
 
 import (
@@ -21,19 +24,19 @@ const EnvPrefix = "SPOOL"
 // and creds file may be set.
 type NATS struct {
 	// URL is a comma-separated list of server URLs. SPOOL_NATS_URL, default nats://127.0.0.1:4222.
-	URL string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222"`
+	URL string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222" desc:"NATS server URLs, comma-separated"`
 	// User and Password authenticate with a username. SPOOL_NATS_USER, SPOOL_NATS_PASSWORD.
-	User     string `envconfig:"NATS_USER"`
-	Password string `envconfig:"NATS_PASSWORD"`
+	User     string `envconfig:"NATS_USER" desc:"user name (with SPOOL_NATS_PASSWORD)"`
+	Password string `envconfig:"NATS_PASSWORD" desc:"password (with SPOOL_NATS_USER)"`
 	// Token authenticates with a token. SPOOL_NATS_TOKEN.
-	Token string `envconfig:"NATS_TOKEN"`
+	Token string `envconfig:"NATS_TOKEN" desc:"token authentication"`
 	// CredsFile is a JWT user credentials file. SPOOL_NATS_CREDS.
-	CredsFile string `envconfig:"NATS_CREDS"`
+	CredsFile string `envconfig:"NATS_CREDS" desc:"JWT credentials file (at most one of user, token, creds)"`
 	// TLSCA verifies the server; TLSCert and TLSKey present a client
 	// certificate. SPOOL_NATS_TLS_CA, SPOOL_NATS_TLS_CERT, SPOOL_NATS_TLS_KEY.
-	TLSCA   string `envconfig:"NATS_TLS_CA"`
-	TLSCert string `envconfig:"NATS_TLS_CERT"`
-	TLSKey  string `envconfig:"NATS_TLS_KEY"`
+	TLSCA   string `envconfig:"NATS_TLS_CA" desc:"CA file that verifies the server"`
+	TLSCert string `envconfig:"NATS_TLS_CERT" desc:"client certificate file (with SPOOL_NATS_TLS_KEY)"`
+	TLSKey  string `envconfig:"NATS_TLS_KEY" desc:"client key file (with SPOOL_NATS_TLS_CERT)"`
 }
 
 // Validate checks the NATS settings and names the variable at fault.
@@ -92,11 +95,11 @@ func readable(path string) error {
 type Common struct {
 	NATS
 	// Prefix names every subject, stream and bucket. SPOOL_PREFIX, default spool.
-	Prefix string `envconfig:"PREFIX" default:"spool"`
+	Prefix string `envconfig:"PREFIX" default:"spool" desc:"prefix of every subject, stream, consumer and bucket"`
 	// LogLevel is debug, info, warn or error. SPOOL_LOG_LEVEL, default info.
-	LogLevel string `envconfig:"LOG_LEVEL" default:"info"`
+	LogLevel string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error (one-shot commands log warnings only, unless -v)"`
 	// LogFormat is text (coloured, for people) or json. SPOOL_LOG_FORMAT, default text.
-	LogFormat string `envconfig:"LOG_FORMAT" default:"text"`
+	LogFormat string `envconfig:"LOG_FORMAT" default:"text" desc:"text (coloured on a terminal) or json"`
 }
 
 // Validate checks the common settings and names the variable at fault.
@@ -136,15 +139,34 @@ type Validator interface {
 }
 
 // Load fills spec from the SPOOL_ environment variables, applies defaults and
-// validates it. Parse errors name the variable, as envconfig reports them.
+// validates it. An error is one line that names the variable, its value and
+// what it accepts ("SPOOL_CONCURRENCY_MAX: "abc" is not a whole number").
 func Load(spec Validator) error {
 	if err := envconfig.Process(EnvPrefix, spec); err != nil {
-		return fmt.Errorf("loading configuration: %w", err)
+		var pe *envconfig.ParseError
+		if errors.As(err, &pe) {
+			return fmt.Errorf("%s: %q is not %s", pe.KeyName, pe.Value, kindOf(pe.TypeName))
+		}
+		return fmt.Errorf("reading the SPOOL_ variables: %w", err)
 	}
-	if err := spec.Validate(); err != nil {
-		return fmt.Errorf("invalid configuration: %w", err)
+	return spec.Validate()
+}
+
+// kindOf says in words what a variable of Go type typ accepts.
+func kindOf(typ string) string {
+	switch typ {
+	case "int", "int8", "int16", "int32", "int64":
+		return "a whole number"
+	case "uint", "uint8", "uint16", "uint32", "uint64":
+		return "a whole number of 0 or more"
+	case "float32", "float64":
+		return "a number"
+	case "bool":
+		return "true or false"
+	case "time.Duration":
+		return "a duration such as 500ms, 30s, 5m or 1h"
 	}
-	return nil
+	return "a valid " + typ
 }
 
 // Usage writes the table of variables spec understands, with defaults.

@@ -3,6 +3,7 @@ package config_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,7 +50,7 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"SPOOL_NATS_TOKEN": "t", "SPOOL_NATS_CREDS": creds}, "at most one"},
 		{map[string]string{"SPOOL_NATS_CREDS": "/does/not/exist.creds"}, "SPOOL_NATS_CREDS"},
 		{map[string]string{"SPOOL_NATS_TLS_CERT": creds}, "SPOOL_NATS_TLS_KEY"},
-		{map[string]string{"SPOOL_WORKERS": "many"}, "WORKERS"},
+		{map[string]string{"SPOOL_WORKERS": "many"}, `SPOOL_WORKERS: "many" is not a whole number`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.wantErr, func(t *testing.T) {
@@ -70,6 +71,37 @@ func TestUsageListsVariables(t *testing.T) {
 	for _, want := range []string{"SPOOL_NATS_URL", "SPOOL_PREFIX", "SPOOL_LOG_FORMAT", "SPOOL_WORKERS"} {
 		if !strings.Contains(u, want) {
 			t.Errorf("usage lacks %s:\n%s", want, u)
+		}
+	}
+}
+
+func TestLoadErrorIsOneLine(t *testing.T) {
+	t.Setenv("SPOOL_WORKERS", "abc")
+	var c spec
+	err := config.Load(&c)
+	if err == nil || err.Error() != `SPOOL_WORKERS: "abc" is not a whole number` {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestWarningsNameTheClosestVariable(t *testing.T) {
+	t.Parallel()
+	got := config.Warnings([]string{"SPOOL_WORKERS=abc", "SPOOL_NATS_ULR=x", "SPOOL_PREFIX=spool", "HOME=/root", "SPOOL_CONCURENCY_MAX=3"})
+	want := []string{
+		"SPOOL_CONCURENCY_MAX is not a Spool variable and is ignored (did you mean SPOOL_CONCURRENCY_MAX?)",
+		"SPOOL_NATS_ULR is not a Spool variable and is ignored (did you mean SPOOL_NATS_URL?)",
+		"SPOOL_WORKERS is not a Spool variable and is ignored (did you mean SPOOL_WORKER_NAME?)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestCommonVariablesAreKnown(t *testing.T) {
+	t.Parallel()
+	for _, k := range config.Keys(&config.Common{}) {
+		if !slices.Contains(config.Known, k) {
+			t.Errorf("%s is missing from config.Known", k)
 		}
 	}
 }

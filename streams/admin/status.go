@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -50,12 +51,18 @@ func (c *Client) status(ctx context.Context) (Status, error) {
 	var st Status
 	names := c.names
 	tasks, err := c.js.Stream(ctx, names.TaskStream())
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return st, &spool.NotProvisionedError{Kind: "stream", Name: names.TaskStream(), Err: err}
+	}
 	if err != nil {
 		return st, fmt.Errorf("reading stream %q: %w", names.TaskStream(), err)
 	}
 	now := time.Now()
 	for _, p := range spool.Priorities {
 		cons, err := tasks.Consumer(ctx, names.Consumer(p))
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return st, &spool.NotProvisionedError{Kind: "consumer", Name: names.Consumer(p), Err: err}
+		}
 		if err != nil {
 			return st, fmt.Errorf("reading consumer %q: %w", names.Consumer(p), err)
 		}
@@ -78,6 +85,9 @@ func (c *Client) status(ctx context.Context) (Status, error) {
 		st.Priorities = append(st.Priorities, ps)
 	}
 	info, err := tasks.Info(ctx, jetstream.WithSubjectFilter(names.SchedFilter()))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return st, &spool.NotProvisionedError{Kind: "stream", Name: names.TaskStream(), Err: err}
+	}
 	if err != nil {
 		return st, fmt.Errorf("reading stream %q: %w", names.TaskStream(), err)
 	}

@@ -268,6 +268,9 @@ func (d *DLQ) scan(ctx context.Context, f Filter, fn func(Letter) bool) error {
 		cfg.OptStartTime = &since
 	}
 	cons, err := d.js.CreateConsumer(ctx, stream, cfg)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return &spool.NotProvisionedError{Kind: "stream", Name: stream, Err: err}
+	}
 	if err != nil {
 		return fmt.Errorf("listing %s: creating a consumer: %w", stream, err)
 	}
@@ -345,6 +348,9 @@ func (d *DLQ) Get(ctx context.Context, seq uint64) (Letter, error) {
 
 func (d *DLQ) stream(ctx context.Context) (jetstream.Stream, error) {
 	s, err := d.js.Stream(ctx, d.names.DLQStream())
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, &spool.NotProvisionedError{Kind: "stream", Name: d.names.DLQStream(), Err: err}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("opening stream %q: %w", d.names.DLQStream(), err)
 	}

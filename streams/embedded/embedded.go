@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -76,6 +79,21 @@ func Start(o Options) (*server.Server, error) {
 }
 
 func startServer(opts *server.Options, logger *slog.Logger, debug bool) (*server.Server, error) {
+	if opts.Port > 0 {
+		// A taken port would only show as "not ready" after ReadyTimeout:
+		// say so at once.
+		addr := net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port))
+		ln, err := net.Listen("tcp", addr)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("embedded nats-server: %s is already in use by another process", addr)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats-server: cannot listen on %s: %w", addr, err)
+		}
+		if err := ln.Close(); err != nil {
+			return nil, fmt.Errorf("embedded nats-server: probing %s: %w", addr, err)
+		}
+	}
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("creating embedded nats-server: %w", err)

@@ -41,7 +41,9 @@ type Options struct {
 	// Host and Port of the NATS server; Port 0 picks a free port.
 	Host string
 	Port int
-	// StoreDir holds JetStream's files.
+	// StoreDir holds JetStream's files. The stack holds a lock in it while
+	// it runs: a second stack on the same directory fails at once with a
+	// *StoreInUseError and never opens the files.
 	StoreDir string
 	// SyncAlways fsyncs every write (the durable setting).
 	SyncAlways bool
@@ -93,6 +95,7 @@ type Stack struct {
 	broker   *lifecycle.HTTPServer
 	metrics  *http.Server
 	scraped  chan struct{}
+	lock     *storeLock
 }
 
 // Start starts the server and provisions the topology.
@@ -107,6 +110,10 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
+	lock, err := lockStore(o.StoreDir)
+	if err != nil {
+		return nil, err
+	}
 	srv, err := embedded.Start(embedded.Options{
 		Name:       "spool-dev",
 		Host:       o.Host,
@@ -116,9 +123,10 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		Logger:     quietServerLogger(o.Logger),
 	})
 	if err != nil {
+		lock.unlock()
 		return nil, err
 	}
-	st := &Stack{Server: srv, URL: srv.ClientURL(), Names: o.Names, logger: o.Logger}
+	st := &Stack{Server: srv, URL: srv.ClientURL(), Names: o.Names, logger: o.Logger, lock: lock}
 	st.conn, err = nats.Connect(st.URL, nats.Name("spool-dev"))
 	if err != nil {
 		st.Stop()
@@ -210,6 +218,8 @@ func (s *Stack) serveMetrics(ctx context.Context, addr string) (string, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /healthz", metrics.Healthz(s.Worker))
+	mux.Handle("GET /readyz", metrics.Readyz(s.Worker, s.workerNC))
 	s.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	s.MetricsURL = "http://" + ln.Addr().String() + "/metrics"
 	s.scraped = make(chan struct{})
@@ -289,6 +299,7 @@ func (s *Stack) Stop() {
 	}
 	s.Server.Shutdown()
 	s.Server.WaitForShutdown()
+	s.lock.unlock()
 }
 
 // quietServerLogger keeps the server's warnings and errors only.

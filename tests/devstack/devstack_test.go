@@ -2,7 +2,11 @@ package devstack_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,4 +76,36 @@ func TestStackProvisionsAndRestarts(t *testing.T) {
 			t.Errorf("bucket %s: %v", b, err)
 		}
 	}
+}
+
+// A second stack on a running stack's store fails at once and leaves the
+// store alone; once the first stops, the store is free again.
+func TestSecondStackOnTheSameStoreFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	store := t.TempDir()
+	first, err := devstack.Start(ctx, devstack.Options{StoreDir: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	second, err := devstack.Start(ctx, devstack.Options{StoreDir: store})
+	if err == nil {
+		second.Stop()
+		first.Stop()
+		t.Fatal("a second stack started on the same store")
+	}
+	if !errors.Is(err, devstack.ErrStoreInUse) || !strings.Contains(err.Error(), fmt.Sprintf("in use by another spool-dev (pid %d)", os.Getpid())) {
+		t.Errorf("error %q does not say the store is in use by this process", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the second stack took %s to fail", took)
+	}
+	first.Stop()
+	again, err := devstack.Start(ctx, devstack.Options{StoreDir: store})
+	if err != nil {
+		t.Fatalf("the store stayed locked after Stop: %v", err)
+	}
+	again.Stop()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -202,7 +203,7 @@ func parseWeights(s string) (consumer.Weights, error) {
 		}
 		p, err := spool.ParsePriority(strings.TrimSpace(name))
 		if err != nil {
-			return w, err
+			return w, errors.New(spool.Detail(err))
 		}
 		if seen[p] {
 			return w, fmt.Errorf("%s is given twice", p)

@@ -105,3 +105,20 @@ func TestConfigLoad(t *testing.T) {
 		})
 	}
 }
+
+func TestVariablesAreKnown(t *testing.T) {
+	t.Parallel()
+	for _, k := range config.Keys(&Config{}) {
+		if !slices.Contains(config.Known, k) {
+			t.Errorf("%s is missing from config.Known: spool-consumer would warn that it is unknown", k)
+		}
+	}
+}
+
+func TestBadNumberIsOneLine(t *testing.T) {
+	t.Setenv("SPOOL_CONCURRENCY_MAX", "abc")
+	var c Config
+	if err := config.Load(&c); err == nil || err.Error() != `SPOOL_CONCURRENCY_MAX: "abc" is not a whole number` {
+		t.Fatalf("got %v", err)
+	}
+}

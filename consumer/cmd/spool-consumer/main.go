@@ -31,6 +31,7 @@ import (
 	"github.com/spoolq/spool/consumer/remote"
 	"github.com/spoolq/spool/consumer/service"
 	"github.com/spoolq/spool/consumer/tracing"
+	"github.com/spoolq/spool/shared/cli"
 	"github.com/spoolq/spool/shared/config"
 	"github.com/spoolq/spool/shared/fleet"
 	"github.com/spoolq/spool/shared/logging"
@@ -42,28 +43,42 @@ import (
 func main() {
 	// SIGINT and SIGTERM end ctx: run then stops the worker gracefully.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stderr)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "spool-consumer:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Exit(os.Stderr, "spool-consumer", err))
 }
 
+const usage = `usage: spool-consumer [--demo]
+
+Runs a Spool worker until SIGINT or SIGTERM: it pulls tasks by priority weight, runs
+the registered handlers, retries failures with backoff, dead-letters the rest and
+writes every state to the results bucket. Without --demo no handler is registered and
+every task is dead-lettered with reason no_handler: link your handlers into your own
+binary with the consumer library, or serve them as remote handlers.
+
+flags:
+`
+
+const demoUsage = `register the demo handlers: demo.echo returns its payload; demo.sleep sleeps {"ms":N}
+                         (at most 1h) and returns {"slept_ms":N}; demo.fail fails the first
+                         {"fail_times":N} attempts, then returns {"attempts":A}`
+
 // run loads the configuration from the environment, connects, and runs a
-// worker until ctx ends, then stops it gracefully.
-func run(ctx context.Context, args []string, stderr io.Writer) error {
-	flags := flag.NewFlagSet("spool-consumer", flag.ContinueOnError)
-	flags.SetOutput(stderr)
-	withDemo := flags.Bool("demo", false, "register the demo handlers demo.echo, demo.sleep and demo.fail")
-	flags.Usage = func() {
-		fmt.Fprintf(stderr, "usage: spool-consumer [--demo]\n\nEnvironment:\n%s\nTracing (OpenTelemetry, off unless an exporter or endpoint is set):\n  OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL,\n  OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, OTEL_SDK_DISABLED\n", config.Usage(&Config{}))
-	}
-	if err := flags.Parse(args); err != nil {
+// worker until ctx ends, then stops it gracefully. -h prints the usage on
+// stdout and returns flag.ErrHelp.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	flags := cli.NewFlagSet("spool-consumer")
+	withDemo := flags.Bool("demo", false, demoUsage)
+	if err := cli.Parse(flags, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			cli.PrintFlags(stdout, flags)
+			fmt.Fprintf(stdout, "\nenvironment:\n%s\ntracing (OpenTelemetry, off unless an exporter or endpoint is set):\n  OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL,\n  OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, OTEL_SDK_DISABLED\n", config.Usage(&Config{}))
+		}
 		return err
+	}
+	if flags.NArg() > 0 {
+		return fmt.Errorf("spool-consumer takes no arguments, got %q (spool-consumer --help)", flags.Args())
 	}
 
 	var cfg Config
@@ -73,6 +88,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	logger, err := logging.New(stderr, cfg.LogFormat, cfg.LogLevel)
 	if err != nil {
 		return err
+	}
+	for _, w := range config.Warnings(os.Environ()) {
+		logger.Warn(w)
 	}
 	otelCfg, err := telemetry.ConfigFromEnv(os.Getenv)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -64,7 +65,7 @@ func TestRunDemo(t *testing.T) {
 	var logs syncBuffer
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- run(runCtx, []string{"--demo"}, &logs) }()
+	go func() { done <- run(runCtx, []string{"--demo"}, io.Discard, &logs) }()
 
 	for _, task := range []struct{ subject, id, payload string }{
 		{"spool.tasks.high.demo.echo", "e1", `{"x":1}`},
@@ -117,12 +118,12 @@ func TestRunDemo(t *testing.T) {
 
 func TestRunRefusesBadConfig(t *testing.T) {
 	t.Setenv("SPOOL_CONCURRENCY_MIN", "0")
-	err := run(t.Context(), nil, &bytes.Buffer{})
+	err := run(t.Context(), nil, io.Discard, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "SPOOL_CONCURRENCY_MIN") {
 		t.Fatalf("err %v, want one naming SPOOL_CONCURRENCY_MIN", err)
 	}
 	var out bytes.Buffer
-	if err := run(t.Context(), []string{"-h"}, &out); !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "SPOOL_WEIGHTS") {
+	if err := run(t.Context(), []string{"-h"}, &out, io.Discard); !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "SPOOL_WEIGHTS") {
 		t.Fatalf("help: %v\n%s", err, out.String())
 	}
 }
@@ -165,7 +166,7 @@ func TestRunRemoteRoutes(t *testing.T) {
 	var logs syncBuffer
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- run(runCtx, nil, &logs) }()
+	go func() { done <- run(runCtx, nil, io.Discard, &logs) }()
 
 	for _, task := range []struct{ subject, id string }{
 		{"spool.tasks.high.img.thumb", "thumb-1"},

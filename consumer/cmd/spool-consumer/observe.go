@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/metrics"
 	"github.com/spoolq/spool/shared/lifecycle"
 )
 
@@ -42,24 +42,8 @@ func startObserver(ctx context.Context, addr string, w *consumer.Worker, nc *nat
 		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
-	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
-		// Alive while the worker has not stopped.
-		st := w.State()
-		status := http.StatusOK
-		if st == consumer.WorkerStopped {
-			status = http.StatusServiceUnavailable
-		}
-		writeHealth(rw, status, map[string]any{"status": http.StatusText(status), "worker": string(st)})
-	})
-	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {
-		// Ready while connected and pulling.
-		st := w.State()
-		status := http.StatusOK
-		if !nc.IsConnected() || (st != consumer.WorkerIdle && st != consumer.WorkerBusy) {
-			status = http.StatusServiceUnavailable
-		}
-		writeHealth(rw, status, map[string]any{"status": http.StatusText(status), "worker": string(st), "nats": nc.Status().String()})
-	})
+	mux.Handle("GET /healthz", metrics.Healthz(w))
+	mux.Handle("GET /readyz", metrics.Readyz(w, nc))
 	o.srv = lifecycle.NewHTTPServer(&http.Server{
 		Addr:              addr,
 		Handler:           mux,
@@ -74,13 +58,6 @@ func startObserver(ctx context.Context, addr string, w *consumer.Worker, nc *nat
 	o.addr = o.srv.Addr()
 	logger.Info("serving /metrics, /healthz and /readyz", "metrics_addr", o.addr)
 	return o, nil
-}
-
-func writeHealth(rw http.ResponseWriter, status int, body map[string]any) {
-	rw.Header().Set("Content-Type", "application/json")
-	rw.Header().Set("Cache-Control", "no-store")
-	rw.WriteHeader(status)
-	_ = json.NewEncoder(rw).Encode(body) // the prober may be gone
 }
 
 // stop shuts the listener down within ctx.

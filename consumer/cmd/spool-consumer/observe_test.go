@@ -71,7 +71,7 @@ func TestRunServesMetricsHealthAndService(t *testing.T) {
 	done := make(chan error, 2)
 	var logs [2]syncBuffer
 	for i := range 2 {
-		go func() { done <- run(runCtx, []string{"--demo"}, io.MultiWriter(&logs[i], t.Output())) }()
+		go func() { done <- run(runCtx, []string{"--demo"}, io.Discard, io.MultiWriter(&logs[i], t.Output())) }()
 	}
 	nc := env.NC
 
@@ -193,7 +193,7 @@ func TestRunServesMetricsHealthAndService(t *testing.T) {
 
 func TestMetricsAddrIsValidated(t *testing.T) {
 	t.Setenv("SPOOL_METRICS_ADDR", "9090")
-	err := run(t.Context(), nil, io.Discard)
+	err := run(t.Context(), nil, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "SPOOL_METRICS_ADDR") {
 		t.Fatalf("err %v, want one naming SPOOL_METRICS_ADDR", err)
 	}

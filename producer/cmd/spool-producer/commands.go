@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,34 +17,60 @@ import (
 
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/cli"
+	"github.com/spoolq/spool/shared/config"
 	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/shared/natsconn"
+	"github.com/spoolq/spool/streams/admin"
 )
 
 // connectTimeout bounds the first connection to NATS.
 const connectTimeout = 10 * time.Second
 
-// newFlagSet returns a flag set with the common --url flag.
-func newFlagSet(name string, env *cmdEnv) (*flag.FlagSet, *string) {
-	fs := flag.NewFlagSet("spool-producer "+name, flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
-	url := fs.String("url", "", "NATS server URL (overrides SPOOL_NATS_URL)")
-	return fs, url
+// defaultWaitTimeout is how long result --wait waits unless --timeout says
+// otherwise.
+const defaultWaitTimeout = time.Minute
+
+// cmdFlags is a subcommand's flag set with the flags every subcommand has.
+type cmdFlags struct {
+	*flag.FlagSet
+	url      *string
+	verbose  *bool
+	synopsis string
+	env      *cmdEnv
+}
+
+// newFlags returns a flag set with --url and -v; synopsis is the first
+// lines of the subcommand's --help.
+func newFlags(name, synopsis string, env *cmdEnv) *cmdFlags {
+	fs := cli.NewFlagSet("spool-producer " + name)
+	return &cmdFlags{
+		FlagSet:  fs,
+		url:      fs.String("url", "", "NATS server URL (overrides SPOOL_NATS_URL)"),
+		verbose:  cli.Verbose(fs),
+		synopsis: synopsis,
+		env:      env,
+	}
 }
 
 // parse parses args, allowing positional arguments before, between and
-// after flags, and returns the positional ones.
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+// after flags, and returns the positional ones. On -h or --help it prints
+// the subcommand's usage on stdout and returns flag.ErrHelp.
+func (f *cmdFlags) parse(args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := cli.Parse(f.FlagSet, args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprintf(f.env.stdout, "usage: %s\n\nflags:\n", f.synopsis)
+				cli.PrintFlags(f.env.stdout, f.FlagSet)
+			}
 			return nil, err
 		}
-		if fs.NArg() == 0 {
+		if f.NArg() == 0 {
 			return pos, nil
 		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+		pos = append(pos, f.Arg(0))
+		args = f.Args()[1:]
 	}
 }
 
@@ -59,17 +86,26 @@ func (s *session) close() {
 	s.nc.Close()
 }
 
-// connect applies the --url override, builds the logger and connects.
-func connect(ctx context.Context, cfg Config, url string, env *cmdEnv, opts ...producer.Option) (*session, error) {
-	if url != "" {
-		cfg.URL = url
+// connect applies the --url override, builds the logger and connects. A
+// one-shot command logs only warnings unless -v; serve (quiet false) logs
+// at SPOOL_LOG_LEVEL.
+func connect(ctx context.Context, cfg Config, f *cmdFlags, quiet bool, opts ...producer.Option) (*session, error) {
+	if *f.url != "" {
+		cfg.URL = *f.url
 		if err := cfg.Validate(); err != nil {
-			return nil, fmt.Errorf("--url: %w", err)
+			return nil, fmt.Errorf("--url: %s", strings.TrimPrefix(err.Error(), "SPOOL_NATS_URL: "))
 		}
 	}
-	logger, err := logging.New(env.stderr, cfg.LogFormat, cfg.LogLevel)
+	level := cfg.LogLevel
+	if quiet {
+		level = cli.LogLevel(cfg.LogLevel, *f.verbose)
+	}
+	logger, err := logging.New(f.env.stderr, cfg.LogFormat, level)
 	if err != nil {
 		return nil, err
+	}
+	for _, w := range config.Warnings(os.Environ()) {
+		logger.Warn(w)
 	}
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
@@ -88,7 +124,12 @@ func connect(ctx context.Context, cfg Config, url string, env *cmdEnv, opts ...p
 // headerFlags collects repeated --header Name=Value flags.
 type headerFlags map[string]string
 
-func (h headerFlags) String() string { return fmt.Sprint(map[string]string(h)) }
+func (h headerFlags) String() string {
+	if len(h) == 0 {
+		return ""
+	}
+	return fmt.Sprint(map[string]string(h))
+}
 
 func (h headerFlags) Set(s string) error {
 	k, v, ok := strings.Cut(s, "=")
@@ -99,6 +140,28 @@ func (h headerFlags) Set(s string) error {
 	return nil
 }
 
+// optionalInt is an int flag that may be left unset (no default shown).
+type optionalInt struct {
+	n   int
+	set bool
+}
+
+func (f *optionalInt) String() string {
+	if f == nil || !f.set {
+		return ""
+	}
+	return strconv.Itoa(f.n)
+}
+
+func (f *optionalInt) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a whole number", s)
+	}
+	f.n, f.set = n, true
+	return nil
+}
+
 // priorityFlag parses a priority name.
 type priorityFlag struct{ p spool.Priority }
 
@@ -106,7 +169,7 @@ func (f *priorityFlag) String() string { return f.p.String() }
 func (f *priorityFlag) Set(s string) error {
 	p, err := spool.ParsePriority(s)
 	if err != nil {
-		return err
+		return fmt.Errorf("%q is not one of critical, high, normal, low, idle", s)
 	}
 	f.p = p
 	return nil
@@ -122,6 +185,10 @@ func (f *durationFlag) String() string { return f.d.String() }
 func (f *durationFlag) Set(s string) error {
 	d, err := spool.ParseDuration(f.field, s)
 	if err != nil {
+		var fe *spool.FieldError
+		if errors.As(err, &fe) {
+			return errors.New(fe.Reason())
+		}
 		return err
 	}
 	f.d = d
@@ -129,17 +196,17 @@ func (f *durationFlag) Set(s string) error {
 }
 
 func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) error {
-	fs, url := newFlagSet("enqueue", env)
+	fs := newFlags("enqueue", "spool-producer enqueue --type TYPE [--priority P] [--payload DATA | --payload-file FILE] [flags]", env)
 	pri := &priorityFlag{p: spool.Normal}
 	headers := headerFlags{}
 	var (
-		typ         = fs.String("type", "", "task type, e.g. email.send (required)")
-		payload     = fs.String("payload", "", "payload, as given")
-		payloadFile = fs.String("payload-file", "", `read the payload from this file; "-" reads stdin`)
-		id          = fs.String("id", "", "task id (default: a new time-ordered id)")
-		maxRetries  = fs.Int("max-retries", -1, "retries after the first attempt (default: the consumer's, 3)")
-		uniqueKey   = fs.String("unique-key", "", "refuse the task while another with this key lives")
-		processAt   = fs.String("process-at", "", "run at this RFC 3339 time")
+		typ         = fs.String("type", "", "the task `type`, e.g. email.send (required)")
+		payload     = fs.String("payload", "", "the payload `data`, sent as given (any bytes; JSON for the demo handlers)")
+		payloadFile = fs.String("payload-file", "", "read the payload from this `file`; - reads stdin")
+		id          = fs.String("id", "", "the task `id`, 1 to 128 of A-Z a-z 0-9 _ - = (default: a new time-ordered id)")
+		maxRetries  = &optionalInt{}
+		uniqueKey   = fs.String("unique-key", "", "refuse the task while another task with this `key` lives")
+		processAt   = fs.String("process-at", "", "run at this RFC 3339 `time`, e.g. 2026-01-02T15:04:05Z")
 		traceparent = fs.String("traceparent", "", "W3C traceparent")
 		tracestate  = fs.String("tracestate", "", "W3C tracestate")
 		asJSON      = fs.Bool("json", false, "print the result as JSON")
@@ -147,12 +214,13 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 	timeout := &durationFlag{field: "timeout"}
 	uniqueTTL := &durationFlag{field: "unique_ttl"}
 	delay := &durationFlag{field: "delay"}
-	fs.Var(pri, "priority", "critical, high, normal, low or idle")
-	fs.Var(timeout, "timeout", "per-attempt handler deadline, e.g. 30s (default: the consumer's)")
-	fs.Var(uniqueTTL, "unique-ttl", "how long the unique key lives, at least 1s (required with --unique-key)")
-	fs.Var(delay, "delay", "run after this delay, e.g. 10m")
-	fs.Var(headers, "header", "extra header Name=Value (repeatable)")
-	pos, err := parse(fs, args)
+	fs.Var(maxRetries, "max-retries", "retries after the first attempt, a `number` from 0 to 1000 (default: the consumer's SPOOL_DEFAULT_MAX_RETRIES, 3)")
+	fs.Var(pri, "priority", "the `priority`: critical, high, normal, low or idle (default normal)")
+	fs.Var(timeout, "timeout", "per-attempt handler deadline, a `duration` such as 30s (default: the consumer's SPOOL_TASK_TIMEOUT, 30m)")
+	fs.Var(uniqueTTL, "unique-ttl", "how long the unique key lives, a `duration` of at least 1s (required with --unique-key)")
+	fs.Var(delay, "delay", "run after this `duration`, e.g. 10m")
+	fs.Var(headers, "header", "an extra header `Name=Value` (repeatable)")
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
@@ -170,8 +238,8 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 	if len(headers) > 0 {
 		task.Headers = headers
 	}
-	if *maxRetries != -1 {
-		task.MaxRetries = maxRetries
+	if maxRetries.set {
+		task.MaxRetries = &maxRetries.n
 	}
 	if task.ProcessAt, err = spool.ParseProcessAt(*processAt); err != nil {
 		return flagError(err)
@@ -190,7 +258,7 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 	case *payload != "":
 		task.Payload = []byte(*payload)
 	}
-	s, err := connect(ctx, cfg, *url, env)
+	s, err := connect(ctx, cfg, fs, true)
 	if err != nil {
 		return err
 	}
@@ -218,21 +286,29 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 func flagError(err error) error {
 	var inv *spool.FieldError
 	if errors.As(err, &inv) {
-		name := strings.ReplaceAll(inv.Field, "_", "-")
-		if inv.Field == "headers" {
-			name = "header"
-		}
-		return fmt.Errorf("--%s: %w", name, inv.Err)
+		return fmt.Errorf("--%s: %s", flagOf(inv.Field), fieldsAsFlags.Replace(inv.Reason()))
 	}
 	return err
 }
 
+// flagOf is the enqueue flag of a task field.
+func flagOf(field string) string {
+	if field == "headers" {
+		return "header"
+	}
+	return strings.ReplaceAll(field, "_", "-")
+}
+
+// fieldsAsFlags rewrites the task fields a reason mentions as flags.
+var fieldsAsFlags = strings.NewReplacer("unique_ttl", "--unique-ttl", "unique_key", "--unique-key",
+	"max_retries", "--max-retries", "process_at", "--process-at")
+
 func runResult(ctx context.Context, cfg Config, env *cmdEnv, args []string) error {
-	fs, url := newFlagSet("result", env)
+	fs := newFlags("result", "spool-producer result ID [--wait [--timeout D]] [--output]", env)
 	wait := fs.Bool("wait", false, "wait until the task is completed or dead")
-	timeout := fs.Duration("timeout", 0, "give up waiting after this long (default: wait until interrupted)")
+	timeout := fs.Duration("timeout", defaultWaitTimeout, "with --wait: give up after this long, saying whether the id is known (0: wait until interrupted)")
 	output := fs.Bool("output", false, "print the handler's output byte for byte instead of the result document")
-	pos, err := parse(fs, args)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
@@ -240,26 +316,37 @@ func runResult(ctx context.Context, cfg Config, env *cmdEnv, args []string) erro
 		return fmt.Errorf("result takes one task id, got %d arguments", len(pos))
 	}
 	if *timeout < 0 {
-		return fmt.Errorf("--timeout %s must not be negative", *timeout)
+		return fmt.Errorf("--timeout: %s is negative (0 waits until interrupted)", *timeout)
 	}
-	s, err := connect(ctx, cfg, *url, env)
+	id := pos[0]
+	if err := checkID(id); err != nil {
+		return err
+	}
+	s, err := connect(ctx, cfg, fs, true)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	if *timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *timeout)
-		defer cancel()
-	}
 	var res spool.Result
 	if *wait {
-		res, err = s.client.Wait(ctx, pos[0])
+		wctx := ctx
+		if *timeout > 0 {
+			var cancel context.CancelFunc
+			wctx, cancel = context.WithTimeout(ctx, *timeout)
+			defer cancel()
+		}
+		res, err = s.client.Wait(wctx, id)
+		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return s.waitExpired(ctx, cfg, id, *timeout)
+		}
 	} else {
-		res, err = s.client.Result(ctx, pos[0])
+		res, err = s.client.Result(ctx, id)
+		if errors.Is(err, producer.ErrTaskNotFound) {
+			return s.noResult(ctx, cfg, id, "")
+		}
 	}
 	if err != nil {
-		return err
+		return flagError(err)
 	}
 	if !*output {
 		return printJSON(env.stdout, res)
@@ -269,21 +356,67 @@ func runResult(ctx context.Context, cfg Config, env *cmdEnv, args []string) erro
 		return err
 	}
 	if _, err := env.stdout.Write(out); err != nil {
-		return fmt.Errorf("writing the output of task %q: %w", pos[0], err)
+		return fmt.Errorf("writing the output of task %q: %w", id, err)
 	}
 	return nil
 }
 
+// checkID checks a task id given as an argument.
+func checkID(id string) error {
+	if err := spool.ValidateID(id); err != nil {
+		return fmt.Errorf("task id: %s", strings.TrimPrefix(err.Error(), spool.ErrInvalidID.Error()+": "))
+	}
+	return nil
+}
+
+// waitExpired says, once --timeout ran out, where the task stands or
+// whether the id is known at all.
+func (s *session) waitExpired(ctx context.Context, cfg Config, id string, waited time.Duration) error {
+	res, err := s.client.Result(ctx, id)
+	switch {
+	case errors.Is(err, producer.ErrTaskNotFound):
+		return s.noResult(ctx, cfg, id, fmt.Sprintf(" after waiting %s", waited))
+	case err != nil:
+		return fmt.Errorf("task %q did not finish within %s (--timeout), and reading its state failed: %w", id, waited, err)
+	}
+	return fmt.Errorf("task %q is still %s after waiting %s (--timeout sets how long; 0 waits until interrupted)", id, res.State, waited)
+}
+
+// noResult explains an id with no result document and no pending
+// schedule. A queued task gets its first document when a worker picks it
+// up, so the id is unknown for certain only when no task waits or runs.
+func (s *session) noResult(ctx context.Context, cfg Config, id, after string) error {
+	adm, err := admin.New(s.nc, admin.WithNames(cfg.Names()), admin.WithLogger(s.logger))
+	if err != nil {
+		return err
+	}
+	st, err := adm.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("task %q has no result document%s, and reading the queue failed: %w", id, after, err)
+	}
+	var queued uint64
+	for _, p := range st.Priorities {
+		queued += p.Pending + uint64(p.InFlight)
+	}
+	if queued == 0 {
+		return fmt.Errorf("task %q is not known: no result document, no pending schedule and no task queued%s (check the id; a result expires after SPOOL_RESULT_TTL)", id, after)
+	}
+	return fmt.Errorf("task %q has no result document%s: it is not known, or it is one of the %d queued tasks no worker has picked up yet (spool-admin status shows the queue)", id, after, queued)
+}
+
 func runCancel(ctx context.Context, cfg Config, env *cmdEnv, args []string) error {
-	fs, url := newFlagSet("cancel", env)
-	pos, err := parse(fs, args)
+	fs := newFlags("cancel", "spool-producer cancel ID", env)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
 		return fmt.Errorf("cancel takes one task id, got %d arguments", len(pos))
 	}
-	s, err := connect(ctx, cfg, *url, env)
+	if err := checkID(pos[0]); err != nil {
+		return err
+	}
+	s, err := connect(ctx, cfg, fs, true)
 	if err != nil {
 		return err
 	}

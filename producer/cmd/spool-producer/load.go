@@ -81,7 +81,7 @@ func parseMix(s string) ([]spool.Priority, error) {
 		}
 		p, err := spool.ParsePriority(name)
 		if err != nil {
-			return nil, err
+			return nil, errors.New(spool.Detail(err))
 		}
 		if seen[p] {
 			return nil, fmt.Errorf("%s given twice", p)
@@ -130,7 +130,7 @@ func parseMix(s string) ([]spool.Priority, error) {
 }
 
 func runLoad(ctx context.Context, cfg Config, env *cmdEnv, args []string) error {
-	fs, url := newFlagSet("load", env)
+	fs := newFlags("load", "spool-producer load (--count N | --duration D) [--rate R] [--mix P=W,...] [flags]", env)
 	var spec loadSpec
 	fs.IntVar(&spec.count, "count", 0, "tasks to enqueue (0: no limit; set --count or --duration)")
 	fs.DurationVar(&spec.duration, "duration", 0, "how long to run (0: no limit; set --count or --duration)")
@@ -141,7 +141,7 @@ func runLoad(ctx context.Context, cfg Config, env *cmdEnv, args []string) error 
 	fs.IntVar(&spec.batch, "batch", 500, "tasks per batch publish")
 	fs.DurationVar(&spec.progress, "progress", time.Second, "progress line interval (0: none)")
 	window := fs.Int("window", producer.DefaultPublishWindow, "asynchronous publishes in flight")
-	pos, err := parse(fs, args)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
@@ -171,7 +171,7 @@ func runLoad(ctx context.Context, cfg Config, env *cmdEnv, args []string) error 
 	if spec.mix, err = parseMix(*mix); err != nil {
 		return fmt.Errorf("--mix %q: %w", *mix, err)
 	}
-	s, err := connect(ctx, cfg, *url, env, producer.WithPublishWindow(*window))
+	s, err := connect(ctx, cfg, fs, true, producer.WithPublishWindow(*window))
 	if err != nil {
 		return err
 	}

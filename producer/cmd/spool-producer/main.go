@@ -15,7 +15,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -24,6 +23,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/spoolq/spool/shared/cli"
 	"github.com/spoolq/spool/shared/config"
 )
 
@@ -75,28 +75,25 @@ func validateAddr(addr string) error {
 const usage = `usage: spool-producer <command> [flags] [args]
 
 commands:
-  enqueue        enqueue one task (spool-producer enqueue -h for flags)
-  result <id>    print a task's result document; --wait waits until it is completed or dead
+  enqueue        enqueue one task
+  result <id>    print a task's result document; --wait waits until it is completed or
+                 dead, for at most --timeout (default 1m; 0 waits until interrupted)
   cancel <id>    cancel a scheduled task that has not fired
   load           generate load: --count or --duration, --rate, --mix, --type, --size
   serve          run the HTTP broker on SPOOL_HTTP_ADDR
   help           show this text and the environment variables
 
-common flags:
+spool-producer <command> --help lists the command's flags. Every command takes:
   --url URL      NATS server URL (overrides SPOOL_NATS_URL)
+  -v             also log informational lines (connections) on stderr; without it a
+                 command prints its answer and only warnings and errors besides
 `
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		// -h printed the flags.
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "spool-producer:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Exit(os.Stderr, "spool-producer", err))
 }
 
 // commands maps each subcommand to its implementation.
@@ -131,8 +128,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	f, ok := commands[cmd]
 	if !ok {
-		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("unknown command %q", cmd)
+		return fmt.Errorf("unknown command %q (spool-producer help lists the commands)", cmd)
 	}
 	var cfg Config
 	if err := config.Load(&cfg); err != nil {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/config"
 	"github.com/spoolq/spool/shared/fleet"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/embedded"
@@ -162,20 +164,21 @@ func TestEnqueueCommandRejectsBadFlags(t *testing.T) {
 		wantErr string
 	}{
 		{"no type", []string{"enqueue"}, "--type is required"},
-		{"priority", []string{"enqueue", "--type", "a", "--priority", "urgent"}, "invalid priority"},
-		{"type", []string{"enqueue", "--type", "a b"}, "--type: invalid task type"},
-		{"id", []string{"enqueue", "--type", "a", "--id", "a.b"}, "--id: invalid task id"},
-		{"negative delay", []string{"enqueue", "--type", "a", "--delay", "-1s"}, "--delay: invalid delay"},
+		{"priority", []string{"enqueue", "--type", "a", "--priority", "urgent"}, `--priority: "urgent" is not one of critical, high, normal, low, idle`},
+		{"type", []string{"enqueue", "--type", "a b"}, `--type: "a b" has ' ' at 1`},
+		{"id", []string{"enqueue", "--type", "a", "--id", "a.b"}, `--id: "a.b" has '.' at 1`},
+		{"negative delay", []string{"enqueue", "--type", "a", "--delay", "-1s"}, "--delay: -1s is negative"},
 		{"process-at", []string{"enqueue", "--type", "a", "--process-at", "tomorrow"}, "--process-at"},
 		{"header syntax", []string{"enqueue", "--type", "a", "--header", "novalue"}, "Name=Value"},
-		{"reserved header", []string{"enqueue", "--type", "a", "--header", "Nats-TTL=1s"}, "--header: invalid header"},
-		{"retries", []string{"enqueue", "--type", "a", "--max-retries", "5000"}, "--max-retries: invalid max retries"},
+		{"reserved header", []string{"enqueue", "--type", "a", "--header", "Nats-TTL=1s"}, `--header: header "Nats-TTL" is reserved`},
+		{"retries", []string{"enqueue", "--type", "a", "--max-retries", "5000"}, "--max-retries: 5000 must be 0 to 1000"},
+		{"retries not a number", []string{"enqueue", "--type", "a", "--max-retries", "abc"}, `--max-retries: "abc" is not a whole number`},
 		{"unique without ttl", []string{"enqueue", "--type", "a", "--unique-key", "k"}, "--unique-ttl"},
 		{"two payloads", []string{"enqueue", "--type", "a", "--payload", "x", "--payload-file", "-"}, "at most one"},
 		{"missing file", []string{"enqueue", "--type", "a", "--payload-file", "/nonexistent/x"}, "--payload-file"},
 		{"stray argument", []string{"enqueue", "--type", "a", "extra"}, "no arguments"},
 		{"result without id", []string{"result"}, "one task id"},
-		{"result missing", []string{"result", "nope"}, "task not found"},
+		{"result missing", []string{"result", "nope"}, `task "nope" is not known`},
 		{"cancel missing", []string{"cancel", "nope"}, "no pending schedule"},
 		{"load without limit", []string{"load"}, "--count or --duration"},
 		{"load bad mix", []string{"load", "--count", "1", "--mix", "urgent=1"}, "--mix"},
@@ -224,8 +227,14 @@ func TestResultAndCancelCommands(t *testing.T) {
 		t.Fatalf("result: %q, %v", out, err)
 	}
 	// --wait ends at its timeout while the task runs...
-	if _, err := s.cli(t, "", "result", "r2", "--wait", "--timeout", "200ms"); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := s.cli(t, "", "result", "r2", "--wait", "--timeout", "200ms"); err == nil ||
+		err.Error() != `task "r2" is still processing after waiting 200ms (--timeout sets how long; 0 waits until interrupted)` {
 		t.Fatalf("wait with timeout: %v", err)
+	}
+	// ...and says when the id is not known at all.
+	if _, err := s.cli(t, "", "result", "r3", "--wait", "--timeout", "200ms"); err == nil ||
+		err.Error() != `task "r3" is not known: no result document, no pending schedule and no task queued after waiting 200ms (check the id; a result expires after SPOOL_RESULT_TTL)` {
+		t.Fatalf("wait for an unknown id: %v", err)
 	}
 	// ...and returns once it completes.
 	if _, err := kv.PutString(ctx, "r2", `{"id":"r2","type":"a","priority":"normal","state":"completed","attempts":1,"result":{"n":1},"enqueued_at":"2026-01-01T00:00:00Z"}`); err != nil {
@@ -359,6 +368,15 @@ func TestConfigValidation(t *testing.T) {
 		tt.mod(&c)
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 			t.Errorf("%s: want %s, got %v", tt.name, tt.wantErr, err)
+		}
+	}
+}
+
+func TestVariablesAreKnown(t *testing.T) {
+	t.Parallel()
+	for _, k := range config.Keys(&Config{}) {
+		if !slices.Contains(config.Known, k) {
+			t.Errorf("%s is missing from config.Known: spool-producer would warn that it is unknown", k)
 		}
 	}
 }

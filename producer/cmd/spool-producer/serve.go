@@ -20,9 +20,9 @@ import (
 const shutdownTimeout = 15 * time.Second
 
 func runServe(ctx context.Context, cfg Config, env *cmdEnv, args []string) error {
-	fs, url := newFlagSet("serve", env)
+	fs := newFlags("serve", "spool-producer serve [--addr HOST:PORT]", env)
 	addr := fs.String("addr", "", "listen address host:port (overrides SPOOL_HTTP_ADDR)")
-	pos, err := parse(fs, args)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
@@ -35,7 +35,7 @@ func runServe(ctx context.Context, cfg Config, env *cmdEnv, args []string) error
 		}
 		cfg.HTTPAddr = *addr
 	}
-	s, err := connect(ctx, cfg, *url, env)
+	s, err := connect(ctx, cfg, fs, false)
 	if err != nil {
 		return err
 	}

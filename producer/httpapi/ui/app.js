@@ -244,9 +244,10 @@
       if (x.rates) continue;
       x.rates = {};
       for (const p of PRIORITIES) x.rates[p] = rate((y) => (y.prio[p] ? y.prio[p].processed : null), i);
-      const fleetRate = rate(totalProcessed, i);
-      x.totalRate = fleetRate !== null ? fleetRate : rate((y) => y.results, i);
-      x.rateFromFleet = fleetRate !== null;
+      // A consumer reporting counters decides the source at once; its
+      // first rate needs RATE_SPAN_MS of samples.
+      x.rateFromFleet = totalProcessed(x) !== null;
+      x.totalRate = x.rateFromFleet ? rate(totalProcessed, i) : rate((y) => y.results, i);
     }
     const now = s.t;
     const last = samples[samples.length - 1];
@@ -267,9 +268,11 @@
     }
     $("#total-rate").textContent = fmtRate(last.totalRate);
     spark($("#total-chart"), samples.map((x) => ({ t: x.t, v: x.totalRate })), now);
-    $("#rate-source").textContent = last.rateFromFleet
-      ? "processed/s: finished attempts per second, from the consumers' processed counters (NATS service API), averaged over 5 s."
-      : "processed/s: new result documents per second (no consumer reports processed counters); per priority needs the consumers' figures.";
+    $("#rate-source").textContent = !last.rateFromFleet
+      ? "processed/s: new result documents per second (no consumer reports processed counters); per priority needs the consumers' figures."
+      : last.totalRate === null
+        ? "processed/s: finished attempts per second, from the consumers' processed counters (NATS service API); the first figure needs about 5 s of samples."
+        : "processed/s: finished attempts per second, from the consumers' processed counters (NATS service API), averaged over 5 s.";
     $("#total-pending").textContent = fmtInt(pending);
     $("#total-inflight").textContent = fmtInt(inflight);
     $("#scheduled").textContent = fmtInt(ov.scheduled);

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/cli"
 	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/streams/dlq"
 )
@@ -35,9 +36,13 @@ filters (combine freely):
   --until T      stored at or before T
 
 flags:
+  --limit N      dead letters per page (list; default 100, at most 1000)
+  --after SEQ    list after this DLQ sequence: the next page ("more: --after N")
+  --all          purge every dead letter
   --json         print JSON
   --url URL      NATS server URL (overrides SPOOL_NATS_URL)
   --timeout D    time allowed for the command (default 30s; 5m for replay and purge)
+  -v             also log informational lines (connections) on stderr
 `
 
 // dlqFlags are the flags of every dlq command.
@@ -46,15 +51,14 @@ type dlqFlags struct {
 	url, priority, typ, reason, since, until *string
 	limit                                    *int
 	after                                    *uint64
-	all, asJSON                              *bool
+	all, asJSON, verbose                     *bool
 	timeout                                  *time.Duration
 }
 
 func newDLQFlags(cmd string, stderr io.Writer, timeout time.Duration) *dlqFlags {
-	fs := flag.NewFlagSet("spool-admin dlq "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, dlqUsage) }
+	fs := cli.NewFlagSet("spool-admin dlq " + cmd)
 	return &dlqFlags{
+		verbose:  cli.Verbose(fs),
 		fs:       fs,
 		url:      fs.String("url", "", "NATS server URL (overrides SPOOL_NATS_URL)"),
 		priority: fs.String("priority", "", "only this priority"),
@@ -76,7 +80,7 @@ func (f *dlqFlags) filter(now time.Time) (dlq.Filter, error) {
 	if *f.priority != "" {
 		p, err := spool.ParsePriority(*f.priority)
 		if err != nil {
-			return flt, fmt.Errorf("--priority: %w", err)
+			return flt, fmt.Errorf("--priority: %s", spool.Detail(err))
 		}
 		flt.Priority = &p
 	}
@@ -127,11 +131,13 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	case "replay", "purge":
 		timeout = 5 * time.Minute
 	default:
-		fmt.Fprint(stderr, dlqUsage)
-		return fmt.Errorf("dlq: unknown command %q", cmd)
+		return fmt.Errorf("dlq: unknown command %q (spool-admin dlq help lists the commands)", cmd)
 	}
 	f := newDLQFlags(cmd, stderr, timeout)
 	positional, err := parseInterleaved(f.fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, dlqUsage)
+	}
 	if err != nil {
 		return err
 	}
@@ -166,7 +172,7 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
 	defer cancel()
-	sess, err := open(ctx, *f.url, stderr)
+	sess, err := open(ctx, *f.url, *f.verbose, stderr)
 	if err != nil {
 		return err
 	}
@@ -221,7 +227,7 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := cli.Parse(fs, args); err != nil {
 			return nil, err
 		}
 		args = fs.Args()

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spoolq/spool/shared/cli"
 	"github.com/spoolq/spool/shared/config"
 	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/shared/natsconn"
@@ -56,20 +58,19 @@ commands:
   workflows   list, show, cancel and retry workflows (spool-admin workflows help)
   help        show this text and the environment variables
 
-flags:
+flags of provision and status:
   --url URL   NATS server URL (overrides SPOOL_NATS_URL)
   --json      (status) print JSON
   --timeout D time allowed for the command (default 30s)
+  -v          also log informational lines (connections, objects created) on stderr;
+              without it a command prints its answer and only warnings and errors
 `
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "spool-admin:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Exit(os.Stderr, "spool-admin", err))
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -78,8 +79,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errors.New("no command given")
 	}
 	cmd, args := args[0], args[1:]
-	fs := flag.NewFlagSet("spool-admin "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet("spool-admin " + cmd)
+	verbose := cli.Verbose(fs)
 	url := fs.String("url", "", "NATS server URL (overrides SPOOL_NATS_URL)")
 	asJSON := fs.Bool("json", false, "print JSON (status)")
 	timeout := fs.Duration("timeout", 30*time.Second, "time allowed for the command")
@@ -94,10 +95,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "workflows":
 		return runWorkflows(ctx, args, stdout, stderr)
 	default:
-		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("unknown command %q", cmd)
+		return fmt.Errorf("unknown command %q (spool-admin help lists the commands)", cmd)
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stdout, "usage: spool-admin %s [flags]\n\nflags:\n", cmd)
+			cli.PrintFlags(stdout, fs)
+		}
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -108,7 +112,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	sess, err := open(ctx, *url, stderr)
+	sess, err := open(ctx, *url, *verbose, stderr)
 	if err != nil {
 		return err
 	}
@@ -151,8 +155,8 @@ type session struct {
 }
 
 // open loads the configuration (url, when set, overrides SPOOL_NATS_URL) and
-// connects.
-func open(ctx context.Context, url string, stderr io.Writer) (*session, error) {
+// connects, logging only warnings and errors unless verbose.
+func open(ctx context.Context, url string, verbose bool, stderr io.Writer) (*session, error) {
 	var cfg Config
 	if err := config.Load(&cfg); err != nil {
 		return nil, err
@@ -160,12 +164,15 @@ func open(ctx context.Context, url string, stderr io.Writer) (*session, error) {
 	if url != "" {
 		cfg.URL = url // the flag wins over SPOOL_NATS_URL
 		if err := cfg.Validate(); err != nil {
-			return nil, fmt.Errorf("--url: %w", err)
+			return nil, fmt.Errorf("--url: %s", strings.TrimPrefix(err.Error(), "SPOOL_NATS_URL: "))
 		}
 	}
-	logger, err := logging.New(stderr, cfg.LogFormat, cfg.LogLevel)
+	logger, err := logging.New(stderr, cfg.LogFormat, cli.LogLevel(cfg.LogLevel, verbose))
 	if err != nil {
 		return nil, err
+	}
+	for _, w := range config.Warnings(os.Environ()) {
+		logger.Warn(w)
 	}
 	nc, err := natsconn.Connect(ctx, cfg.NATS, "spool-admin", logger)
 	if err != nil {

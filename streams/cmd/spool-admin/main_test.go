@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
 
+	"github.com/spoolq/spool/shared/config"
 	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/streams/embedded"
 )
@@ -64,8 +66,9 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"frobnicate"}, "unknown command"},
 		{[]string{"status", "extra"}, "takes no arguments"},
 		{[]string{"status", "--timeout", "-1s"}, "--timeout"},
-		{[]string{"status", "--url", "localhost"}, "SPOOL_NATS_URL"},
-		{[]string{"status", "--bogus"}, "bogus"},
+		{[]string{"status", "--url", "localhost"}, `--url: "localhost" has no scheme`},
+		{[]string{"status", "--bogus"}, "unknown flag --bogus (spool-admin status --help lists the flags)"},
+		{[]string{"status", "--timeout", "soon"}, `--timeout: "soon" is not a duration`},
 	}
 	for _, tt := range tests {
 		var out, errOut bytes.Buffer
@@ -105,5 +108,13 @@ func TestStatusCountsTasks(t *testing.T) {
 	low := st.Priorities[3]
 	if low.Pending != 3 || low.OldestWait <= 0 {
 		t.Fatalf("low priority status %+v: want 3 pending with an oldest wait", low)
+	}
+}
+
+func TestVariablesAreKnown(t *testing.T) {
+	for _, k := range config.Keys(&Config{}) {
+		if !slices.Contains(config.Known, k) {
+			t.Errorf("%s is missing from config.Known: spool-admin would warn that it is unknown", k)
+		}
 	}
 }
