@@ -4,6 +4,7 @@
 //	spool-admin provision          create or update streams, consumers and buckets
 //	spool-admin status [--json]    pending, in flight and oldest wait per priority
 //	spool-admin dlq list|show|replay|purge   manage dead letters
+//	spool-admin workflows list|show|cancel|retry   manage workflows
 //
 // Configuration comes from SPOOL_ environment variables (spool-admin help
 // lists them); --url overrides SPOOL_NATS_URL.

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spoolq/spool/shared/cli"
 	"github.com/spoolq/spool/shared/workflow"
 )
 
@@ -26,6 +27,7 @@ flags:
   --json       print JSON
   --url URL    NATS server URL (overrides SPOOL_NATS_URL)
   --timeout D  time allowed for the command (default 30s)
+  -v           also log informational lines (connections) on stderr
 `
 
 func runWorkflows(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -43,6 +45,7 @@ func runWorkflows(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	url := fs.String("url", "", "NATS server URL (overrides SPOOL_NATS_URL)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	timeout := fs.Duration("timeout", 30*time.Second, "time allowed for the command")
+	verbose := cli.Verbose(fs)
 	wantArgs := 1
 	switch cmd {
 	case "list":
@@ -72,7 +75,7 @@ func runWorkflows(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	sess, err := open(ctx, *url, stderr)
+	sess, err := open(ctx, *url, *verbose, stderr)
 	if err != nil {
 		return err
 	}
