@@ -63,7 +63,8 @@ func (s *Store) submit(ctx context.Context, doc Doc, again bool) (string, error)
 	keys := make([]string, len(all))
 	values := make([][]byte, len(all))
 	for i, st := range all {
-		r := StepRecord{Step: st, Index: i, Next: next[st.Name], State: Pending, TaskID: StepTaskID(id, st.Name, 0), UpdatedAt: now}
+		r := StepRecord{Step: st, StepState: StepState{Index: i, Next: next[st.Name], State: Pending,
+			TaskID: StepTaskID(id, st.Name, 0), UpdatedAt: now}}
 		b, err := json.Marshal(r)
 		if err != nil {
 			return "", fmt.Errorf("encoding step %q: %w", st.Name, err)

@@ -130,9 +130,16 @@ type Wait struct {
 	Bad  int `json:"bad,omitempty"`
 }
 
-// StepRecord is one step's value (<id>.step.<name>).
+// StepRecord is one step's value (<id>.step.<name>): its definition and
+// its state. On the wire the definition is under "def", the state's
+// fields beside it.
 type StepRecord struct {
 	Step
+	StepState
+}
+
+// StepState is the state part of a step record.
+type StepState struct {
 	// Index is the step's position in the document (the on-failure step
 	// comes last).
 	Index int `json:"index"`
@@ -146,16 +153,10 @@ type StepRecord struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
-// stepRecordJSON flattens the step's definition into the record.
+// stepRecordJSON is StepRecord on the wire.
 type stepRecordJSON struct {
-	Def       json.RawMessage `json:"def"`
-	Index     int             `json:"index"`
-	Next      []string        `json:"next,omitempty"`
-	State     State           `json:"state"`
-	Run       int             `json:"run"`
-	TaskID    string          `json:"task_id"`
-	Error     string          `json:"error,omitempty"`
-	UpdatedAt time.Time       `json:"updated_at"`
+	Def json.RawMessage `json:"def"`
+	StepState
 }
 
 // MarshalJSON writes the definition under def.
@@ -164,8 +165,7 @@ func (r StepRecord) MarshalJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(stepRecordJSON{Def: def, Index: r.Index, Next: r.Next, State: r.State, Run: r.Run,
-		TaskID: r.TaskID, Error: r.Error, UpdatedAt: r.UpdatedAt})
+	return json.Marshal(stepRecordJSON{Def: def, StepState: r.StepState})
 }
 
 // UnmarshalJSON reads a record written by MarshalJSON.
@@ -174,7 +174,7 @@ func (r *StepRecord) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*r = StepRecord{Index: j.Index, Next: j.Next, State: j.State, Run: j.Run, TaskID: j.TaskID, Error: j.Error, UpdatedAt: j.UpdatedAt}
+	*r = StepRecord{StepState: j.StepState}
 	return json.Unmarshal(j.Def, &r.Step)
 }
 

@@ -1,30 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 
 	"github.com/spoolq/spool/shared/workflow"
-	"github.com/spoolq/spool/streams/embedded"
 
 	spool "github.com/spoolq/spool/shared"
 )
 
 func TestWorkflowCommands(t *testing.T) {
 	t.Parallel()
-	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	url := s.ClientURL()
-	admin := func(args ...string) (string, error) {
-		var out, errOut bytes.Buffer
-		err := run(t.Context(), append(args, "--url", url), &out, &errOut)
-		t.Logf("spool-admin %s\n%s%s", strings.Join(args, " "), out.String(), errOut.String())
-		return out.String(), err
-	}
+	url, admin := startAdmin(t)
 	if out, err := admin("provision"); err != nil || !strings.Contains(out, "spool_workflows") {
 		t.Fatalf("provision: %v %s", err, out)
 	}
