@@ -95,9 +95,13 @@ loop:
 				t.Fatalf("submitting: %v", err)
 			}
 			submitting = false
-			for i, id := range ids {
-				finished.Go(func() { final[i], waitErrs[i] = client.WaitWorkflow(ctx, id) })
-			}
+			// One waiter, workflow after workflow: they all run at once
+			// anyway, and one watch at a time is light.
+			finished.Go(func() {
+				for i, id := range ids {
+					final[i], waitErrs[i] = client.WaitWorkflow(ctx, id)
+				}
+			})
 			go func() { finished.Wait(); close(allDone) }()
 			continue
 		case <-allDone:
