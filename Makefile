@@ -78,7 +78,8 @@ bench-go: ## Run the go test benchmarks once each
 FUZZTIME ?= 300000x
 # package:target of every fuzz target.
 FUZZ_TARGETS := ./shared:FuzzParseTaskSubject ./shared:FuzzValidateID ./shared:FuzzDecodeMeta \
-	./producer/httpapi:FuzzDecodeTaskRequest ./producer/httpapi:FuzzDecodeBatchRequest
+	./producer/httpapi:FuzzDecodeTaskRequest ./producer/httpapi:FuzzDecodeBatchRequest \
+	./consumer/internal/results:FuzzEncodeResult
 fuzz: ## Fuzz every parser and request decoder for FUZZTIME each (default 300000 inputs; a duration such as 30s works too)
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; f=$${t##*:}; echo "fuzzing $$f in $$pkg (-fuzztime $(FUZZTIME))"; \
 	  $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/shared/workflow"
 	"github.com/spoolq/spool/streams/dlq"
 )
@@ -74,6 +75,9 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 		a.maxAttempts = md
 	}
 	a.uniqueKey = meta.UniqueKey
+	if a.attempt > 1 && w.storedAlready(a) {
+		return
+	}
 	timeout := w.o.TaskTimeout
 	if meta.Timeout > 0 {
 		timeout = meta.Timeout
@@ -98,6 +102,36 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 		w.putProcessing(a)
 	}
 	w.run(a, task, timeout, outcome{pickup: pickup})
+}
+
+// storedAlready settles a redelivered task whose completed result is
+// stored already: an attempt finished, its result was stored, and its ack
+// was lost (a consumer leader change, a connection lost after the result
+// write). It acks the task instead of running it again; the outcome stands
+// as it was stored, never recomputed. The document must be of this very
+// message (its enqueue time is the message's), so a task enqueued again
+// under the same id, or replayed, still runs. Only redeliveries pay the
+// read, from the bucket's leader (a lagging replica could miss the
+// document), retried through an election for up to a quarter of the
+// AckWait; a read that still fails runs the task.
+func (w *Worker) storedAlready(a attemptInfo) bool {
+	ctx, cancel := context.WithTimeout(w.ioCtx, max(w.ackWait[a.p]/4, w.pipe.timeout))
+	defer cancel()
+	var doc spool.Result
+	found := false
+	err := jsproto.Retry{PerTry: w.pipe.timeout}.Do(ctx, "reading the result of task "+a.id, func(ctx context.Context) (err error) {
+		doc, found, err = w.results.GetFromLeader(ctx, a.id)
+		return err
+	})
+	if err != nil || !found || doc.State != spool.StateCompleted || !doc.EnqueuedAt.Equal(a.enq) {
+		return false
+	}
+	if err := a.msg.Ack(); err != nil {
+		w.log.Warn("acking a redelivered task whose result is stored", "task_id", a.id, "error", err)
+	}
+	w.log.Info("redelivered task was completed already; acked without running it", "task_id", a.id, "attempt", a.attempt)
+	w.rec.recordAcked(a.p, a.typ)
+	return true
 }
 
 func (w *Worker) putProcessing(a attemptInfo) {
@@ -364,9 +398,26 @@ func classify(hard, attemptCtx context.Context, r handlerResult) ([]byte, error,
 	return nil, r.err, verdictFailed, spool.ReasonError
 }
 
-// opCtx bounds one settling write.
-func (w *Worker) opCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(w.ioCtx, w.o.IOTimeout)
+// settleWrite runs a settling write of attempt a (a result, a dead
+// letter) through an election: each try bounded by the per-try timeout,
+// retried while 3/4 of the task's AckWait from now allows, the task
+// heartbeated meanwhile so that it stays ours. Each retry counts in
+// WriteRetries. The outcome it writes is computed once, by the caller.
+func (w *Worker) settleWrite(a attemptInfo, what string, fn func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(w.ioCtx, w.pipe.retryBudget(a.p))
+	defer cancel()
+	beat := time.Now()
+	r := jsproto.Retry{PerTry: w.pipe.timeout, OnRetry: func(err error) {
+		w.rec.writeRetry(a.p, a.typ)
+		w.log.Debug("settling write sent again", "task_id", a.id, "write", what, "error", err)
+		if time.Since(beat) >= w.ackWait[a.p]/4 {
+			beat = time.Now()
+			if err := a.msg.InProgress(); err != nil {
+				w.log.Warn("heartbeat of a task awaiting its settling write failed", "task_id", a.id, "error", err)
+			}
+		}
+	}}
+	return r.Do(ctx, what, fn)
 }
 
 // complete stores the completed result, releases the unique key and acks.
@@ -392,9 +443,10 @@ func (w *Worker) complete(a attemptInfo, out []byte, o outcome) {
 		}
 		w.log.Warn("pipelined result write failed; writing it synchronously", "task_id", a.id, "error", err)
 	}
-	ctx, cancel := w.opCtx()
-	defer cancel()
-	if err := w.results.Put(ctx, doc); err != nil {
+	err := w.settleWrite(a, "writing the result of task "+a.id, func(ctx context.Context) error {
+		return w.results.Put(ctx, doc)
+	})
+	if err != nil {
 		w.resultLost(a, o, err)
 		return
 	}
@@ -408,7 +460,10 @@ func (w *Worker) complete(a attemptInfo, out []byte, o outcome) {
 			return
 		}
 	}
-	if err := w.results.ReleaseUnique(ctx, a.uniqueKey, a.id); err != nil {
+	err = w.settleWrite(a, "releasing the unique key of task "+a.id, func(ctx context.Context) error {
+		return w.results.ReleaseUnique(ctx, a.uniqueKey, a.id)
+	})
+	if err != nil {
 		w.log.Warn("releasing unique key", "task_id", a.id, "unique_key", a.uniqueKey, "error", err)
 	}
 	if err := a.msg.Ack(); err != nil {
@@ -418,10 +473,11 @@ func (w *Worker) complete(a attemptInfo, out []byte, o outcome) {
 }
 
 // resultLost settles a completed attempt whose result could not be
-// stored: without a stored result the task must run again.
+// stored within its retry budget: without a stored result the task must
+// run again. The handler did not fail: it counts as retried, not failed.
 func (w *Worker) resultLost(a attemptInfo, o outcome, err error) {
 	w.log.Error("storing result failed; the task will be retried", "task_id", a.id, "error", err)
-	o.completed, o.failed, o.retried = false, true, true
+	o.completed, o.failed, o.retried = false, false, true
 	w.nak(a, w.o.retryDelay(a.attempt))
 	w.rec.record(a.p, a.typ, o)
 }
@@ -463,8 +519,6 @@ func (w *Worker) logFailure(a attemptInfo, herr error, msg string, attrs ...any)
 // the copy cannot be stored the original stays and comes back after a
 // backoff.
 func (w *Worker) deadLetter(a attemptInfo, reason spool.Reason, cause error, o outcome) {
-	ctx, cancel := w.opCtx()
-	defer cancel()
 	errText := ""
 	if cause != nil {
 		errText = cause.Error()
@@ -482,14 +536,22 @@ func (w *Worker) deadLetter(a attemptInfo, reason spool.Reason, cause error, o o
 		StartedAt:  a.started,
 	}
 	w.logFailure(a, cause, "task dead-lettered", "reason", string(reason))
-	if err := dlq.Publish(ctx, w.js, w.o.Names, dm); err != nil {
+	// The dead letter's Nats-Msg-Id (dlq.MsgID) makes a retried publish
+	// store it once.
+	err := w.settleWrite(a, "dead-lettering task "+a.id, func(ctx context.Context) error {
+		return dlq.Publish(ctx, w.js, w.o.Names, dm)
+	})
+	if err != nil {
 		w.log.Error("dead-lettering failed; the task stays queued", "task_id", a.id, "error", err)
 		w.nak(a, w.o.retryDelay(a.attempt))
 		o.retried = true
 		w.rec.record(a.p, a.typ, o)
 		return
 	}
-	if err := w.results.Dead(ctx, dm); err != nil {
+	err = w.settleWrite(a, "writing the dead result of task "+a.id, func(ctx context.Context) error {
+		return w.results.Dead(ctx, dm)
+	})
+	if err != nil {
 		w.log.Warn("writing dead result or releasing unique key", "task_id", a.id, "error", err)
 	}
 	if a.wf != nil {

@@ -26,11 +26,19 @@ func pipelineDepth(maxSlots int) int { return max(64, 4*maxSlots) }
 // publishes queued documents to the results bucket in bursts (see
 // writeLoop) on a jsproto.Publisher of its own, a document's token the
 // key of its completion. The bucket's acknowledgement arrives on the
-// publisher's subscription, and only then is the task acked. A write the bucket refuses, or whose
-// acknowledgement does not come within IOTimeout (a lost connection), NAKs
-// the task for a retry instead. So an ack never precedes its stored
-// result, whatever happens in between: a crash or a closed connection
-// leaves the task unacked, and JetStream delivers it again.
+// publisher's subscription, and only then is the task acked. So an ack
+// never precedes its stored result, whatever happens in between: a crash
+// or a closed connection leaves the task unacked, and JetStream delivers
+// it again.
+//
+// A write that meets a leader election (no acknowledgement within its
+// per-try timeout, no stream to answer, a lost connection) is sent again,
+// the document re-encoded from the kept outcome, while the task keeps its
+// heartbeat, until it is stored or the task's retry budget (3/4 of its
+// AckWait from the hand-over, at least IOTimeout) is spent: a finished attempt is never run
+// again because its write met an election. Only a write the bucket
+// refuses, or one still unstored when the budget is spent, NAKs the task
+// for a retry.
 //
 // Compared with nats.go's PublishAsync futures it saves, per task, a
 // future with its channels and timer, a map entry under the JetStream
@@ -41,7 +49,8 @@ type pipeline struct {
 
 	// What the pipeline needs of the worker (see newPipeline).
 	log      *slog.Logger
-	timeout  time.Duration                // IOTimeout: for each result write
+	timeout  time.Duration                // per try of a result write (see writePerTry)
+	budget   time.Duration                // IOTimeout: the least retry budget
 	ackWait  [numPriorities]time.Duration // of the priority consumers
 	subject  func(id string) string       // of a task's result in the bucket
 	encode   func(dst []byte, doc *spool.Result) ([]byte, error)
@@ -91,9 +100,18 @@ const maxPooledBuf = 4 << 10
 
 // completion is a completed attempt whose result write is in flight.
 type completion struct {
-	a        attemptInfo
-	o        outcome
+	a   attemptInfo
+	o   outcome
+	doc spool.Result // re-encoded for a retry
+	tok uint64       // of its writes in the pending map
+	// deadline ends the try in flight (zero while a retry waits);
+	// retryAt is when the next try goes (zero while one is in flight);
+	// until ends the retries.
 	deadline time.Time
+	retryAt  time.Time
+	until    time.Time
+	tries    int
+	lastErr  error
 	// beat is when the task's AckWait clock last restarted as far as the
 	// pipeline knows: the hand-over, then each InProgress the sweep sends.
 	beat time.Time
@@ -102,7 +120,8 @@ type completion struct {
 func newPipeline(w *Worker) (*pipeline, error) {
 	p := &pipeline{
 		log:       w.log,
-		timeout:   w.o.IOTimeout,
+		timeout:   writePerTry(w.o.IOTimeout),
+		budget:    w.o.IOTimeout,
 		ackWait:   w.ackWait,
 		subject:   w.results.Subject,
 		encode:    w.results.Encode,
@@ -146,10 +165,11 @@ func (p *pipeline) put(a attemptInfo, o outcome, doc spool.Result) error {
 	// zero in between, and before anything can settle it.
 	p.attempts.Add(1)
 	now := time.Now()
-	c := &completion{a: a, o: o, deadline: now.Add(p.timeout), beat: now}
+	c := &completion{a: a, o: o, doc: doc, deadline: now.Add(p.timeout), until: now.Add(p.retryBudget(a.p)), beat: now}
 	p.mu.Lock()
 	p.next++
 	tok := p.next
+	c.tok = tok
 	p.pending[tok] = c
 	p.queue = append(p.queue, resultWrite{tok: tok, id: doc.ID, data: data, buf: buf})
 	first := len(p.queue) == 1
@@ -194,12 +214,9 @@ func (p *pipeline) writeLoop() {
 		p.mu.Unlock()
 		for i, wr := range q {
 			if err := p.pub.Publish(p.subject(wr.id), wr.data, wr.tok); err != nil {
-				if c := p.take(wr.tok); c != nil {
-					p.lost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w", wr.id, err))
-					p.done()
-				}
+				p.failTry(wr.tok, err)
 			}
-			if cap(wr.data) <= maxPooledBuf {
+			if wr.buf != nil && cap(wr.data) <= maxPooledBuf {
 				*wr.buf = wr.data[:0] // the buffer the document grew into
 				p.bufs.Put(wr.buf)
 			}
@@ -236,16 +253,62 @@ func (p *pipeline) onAck(tok uint64, _ jsproto.PubAck, err error) {
 }
 
 func (p *pipeline) settleAck(tok uint64, err error) {
-	c := p.take(tok)
-	if c == nil {
-		return // timed out already
-	}
 	if err != nil {
-		p.lost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w", c.a.id, err))
-		p.done()
+		p.failTry(tok, err)
 		return
 	}
+	c := p.take(tok)
+	if c == nil {
+		return // given up already
+	}
 	p.stored = append(p.stored, c)
+}
+
+// failTry handles a try of tok's write that failed with err: a retryable
+// failure within the budget waits for its retry (the sweep sends it);
+// any other hands the task back.
+func (p *pipeline) failTry(tok uint64, err error) {
+	now := time.Now()
+	p.mu.Lock()
+	c := p.pending[tok]
+	if c == nil {
+		p.mu.Unlock()
+		return // settled already (an earlier try's acknowledgement)
+	}
+	if jsproto.Retryable(err) && now.Before(c.until) {
+		if c.retryAt.IsZero() {
+			c.retryAt = now.Add(retryWait(c.tries))
+			c.deadline = time.Time{}
+		}
+		c.lastErr = err
+		p.mu.Unlock()
+		return
+	}
+	delete(p.pending, tok)
+	p.mu.Unlock()
+	p.lost(c.a, c.o, fmt.Errorf("writing completed result of task %s (%d tries): %w", c.a.id, c.tries+1, err))
+	p.done()
+}
+
+// retryWait is the wait before the next try of a write tried tries+1
+// times: 50ms, doubling up to 1s.
+func retryWait(tries int) time.Duration {
+	return min(50*time.Millisecond<<min(tries, 5), time.Second)
+}
+
+// retryBudget is how long a completion of priority p keeps trying to
+// store its result: 3/4 of its AckWait (the heartbeats keep the task
+// ours meanwhile), and at least IOTimeout, what a single write was given
+// before writes were retried.
+func (p *pipeline) retryBudget(pr spool.Priority) time.Duration {
+	return max(p.ackWait[pr]-p.ackWait[pr]/4, p.budget)
+}
+
+// writePerTry is the per-try timeout of a settling write: IOTimeout, at
+// most jsproto.DefaultPerTry (an election swallows a write; waiting long
+// for its answer only delays the retry).
+func writePerTry(ioTimeout time.Duration) time.Duration {
+	return min(ioTimeout, jsproto.DefaultPerTry)
 }
 
 // ackStored acks the tasks whose result is stored. Only the subscription's
@@ -288,19 +351,34 @@ func (p *pipeline) sweep() {
 		case <-t.C:
 		}
 		now := time.Now()
-		var late, beat []*completion
+		var late, beat, again []*completion
 		p.mu.Lock()
 		for tok, c := range p.pending {
-			switch {
-			case now.After(c.deadline):
-				late = append(late, c)
-				delete(p.pending, tok)
-			case now.Sub(c.beat) >= p.ackWait[c.a.p]/4:
+			if c.retryAt.IsZero() && now.After(c.deadline) {
+				// No acknowledgement in time: the write, or its answer,
+				// was lost (an election, a lost connection).
+				c.lastErr = fmt.Errorf("%w within %s", errAckTimeout, p.timeout)
+				if now.Before(c.until) {
+					c.retryAt = now
+				} else {
+					late = append(late, c)
+					delete(p.pending, tok)
+					continue
+				}
+			}
+			if !c.retryAt.IsZero() && !now.Before(c.retryAt) {
+				c.tries++
+				c.retryAt = time.Time{}
+				c.deadline = now.Add(p.timeout)
+				again = append(again, c)
+			}
+			if now.Sub(c.beat) >= p.ackWait[c.a.p]/4 {
 				c.beat = now
 				beat = append(beat, c)
 			}
 		}
 		p.mu.Unlock()
+		p.resend(again)
 		for _, c := range beat {
 			// A heartbeat racing the ack is harmless: the server ignores an
 			// InProgress for a message already acked.
@@ -309,9 +387,36 @@ func (p *pipeline) sweep() {
 			}
 		}
 		for _, c := range late {
-			p.lost(c.a, c.o, fmt.Errorf("writing completed result of task %s: %w within %s", c.a.id, errAckTimeout, p.timeout))
+			p.lost(c.a, c.o, fmt.Errorf("writing completed result of task %s (%d tries in %s): %w",
+				c.a.id, c.tries+1, p.retryBudget(c.a.p), c.lastErr))
 			p.done()
 		}
+	}
+}
+
+// resend queues the writes of again for the writer, each document encoded
+// afresh (the first try's buffer went back to the pool when it was sent).
+func (p *pipeline) resend(again []*completion) {
+	if len(again) == 0 {
+		return
+	}
+	writes := make([]resultWrite, 0, len(again))
+	for _, c := range again {
+		p.rec.writeRetry(c.a.p, c.a.typ)
+		p.log.Debug("result write sent again", "task_id", c.a.id, "try", c.tries+1, "error", c.lastErr)
+		data, err := p.encode(nil, &c.doc)
+		if err != nil { // encoded once already: cannot happen
+			p.failTry(c.tok, err)
+			continue
+		}
+		writes = append(writes, resultWrite{tok: c.tok, id: c.a.id, data: data})
+	}
+	p.mu.Lock()
+	p.queue = append(p.queue, writes...)
+	p.mu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default:
 	}
 }
 

@@ -18,10 +18,20 @@ type Counters struct {
 	// Completed counts attempts whose handler succeeded.
 	Completed uint64
 	// Failed counts attempts that failed (error, permanent, timeout, panic,
-	// no handler, bad input).
+	// no handler, bad input). A completed attempt whose result write met
+	// an election is no failure: see WriteRetries.
 	Failed uint64
-	// Retried counts failed attempts handed back for a later retry.
+	// Retried counts attempts handed back for a later retry: failed ones,
+	// and completed ones whose result could not be stored in time.
 	Retried uint64
+	// WriteRetries counts settling writes (result, dead letter) sent again
+	// after a try the cluster did not answer (a leader election); a write
+	// stored on a later try counts here and nowhere else.
+	WriteRetries uint64
+	// AckedStored counts redelivered tasks acked without running because
+	// their completed result was stored already (an ack lost in a leader
+	// change).
+	AckedStored uint64
 	// Dead counts tasks sent to the dead-letter stream.
 	Dead uint64
 	// Returned counts tasks handed back unfinished at shutdown.
@@ -37,6 +47,8 @@ func (c *Counters) add(o *Counters) {
 	c.Completed += o.Completed
 	c.Failed += o.Failed
 	c.Retried += o.Retried
+	c.WriteRetries += o.WriteRetries
+	c.AckedStored += o.AckedStored
 	c.Dead += o.Dead
 	c.Returned += o.Returned
 	c.Pickup = c.Pickup.Clone()
@@ -171,6 +183,31 @@ func (r *recorder) record(p spool.Priority, typ string, o outcome) {
 		if o.run > 0 {
 			c.Run.Observe(o.run)
 		}
+	}
+}
+
+// writeRetry counts a settling write of a task of priority p and type typ
+// sent again.
+func (r *recorder) writeRetry(p spool.Priority, typ string) {
+	r.count(p, typ, func(c *Counters) { c.WriteRetries++ })
+}
+
+// recordAcked counts a redelivered task acked because its completed
+// result was stored already.
+func (r *recorder) recordAcked(p spool.Priority, typ string) {
+	r.count(p, typ, func(c *Counters) { c.AckedStored++ })
+}
+
+// count applies inc to the counters of priority p and of type typ (or
+// "other", when typ has none because the type table is full).
+func (r *recorder) count(p spool.Priority, typ string, inc func(*Counters)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	inc(&r.byPrio[p])
+	if tc := r.byType[typ]; tc != nil {
+		inc(tc)
+	} else if tc := r.byType["other"]; tc != nil {
+		inc(tc)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spoolq/spool/consumer/internal/results"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/shared/lifecycle"
 	"github.com/spoolq/spool/shared/workflow"
 	"github.com/spoolq/spool/streams"
@@ -147,7 +148,10 @@ func New(nc *nats.Conn, h Handler, opts ...Option) (*Worker, error) {
 
 // Start binds the task stream, the five priority consumers and the buckets,
 // then starts pulling. ctx bounds start-up only; the worker runs until
-// Stop. Start is idempotent: later calls return the first call's result.
+// Stop. Each look-up is bounded by a short per-try timeout and retried
+// through a leader election until the cluster answers or ctx ends, so give
+// ctx the deadline start-up may take (minutes); a missing stream or
+// consumer fails at once. Start is idempotent: later calls return the first call's result.
 // After Stop it returns ErrStopped.
 func (w *Worker) Start(ctx context.Context) error {
 	err := w.life.Start(ctx, w.start)
@@ -172,19 +176,25 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	w.js = js
 	names := w.o.Names
-	if w.tasks, err = js.Stream(ctx, names.TaskStream()); err != nil {
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return &spool.NotProvisionedError{Kind: "stream", Name: names.TaskStream(), Err: err}
-		}
-		return fmt.Errorf("binding task stream %q (provision it first): %w", names.TaskStream(), err)
+	// Each look-up rides out an election: tried again until the cluster
+	// answers or ctx ends, saying what it waits for now and then. A
+	// missing stream or consumer fails at once.
+	bind := jsproto.Retry{PerTry: min(w.o.IOTimeout, jsproto.DefaultPerTry), Logger: w.log}
+	err = bind.Do(ctx, "binding task stream "+names.TaskStream(), func(ctx context.Context) (err error) {
+		w.tasks, err = js.Stream(ctx, names.TaskStream())
+		return err
+	})
+	if err != nil {
+		return bindError("stream", names.TaskStream(), err)
 	}
 	for _, p := range spool.Priorities {
-		c, err := w.tasks.Consumer(ctx, names.Consumer(p))
-		if errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return &spool.NotProvisionedError{Kind: "consumer", Name: names.Consumer(p), Err: err}
-		}
+		var c jetstream.Consumer
+		err := bind.Do(ctx, "binding consumer "+names.Consumer(p), func(ctx context.Context) (err error) {
+			c, err = w.tasks.Consumer(ctx, names.Consumer(p))
+			return err
+		})
 		if err != nil {
-			return fmt.Errorf("binding consumer %q: %w", names.Consumer(p), err)
+			return bindError("consumer", names.Consumer(p), err)
 		}
 		cfg := c.CachedInfo().Config
 		w.cons[p] = c
@@ -196,8 +206,12 @@ func (w *Worker) start(ctx context.Context) error {
 			w.maxAckPend[p] = cfg.MaxAckPending
 		}
 	}
-	if w.results, err = results.New(ctx, js, names, w.o.WorkerName); err != nil {
+	err = bind.Do(ctx, "binding the results and unique-key buckets", func(ctx context.Context) (err error) {
+		w.results, err = results.New(ctx, js, names, w.o.WorkerName)
 		return err
+	})
+	if err != nil {
+		return bindError("KV buckets", names.ResultsBucket()+", "+names.UniqueBucket(), err)
 	}
 	w.ioCtx = context.WithoutCancel(ctx)
 	if err := w.bindWorkflows(ctx); err != nil {
@@ -225,6 +239,17 @@ func (w *Worker) start(ctx context.Context) error {
 	go w.refreshLoop()
 	w.log.InfoContext(ctx, "worker started", "min_slots", w.o.MinConcurrency, "max_slots", w.o.MaxConcurrency, "strict", w.o.Strict)
 	return nil
+}
+
+// bindError is the error of a start-up look-up of the kind object name: a
+// missing one (a real 404) is a *spool.NotProvisionedError, which says to
+// provision it; the cluster not answering in time says so
+// (jsproto.ErrUnavailable).
+func bindError(kind, name string, err error) error {
+	if jsproto.NotFound(err) {
+		return &spool.NotProvisionedError{Kind: kind, Name: name, Err: err}
+	}
+	return fmt.Errorf("binding %s %q: %w", kind, name, err)
 }
 
 // Stop stops pulling, lets running handlers finish for up to the shutdown

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/spoolq/spool/shared/jsproto"
 )
 
 // BatchResult is the outcome of one task of a batch: its EnqueueResult when
@@ -97,6 +99,24 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []Task) ([]BatchResult,
 	}
 
 	c.acks.wait(ctx, b)
+	// A publish an election swallowed (no ack in time, no stream to
+	// answer) is sent again, one at a time, within the caller's deadline
+	// (the client's timeout when ctx has none): it keeps its Nats-Msg-Id,
+	// so a first copy that was stored after all makes it a Duplicate.
+	retryCtx, cancelRetry := c.withTimeout(ctx)
+	defer cancelRetry()
+	for i := range b.flights {
+		f := &b.flights[i]
+		if (f.state != lost && f.state != failed) || !jsproto.Retryable(f.err) || ctx.Err() != nil {
+			continue
+		}
+		ack, err := c.publish(retryCtx, f.p.id, f.p.msg)
+		if err == nil {
+			f.outcome = outcome{state: acked, seq: ack.Sequence, dup: ack.Duplicate}
+		} else {
+			f.err = fmt.Errorf("%w; sent again: %w", f.err, err)
+		}
+	}
 	for i := range b.flights {
 		f := &b.flights[i]
 		switch f.state {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/jsproto"
 )
 
 func TestBatch10000LandsWhole(t *testing.T) {
@@ -205,7 +206,11 @@ func TestBatchAckThatNeverComesTimesOut(t *testing.T) {
 	// A window of one: the second task waits for room until the first's
 	// ack is given up.
 	e, c := lostAckEnv(t, producer.WithTimeout(300*time.Millisecond), producer.WithPublishWindow(1))
-	results, err := c.EnqueueBatch(ctxFor(t), []producer.Task{
+	// Sent again until the caller's deadline, then given up as
+	// unavailable.
+	ctx, cancel := context.WithTimeout(ctxFor(t), 1500*time.Millisecond)
+	defer cancel()
+	results, err := c.EnqueueBatch(ctx, []producer.Task{
 		{Type: "a", ID: "t1", UniqueKey: "lost", UniqueTTL: time.Hour},
 		{Type: "a", ID: "t2"},
 	})
@@ -214,6 +219,9 @@ func TestBatchAckThatNeverComesTimesOut(t *testing.T) {
 		t.Fatalf("batch error %v", err)
 	}
 	checkLostAck(t, e, results[0], jetstream.ErrAsyncPublishTimeout)
+	if !errors.Is(results[0].Err, jsproto.ErrUnavailable) {
+		t.Fatalf("first task: %v, want it to say the cluster was unavailable", results[0].Err)
+	}
 	if !errors.Is(results[1].Err, jetstream.ErrAsyncPublishTimeout) {
 		t.Fatalf("second task: %+v", results[1])
 	}

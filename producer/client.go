@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/shared/workflow"
 )
 
@@ -24,6 +25,7 @@ type Client struct {
 	logger  *slog.Logger
 	timeout time.Duration
 	acks    *acks // EnqueueBatch's publishes
+	retry   jsproto.Retry
 
 	mu      sync.Mutex
 	tasks   jetstream.Stream // task stream, looked up once
@@ -60,6 +62,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 		logger:  o.logger,
 		timeout: o.timeout,
 		acks:    newAcks(nc, o.timeout, o.window),
+		retry:   jsproto.Retry{PerTry: min(jsproto.DefaultPerTry, o.timeout)},
 	}, nil
 }
 
@@ -84,6 +87,13 @@ func (c *Client) withTimeout(ctx context.Context) (context.Context, context.Canc
 	return context.WithTimeout(ctx, c.timeout)
 }
 
+// do runs one JetStream request with the client's retry: each try
+// bounded by a short timeout, retried through a leader election within
+// ctx (see jsproto.Retry).
+func (c *Client) do(ctx context.Context, what string, fn func(ctx context.Context) error) error {
+	return c.retry.Do(ctx, what, fn)
+}
+
 // taskStream returns the task stream and the largest message it accepts,
 // looking them up on first use.
 func (c *Client) taskStream(ctx context.Context) (jetstream.Stream, int, error) {
@@ -93,7 +103,11 @@ func (c *Client) taskStream(ctx context.Context) (jetstream.Stream, int, error) 
 		return c.tasks, c.limit, nil
 	}
 	name := c.names.TaskStream()
-	s, err := c.js.Stream(ctx, name)
+	var s jetstream.Stream
+	err := c.do(ctx, "looking up stream "+name, func(ctx context.Context) (err error) {
+		s, err = c.js.Stream(ctx, name)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, 0, &spool.NotProvisionedError{Kind: "stream", Name: name, Err: err}
 	}
@@ -140,7 +154,11 @@ func (c *Client) bucket(ctx context.Context, slot *jetstream.KeyValue, name stri
 	if *slot != nil {
 		return *slot, nil
 	}
-	kv, err := c.js.KeyValue(ctx, name)
+	var kv jetstream.KeyValue
+	err := c.do(ctx, "opening KV bucket "+name, func(ctx context.Context) (err error) {
+		kv, err = c.js.KeyValue(ctx, name)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, &spool.NotProvisionedError{Kind: "KV bucket", Name: name, Err: err}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // EnqueueResult is the outcome of enqueueing one task.
@@ -58,7 +59,9 @@ func (c *Client) Enqueue(ctx context.Context, task Task, opts ...EnqueueOption) 
 	if err != nil {
 		return EnqueueResult{ID: p.id}, err
 	}
-	ack, err := c.js.PublishMsg(ctx, p.msg)
+	// A retried publish carries the same Nats-Msg-Id: the stream stores
+	// the task once, and reports the copy a Duplicate.
+	ack, err := c.publish(ctx, p.id, p.msg)
 	if err != nil && ackLost(err) {
 		// The task may be stored: keep its unique key, which a retry with
 		// the same id passes (the key names this id) and dedup absorbs.
@@ -77,6 +80,25 @@ func (c *Client) Enqueue(ctx context.Context, task Task, opts ...EnqueueOption) 
 			"seq", res.Sequence, "duplicate", res.Duplicate, "scheduled", res.Scheduled)
 	}
 	return res, nil
+}
+
+// publish publishes a task message and waits for its ack, retried through
+// an election within ctx. A retried publish carries the same Nats-Msg-Id:
+// the stream stores the task once, and reports the copy a Duplicate. No
+// stream answering is an election's symptom, and a missing stream's: the
+// stream is looked up then, and a missing one fails at once.
+func (c *Client) publish(ctx context.Context, id string, msg *nats.Msg) (*jetstream.PubAck, error) {
+	var ack *jetstream.PubAck
+	err := c.do(ctx, "enqueueing task "+id, func(ctx context.Context) (err error) {
+		ack, err = c.js.PublishMsg(ctx, msg)
+		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+			if _, lerr := c.js.Stream(ctx, c.names.TaskStream()); errors.Is(lerr, jetstream.ErrStreamNotFound) {
+				return fmt.Errorf("%w: %w", err, lerr)
+			}
+		}
+		return err
+	})
+	return ack, err
 }
 
 // ackLost reports a publish whose outcome is unknown: it was sent, or may

@@ -8,9 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/jsproto"
 )
 
 // Result reads the result document of task id from the results bucket.
@@ -28,7 +30,11 @@ func (c *Client) Result(ctx context.Context, id string) (spool.Result, error) {
 	if err != nil {
 		return spool.Result{}, err
 	}
-	entry, err := kv.Get(ctx, id)
+	var entry jetstream.KeyValueEntry
+	err = c.do(ctx, "reading the result of task "+id, func(ctx context.Context) (err error) {
+		entry, err = kv.Get(ctx, id)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return c.scheduledResult(ctx, id)
 	}
@@ -38,57 +44,138 @@ func (c *Client) Result(ctx context.Context, id string) (spool.Result, error) {
 	return decodeResult(id, entry)
 }
 
-// Wait watches the result document of task id until it reaches a terminal
-// state (completed or dead) and returns it. It waits as long as ctx allows:
-// give it a deadline. A document that is not there yet is waited for.
+// Wait waits until the result document of task id reaches a terminal
+// state (completed or dead) and returns it. It waits as long as ctx
+// allows: give it a deadline. A document that is not there yet is waited
+// for.
+//
+// Wait needs no JetStream consumer, whose creation an election could
+// swallow: it subscribes to the key's subject ($KV.<bucket>.<id>) with
+// core NATS first, so no write is missed, then reads the key (each read
+// bounded and retried, see jsproto.Retry), and reads it again every
+// WaitRecheck as a safety net for a write it did not see (a reconnect in
+// between). A terminal document seen on the subject is read back before
+// Wait returns it, so what Wait returns is stored and Result finds it.
+// When ctx ends first, the error says the last state seen.
 func (c *Client) Wait(ctx context.Context, id string) (spool.Result, error) {
 	if err := spool.ValidateID(id); err != nil {
 		return spool.Result{}, invalid("id", err)
 	}
-	// The watcher's subscription lives until ctx ends: end it on return.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	openCtx, openCancel := c.withTimeout(ctx)
-	kv, err := c.resultsBucket(openCtx)
+	updates := make(chan *nats.Msg, 1)
+	sub, err := c.nc.Subscribe(c.names.ResultSubject(id), func(m *nats.Msg) {
+		select { // keep the latest write only: a reader needs no more
+		case updates <- m:
+		default:
+			select {
+			case <-updates:
+			default:
+			}
+			select {
+			case updates <- m:
+			default:
+			}
+		}
+	})
 	if err != nil {
-		openCancel()
-		return spool.Result{}, err
-	}
-	w, err := kv.Watch(ctx, id)
-	openCancel()
-	if err != nil {
-		return spool.Result{}, fmt.Errorf("watching the result of task %q: %w", id, err)
+		return spool.Result{}, fmt.Errorf("subscribing to the result of task %q: %w", id, err)
 	}
 	defer func() {
-		if err := w.Stop(); err != nil && !errors.Is(err, context.Canceled) {
-			c.logger.DebugContext(ctx, "stopping result watcher", "task_id", id, "error", err)
+		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			c.logger.DebugContext(ctx, "ending result subscription", "task_id", id, "error", err)
 		}
 	}()
+	// Round trip: the server has the subscription before the first read,
+	// so a write after the read is seen on it.
+	if err := c.nc.FlushWithContext(ctx); err != nil {
+		return spool.Result{}, fmt.Errorf("waiting for task %q: subscribing: %w", id, err)
+	}
 	var last spool.Result
+	var lastErr error // of the last read that failed
+	// A terminal document seen on the subject is confirmed by a read
+	// before Wait returns: the publish is seen before the bucket stores
+	// it, and a Result right after Wait must find what Wait returned.
+	confirming := 0
+	recheck := time.NewTimer(0)
+	defer recheck.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			err := context.Cause(ctx)
+			if lastErr != nil {
+				err = fmt.Errorf("%w (last read: %w)", err, lastErr)
+			}
 			if last.ID != "" {
-				return last, fmt.Errorf("waiting for task %q (last state %s): %w", id, last.State, context.Cause(ctx))
+				return last, fmt.Errorf("waiting for task %q (last state %s): %w", id, last.State, err)
 			}
-			return last, fmt.Errorf("waiting for task %q: %w", id, context.Cause(ctx))
-		case entry, ok := <-w.Updates():
-			if !ok {
-				return last, fmt.Errorf("waiting for task %q: watcher closed: %w", id, context.Cause(ctx))
+			return last, fmt.Errorf("waiting for task %q: %w", id, err)
+		case m := <-updates:
+			if op := m.Header.Get(kvOperationHeader); op != "" {
+				continue // a deleted or purged document
 			}
-			if entry == nil || entry.Operation() != jetstream.KeyValuePut {
-				continue // end of initial values, or a deleted document
-			}
-			r, err := decodeResult(id, entry)
-			if err != nil {
-				return r, err
-			}
-			if r.State.Terminal() {
-				return r, nil
+			var r spool.Result
+			if err := json.Unmarshal(m.Data, &r); err != nil {
+				return r, fmt.Errorf("decoding the result of task %q: %w", id, err)
 			}
 			last = r
+			if r.State.Terminal() && confirming == 0 {
+				confirming = 1
+				recheck.Reset(0)
+			}
+		case <-recheck.C:
+			// One read, bounded by the recheck interval: a read the
+			// cluster does not answer is tried again at the next one,
+			// while the subscription keeps listening.
+			rctx, cancel := context.WithTimeout(ctx, WaitRecheck)
+			r, found, err := c.readResult(rctx, id)
+			cancel()
+			switch {
+			case err != nil && ctx.Err() == nil && jsproto.Retryable(err):
+				lastErr = err
+			case err != nil:
+				return r, err
+			case found && r.State.Terminal():
+				return r, nil
+			case found:
+				last = r
+			}
+			next := WaitRecheck
+			if confirming > 0 {
+				// Stored in a moment: read again soon.
+				next = min(10*time.Millisecond<<min(confirming, 7), time.Second)
+				confirming++
+			}
+			recheck.Reset(next)
 		}
 	}
+}
+
+// WaitRecheck is how often Wait reads the result again while it waits, as
+// a safety net for a write its subscription did not see.
+const WaitRecheck = 5 * time.Second
+
+// kvOperationHeader marks a KV delete or purge (nats.go's kvop header).
+const kvOperationHeader = "KV-Operation"
+
+// readResult reads the result document of id, retried through an
+// election within ctx; found is false when there is none yet.
+func (c *Client) readResult(ctx context.Context, id string) (r spool.Result, found bool, err error) {
+	kv, err := c.resultsBucket(ctx)
+	if err != nil {
+		return r, false, err
+	}
+	var entry jetstream.KeyValueEntry
+	err = c.do(ctx, "reading the result of task "+id, func(ctx context.Context) (err error) {
+		entry, err = kv.Get(ctx, id)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return r, false, nil
+	}
+	if err != nil {
+		return r, false, fmt.Errorf("reading the result of task %q: %w", id, err)
+	}
+	r, err = decodeResult(id, entry)
+	return r, err == nil, err
 }
 
 func decodeResult(id string, entry jetstream.KeyValueEntry) (spool.Result, error) {
@@ -111,7 +198,11 @@ func (c *Client) scheduledResult(ctx context.Context, id string) (spool.Result, 
 	if err != nil {
 		return spool.Result{}, err
 	}
-	msg, err := s.GetLastMsgForSubject(ctx, subject)
+	var msg *jetstream.RawStreamMsg
+	err = c.do(ctx, "looking up the schedule of task "+id, func(ctx context.Context) (err error) {
+		msg, err = s.GetLastMsgForSubject(ctx, subject)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return spool.Result{}, notFound
 	}

@@ -61,18 +61,6 @@ func TestWaitReturnsAtTerminalState(t *testing.T) {
 		got, err = e.client.Wait(ctx, "w1")
 		done <- err
 	}()
-	// Wait until the watcher is subscribed: the results stream sees an
-	// extra consumer (the ordered consumer behind the watch).
-	streamstest.WaitFor(t, 5*time.Second, func() error {
-		s, err := e.js.Stream(ctx, "KV_"+e.names.ResultsBucket())
-		if err != nil {
-			return err
-		}
-		if s.CachedInfo().State.Consumers == 0 {
-			return errors.New("no watcher yet")
-		}
-		return nil
-	})
 	for _, st := range []spool.State{spool.StatePending, spool.StateProcessing, spool.StateRetrying} {
 		e.putResult(t, spool.Result{ID: "w1", State: st})
 		select {
@@ -82,12 +70,13 @@ func TestWaitReturnsAtTerminalState(t *testing.T) {
 		}
 	}
 	e.putResult(t, spool.Result{ID: "w1", State: spool.StateDead, Error: "boom", Reason: spool.ReasonError, Attempts: 4})
+	// Seen on the key's subject, not at the next re-read.
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-ctx.Done():
+	case <-time.After(producer.WaitRecheck - time.Second):
 		t.Fatal("Wait did not return after the terminal state")
 	}
 	if got.State != spool.StateDead || got.Error != "boom" || got.Attempts != 4 {

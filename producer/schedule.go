@@ -26,14 +26,21 @@ func (c *Client) Cancel(ctx context.Context, id string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	msg, err := s.GetLastMsgForSubject(ctx, subject)
+	var msg *jetstream.RawStreamMsg
+	err = c.do(ctx, "looking up the schedule of task "+id, func(ctx context.Context) (err error) {
+		msg, err = s.GetLastMsgForSubject(ctx, subject)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("looking up the schedule of task %q: %w", id, err)
 	}
-	if err := s.DeleteMsg(ctx, msg.Sequence); err != nil {
+	err = c.do(ctx, "deleting the schedule of task "+id, func(ctx context.Context) error {
+		return s.DeleteMsg(ctx, msg.Sequence)
+	})
+	if err != nil {
 		if errors.Is(err, jetstream.ErrMsgNotFound) || isMsgGone(err) {
 			return false, nil // fired or cancelled meanwhile
 		}

@@ -28,14 +28,23 @@ func (c *Client) claimUnique(ctx context.Context, p prepared) (claimed bool, err
 	}
 	kvKey := spool.UniqueKVKey(p.uniqueKey)
 	for range claimAttempts {
-		_, err := kv.Create(ctx, kvKey, []byte(p.id), jetstream.KeyTTL(p.uniqueTTL))
+		// A retried Create whose first try was stored finds the key held
+		// by this id: not claimed, no error.
+		err := c.do(ctx, "claiming unique key "+p.uniqueKey, func(ctx context.Context) error {
+			_, err := kv.Create(ctx, kvKey, []byte(p.id), jetstream.KeyTTL(p.uniqueTTL))
+			return err
+		})
 		if err == nil {
 			return true, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return false, fmt.Errorf("claiming unique key %q for task %q: %w", p.uniqueKey, p.id, translate(err))
 		}
-		entry, err := kv.Get(ctx, kvKey)
+		var entry jetstream.KeyValueEntry
+		err = c.do(ctx, "reading unique key "+p.uniqueKey, func(ctx context.Context) (err error) {
+			entry, err = kv.Get(ctx, kvKey)
+			return err
+		})
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue // expired or released meanwhile: try again
 		}
@@ -76,7 +85,11 @@ func (c *Client) deleteUniqueIfHeld(ctx context.Context, key, id string) (bool, 
 		return false, err
 	}
 	kvKey := spool.UniqueKVKey(key)
-	entry, err := kv.Get(ctx, kvKey)
+	var entry jetstream.KeyValueEntry
+	err = c.do(ctx, "reading unique key "+key, func(ctx context.Context) (err error) {
+		entry, err = kv.Get(ctx, kvKey)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, nil
 	}
@@ -86,7 +99,10 @@ func (c *Client) deleteUniqueIfHeld(ctx context.Context, key, id string) (bool, 
 	if string(entry.Value()) != id {
 		return false, nil
 	}
-	if err := kv.Delete(ctx, kvKey, jetstream.LastRevision(entry.Revision())); err != nil {
+	err = c.do(ctx, "deleting unique key "+key, func(ctx context.Context) error {
+		return kv.Delete(ctx, kvKey, jetstream.LastRevision(entry.Revision()))
+	})
+	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyExists) {
 			return false, nil // gone, or claimed by another task meanwhile
 		}

@@ -52,6 +52,12 @@ func (n Names) AdvisoryStream() string { return n.upper() + "_ADVISORIES" }
 // ResultsBucket is the KV bucket of result documents: spool_results.
 func (n Names) ResultsBucket() string { return n.prefix + "_results" }
 
+// ResultSubject is the subject of task id's result document in the
+// results bucket ($KV.<bucket>.<id>): every write of the document is
+// published there, so a core NATS subscription sees it without a
+// JetStream consumer. id is not validated.
+func (n Names) ResultSubject(id string) string { return "$KV." + n.ResultsBucket() + "." + id }
+
 // UniqueBucket is the KV bucket of unique-task keys: spool_unique.
 func (n Names) UniqueBucket() string { return n.prefix + "_unique" }
 

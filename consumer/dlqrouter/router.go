@@ -18,6 +18,7 @@ import (
 	"github.com/spoolq/spool/consumer/internal/results"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/fleet"
+	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/shared/lifecycle"
 	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/shared/workflow"
@@ -285,16 +286,31 @@ func (r *Router) start(ctx context.Context) error {
 
 func (r *Router) bind(ctx context.Context) (routerBinding, error) {
 	var b routerBinding
-	tasks, err := r.js.Stream(ctx, r.names.TaskStream())
+	// Each look-up rides out an election until ctx ends, saying what it
+	// waits for now and then; a missing stream fails at once.
+	retry := jsproto.Retry{PerTry: min(r.timeout, jsproto.DefaultPerTry), Logger: r.logger}
+	var tasks jetstream.Stream
+	err := retry.Do(ctx, "binding task stream "+r.names.TaskStream(), func(ctx context.Context) (err error) {
+		tasks, err = r.js.Stream(ctx, r.names.TaskStream())
+		return err
+	})
 	if err != nil {
 		return b, fmt.Errorf("starting dlq router: binding task stream %q (is the topology provisioned?): %w", r.names.TaskStream(), err)
 	}
-	cons, err := r.js.Consumer(ctx, r.names.AdvisoryStream(), r.names.RouterConsumer())
+	var cons jetstream.Consumer
+	err = retry.Do(ctx, "binding consumer "+r.names.RouterConsumer(), func(ctx context.Context) (err error) {
+		cons, err = r.js.Consumer(ctx, r.names.AdvisoryStream(), r.names.RouterConsumer())
+		return err
+	})
 	if err != nil {
 		return b, fmt.Errorf("starting dlq router: binding consumer %q on stream %q (is the topology provisioned?): %w",
 			r.names.RouterConsumer(), r.names.AdvisoryStream(), err)
 	}
-	store, err := results.New(ctx, r.js, r.names, r.worker)
+	var store *results.Store
+	err = retry.Do(ctx, "binding the results and unique-key buckets", func(ctx context.Context) (err error) {
+		store, err = results.New(ctx, r.js, r.names, r.worker)
+		return err
+	})
 	if err != nil {
 		return b, fmt.Errorf("starting dlq router: %w", err)
 	}
@@ -485,7 +501,14 @@ func (r *Router) handle(ctx context.Context, b routerBinding, msg jetstream.Msg)
 		return
 	}
 	log = log.With("stream_seq", adv.StreamSeq, "consumer", adv.Consumer, "deliveries", adv.Deliveries)
-	outcome, err := r.route(ctx, b, adv, log)
+	// Every step of route is idempotent: a try that met an election is
+	// run again whole, each try bounded, within the timeout; what still
+	// fails is NAKed for a later retry.
+	var outcome routerOutcome
+	err = jsproto.Retry{PerTry: min(r.timeout, jsproto.DefaultPerTry)}.Do(ctx, "routing a dead task", func(ctx context.Context) (err error) {
+		outcome, err = r.route(ctx, b, adv, log)
+		return err
+	})
 	switch {
 	case errors.Is(err, ErrBadAdvisory):
 		r.bad.Add(1)

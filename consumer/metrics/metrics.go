@@ -94,7 +94,8 @@ var (
 		{"processed", "Finished attempts, whatever their outcome.", func(c *consumer.Counters) uint64 { return c.Processed }},
 		{"completed", "Attempts whose handler succeeded.", func(c *consumer.Counters) uint64 { return c.Completed }},
 		{"failed", "Attempts that failed (error, permanent, timeout, panic, no handler, bad input).", func(c *consumer.Counters) uint64 { return c.Failed }},
-		{"retried", "Failed attempts handed back for a later retry.", func(c *consumer.Counters) uint64 { return c.Retried }},
+		{"retried", "Attempts handed back for a later retry (failed, or completed with a result that could not be stored).", func(c *consumer.Counters) uint64 { return c.Retried }},
+		{"write_retries", "Settling writes (result, dead letter) sent again after a try the cluster did not answer.", func(c *consumer.Counters) uint64 { return c.WriteRetries }},
 		{"dead", "Tasks sent to the dead-letter stream.", func(c *consumer.Counters) uint64 { return c.Dead }},
 		{"returned", "Tasks handed back unfinished at shutdown.", func(c *consumer.Counters) uint64 { return c.Returned }},
 	}

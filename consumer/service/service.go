@@ -140,7 +140,7 @@ func errorsJoinStop(err error, svc micro.Service) error {
 }
 
 func counterStats(c consumer.Counters, dists, buckets bool) fleet.CounterStats {
-	s := fleet.CounterStats{Processed: c.Processed, Completed: c.Completed, Failed: c.Failed, Retried: c.Retried, Dead: c.Dead, Returned: c.Returned}
+	s := fleet.CounterStats{Processed: c.Processed, Completed: c.Completed, Failed: c.Failed, Retried: c.Retried, WriteRetries: c.WriteRetries, Dead: c.Dead, Returned: c.Returned}
 	if dists {
 		s.Pickup, s.Run = fleet.Summarize(c.Pickup, buckets), fleet.Summarize(c.Run, buckets)
 	}

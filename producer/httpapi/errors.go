@@ -9,6 +9,7 @@ import (
 
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/jsproto"
 )
 
 // Error codes of the API. They are stable: clients may switch on them.
@@ -72,6 +73,9 @@ var sentinelCodes = []struct {
 	{producer.ErrQueueFull, http.StatusServiceUnavailable, CodeQueueFull},
 	{producer.ErrTaskNotFound, http.StatusNotFound, CodeNotFound},
 	{producer.ErrNotProvisioned, http.StatusServiceUnavailable, CodeUnavailable},
+	// A retry budget that ran out: the message says the cluster was
+	// unavailable and for how long the broker tried.
+	{jsproto.ErrUnavailable, http.StatusServiceUnavailable, CodeUnavailable},
 }
 
 // fromError turns a library error into an API error. A task field at fault

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/kelseyhightower/envconfig"
 
@@ -100,6 +101,25 @@ type Common struct {
 	LogLevel string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error (one-shot commands log warnings only, unless -v)"`
 	// LogFormat is text (coloured, for people) or json. SPOOL_LOG_FORMAT, default text.
 	LogFormat string `envconfig:"LOG_FORMAT" default:"text" desc:"text (coloured on a terminal) or json"`
+	// StartupTimeout is how long a process waits at start-up for the
+	// cluster to answer its look-ups (streams, consumers, buckets),
+	// retrying through leader elections and saying what it waits for
+	// now and then; a missing stream still fails at once.
+	// SPOOL_STARTUP_TIMEOUT, default 5m (DefaultStartupTimeout, also
+	// what 0 means: read it with Startup).
+	StartupTimeout time.Duration `envconfig:"STARTUP_TIMEOUT" default:"5m" desc:"how long start-up waits for the cluster to answer, through leader elections"`
+}
+
+// DefaultStartupTimeout is SPOOL_STARTUP_TIMEOUT's default.
+const DefaultStartupTimeout = 5 * time.Minute
+
+// Startup is the start-up deadline: StartupTimeout, or
+// DefaultStartupTimeout when it is 0.
+func (c Common) Startup() time.Duration {
+	if c.StartupTimeout <= 0 {
+		return DefaultStartupTimeout
+	}
+	return c.StartupTimeout
 }
 
 // Validate checks the common settings and names the variable at fault.
@@ -119,6 +139,9 @@ func (c Common) Validate() error {
 	case "text", "json":
 	default:
 		return fmt.Errorf("SPOOL_LOG_FORMAT: %q is not text or json", c.LogFormat)
+	}
+	if c.StartupTimeout < 0 {
+		return fmt.Errorf("SPOOL_STARTUP_TIMEOUT: %s is negative (want a duration such as 5m)", c.StartupTimeout)
 	}
 	return nil
 }

@@ -76,8 +76,14 @@ type CounterStats struct {
 	// Failed counts failed attempts (error, permanent, timeout, panic, no
 	// handler, bad input).
 	Failed uint64 `json:"failed"`
-	// Retried counts failed attempts handed back for a later retry.
+	// Retried counts attempts handed back for a later retry (failed, or
+	// completed with a result that could not be stored in time).
 	Retried uint64 `json:"retried"`
+	// WriteRetries counts settling writes (result, dead letter) sent
+	// again after a try the cluster did not answer (a leader election).
+	// Such a write stored on a later try is no failure. Absent (0) from
+	// workers that predate it.
+	WriteRetries uint64 `json:"write_retries,omitempty"`
 	// Dead counts tasks sent to the dead-letter stream.
 	Dead uint64 `json:"dead"`
 	// Returned counts tasks handed back unfinished at shutdown.

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/jsproto"
 )
 
 // Errors of the store.
@@ -29,7 +30,7 @@ var (
 // DefaultTryTimeout bounds one try of a bucket or stream request; a try
 // that times out (a leader change can swallow a request) is retried until
 // the caller's context ends.
-const DefaultTryTimeout = 2 * time.Second
+const DefaultTryTimeout = jsproto.DefaultPerTry
 
 // Store reads and advances workflows in the workflows bucket and enqueues
 // their steps' tasks. It is safe for concurrent use.
@@ -68,45 +69,23 @@ func Open(ctx context.Context, js jetstream.JetStream, names spool.Names, log *s
 }
 
 // retry runs op with a per-try timeout until it succeeds, fails with an
-// error that a retry cannot mend, or ctx ends.
+// error that a retry cannot mend, or ctx ends (jsproto.Retry: a request
+// swallowed in a leader change is sent again).
 func (s *Store) retry(ctx context.Context, op func(ctx context.Context) error) error {
 	return s.retryFor(ctx, s.try, op)
 }
 
 // retryFor is retry with a per-try timeout of its own.
 func (s *Store) retryFor(ctx context.Context, try time.Duration, op func(ctx context.Context) error) error {
-	for {
-		tctx, cancel := context.WithTimeout(ctx, try)
-		err := op(tctx)
-		cancel()
-		if err == nil || !transient(err) || ctx.Err() != nil {
-			if err != nil && ctx.Err() != nil && transient(err) {
-				return fmt.Errorf("%w (last try: %w)", ctx.Err(), err)
-			}
-			return err
+	return jsproto.Retry{PerTry: try}.Do(ctx, "workflow state", func(ctx context.Context) error {
+		err := op(ctx)
+		if errors.Is(err, nats.ErrReconnectBufExceeded) {
+			// A connection without a reconnect buffer refuses a publish
+			// while it reconnects: as retryable as a disconnection.
+			return fmt.Errorf("%w: %w", nats.ErrDisconnected, err)
 		}
-		t := time.NewTimer(50 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w (last try: %w)", ctx.Err(), err)
-		case <-t.C:
-		}
-	}
-}
-
-// transient reports whether a retry may succeed: the request timed out or
-// found no responder (an election in progress, a restarting server), or
-// the connection is down and reconnecting.
-func transient(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		return apiErr.Code == 503 || apiErr.ErrorCode == 10008
-	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrReconnectBufExceeded) ||
-		errors.Is(err, nats.ErrDisconnected)
+		return err
+	})
 }
 
 // get reads key into v; ok is false when the key does not exist.

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/streams/dlq"
 )
 
@@ -76,4 +77,19 @@ func read[T any](ctx context.Context, c *Client, fn func(context.Context) (T, er
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	return fn(ctx)
+}
+
+// call is read for JetStream requests: each try bounded by a short
+// timeout and retried through a leader election within ctx (the client's
+// timeout when ctx has none); when that runs out the error says the
+// cluster was unavailable and for how long (jsproto.ErrUnavailable).
+func call[T any](ctx context.Context, c *Client, what string, fn func(context.Context) (T, error)) (T, error) {
+	return read(ctx, c, func(ctx context.Context) (T, error) {
+		var out T
+		err := jsproto.Retry{PerTry: min(c.timeout, jsproto.DefaultPerTry)}.Do(ctx, what, func(ctx context.Context) (err error) {
+			out, err = fn(ctx)
+			return err
+		})
+		return out, err
+	})
 }

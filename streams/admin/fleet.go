@@ -249,6 +249,7 @@ func addCounters(sum *fleet.CounterStats, c fleet.CounterStats) {
 	sum.Completed += c.Completed
 	sum.Failed += c.Failed
 	sum.Retried += c.Retried
+	sum.WriteRetries += c.WriteRetries
 	sum.Dead += c.Dead
 	sum.Returned += c.Returned
 }

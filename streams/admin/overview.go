@@ -25,7 +25,7 @@ type Overview struct {
 // fleet. It fails when the status cannot be read; a fleet that cannot be
 // asked is reported in FleetError.
 func (c *Client) Overview(ctx context.Context) (Overview, error) {
-	return read(ctx, c, c.overview)
+	return call(ctx, c, "reading the queue's status", c.overview)
 }
 
 func (c *Client) overview(ctx context.Context) (Overview, error) {
@@ -122,11 +122,12 @@ type (
 		Worker string `json:"worker,omitempty"`
 		State  string `json:"state,omitempty"`
 		poolDoc
-		Retried    *uint64           `json:"retried,omitempty"`
-		Dead       *uint64           `json:"dead,omitempty"`
-		Pickup     *percentilesDoc   `json:"pickup,omitempty"`
-		Run        *percentilesDoc   `json:"run,omitempty"`
-		Priorities []priorityFigures `json:"priorities,omitempty"`
+		Retried      *uint64           `json:"retried,omitempty"`
+		WriteRetries *uint64           `json:"write_retries,omitempty"`
+		Dead         *uint64           `json:"dead,omitempty"`
+		Pickup       *percentilesDoc   `json:"pickup,omitempty"`
+		Run          *percentilesDoc   `json:"run,omitempty"`
+		Priorities   []priorityFigures `json:"priorities,omitempty"`
 	}
 	priorityFigures struct {
 		Priority  string  `json:"priority"`
@@ -165,7 +166,7 @@ func figuresOf(w Worker) figuresDoc {
 	t := ws.Total
 	f.State = ws.State
 	f.poolDoc = pool(ws.Slots, ws.Busy, ws.Idle, t)
-	f.Retried, f.Dead = &t.Retried, &t.Dead
+	f.Retried, f.WriteRetries, f.Dead = &t.Retried, &t.WriteRetries, &t.Dead
 	f.Pickup = workerPercentiles(PickupHistogram(*ws))
 	if f.Pickup == nil {
 		f.Pickup = summaryPercentiles(t.Pickup)

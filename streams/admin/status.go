@@ -44,7 +44,7 @@ type Status struct {
 // Status reads the queue's status: a few JetStream requests per priority,
 // whatever the backlog.
 func (c *Client) Status(ctx context.Context) (Status, error) {
-	return read(ctx, c, c.status)
+	return call(ctx, c, "reading the queue's status", c.status)
 }
 
 func (c *Client) status(ctx context.Context) (Status, error) {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams/embedded"
 	"github.com/spoolq/spool/streams/streamstest"
@@ -34,15 +33,7 @@ func TestNodeLoss(t *testing.T) {
 	js := provision(t, nc, settings(3))
 	chk := checker.New()
 	chk.ExplainUnfaulted("result write or ack lost in a leader change")
-	fl := newFleet(t, url, chk, "SPOOL_CONCURRENCY=16")
-	for range 2 {
-		fl.start()
-	}
-	client, err := producer.New(nc, producer.WithTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
+	fl, client := twoWorkers(t, url, nc, chk)
 	gen := &loadGen{client: client, chk: chk}
 	tasks, values := tasksFor(t, "cluster", n)
 
@@ -51,45 +42,9 @@ func TestNodeLoss(t *testing.T) {
 	// About 500 tasks a second, so the producer runs across both faults.
 	go func() { produced <- gen.enqueue(ctx, tasks, values, 50, 100*time.Millisecond) }()
 
-	// index maps a server name to its node.
-	index := func(name string) int {
-		for i, s := range c.Servers() {
-			if s.Name() == name {
-				return i
-			}
-		}
-		t.Fatalf("no node named %q", name)
-		return -1
-	}
-	// loseLeader stops the node that leads what leader reads, waits for
-	// another node to lead, and restarts the stopped one.
 	loseLeader := func(what string, leader func(context.Context) (string, error)) {
 		t.Helper()
-		var old string
-		streamstest.WaitFor(t, 30*time.Second, func() error {
-			var err error
-			if old, err = leader(ctx); err != nil {
-				return fmt.Errorf("%s leader: %w", what, err)
-			}
-			return nil
-		})
-		i := index(old)
-		c.Stop(i)
-		stopped := time.Now()
-		streamstest.WaitFor(t, time.Minute, func() error {
-			l, err := leader(ctx)
-			if err == nil && (l == "" || l == old) {
-				err = fmt.Errorf("leader %q", l)
-			}
-			if err != nil {
-				return fmt.Errorf("a new %s leader: %w", what, err)
-			}
-			return nil
-		})
-		t.Logf("%s leader %s stopped; new leader after %s", what, old, time.Since(stopped).Round(time.Millisecond))
-		if err := c.Restart(i); err != nil {
-			t.Fatal(err)
-		}
+		loseLeader(t, ctx, c, what, leader)
 	}
 	streamLeader := func(ctx context.Context) (string, error) {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -124,6 +79,22 @@ func TestNodeLoss(t *testing.T) {
 		loseLeader("consumer "+names.Consumer(spool.Normal), consumerLeader)
 	}
 
+	left := finishLoad(t, ctx, start, produced, js, fl, chk, gen)
+	r := report(t, "node loss (3 nodes, R3)", fmt.Sprintf("%d stream + %d consumer leaders stopped", rounds, rounds), start, chk, left)
+	if r.Tasks != n {
+		t.Errorf("%d tasks recorded, want %d", r.Tasks, n)
+	}
+	if r.Completed != r.Tasks {
+		t.Errorf("%d of %d tasks completed; dead: %s", r.Completed, r.Tasks, r.DeadSummary())
+	}
+}
+
+// finishLoad waits for the producer (its error fails the test), for the
+// queue to settle, stops the fleet and feeds the results, dead letters and
+// execution logs to the checker; it returns the acknowledged tasks left in
+// the stream.
+func finishLoad(t testing.TB, ctx context.Context, start time.Time, produced <-chan error, js jetstream.JetStream, fl *fleet, chk *checker.Checker, gen *loadGen) []string {
+	t.Helper()
 	select {
 	case err := <-produced:
 		if err != nil {
@@ -139,13 +110,49 @@ func TestNodeLoss(t *testing.T) {
 	collect(t, js, chk)
 	fl.readLogs()
 	t.Logf("%d enqueues retried after an error", gen.Retries.Load())
-	r := report(t, "node loss (3 nodes, R3)", fmt.Sprintf("%d stream + %d consumer leaders stopped", rounds, rounds), start, chk, left)
-	if r.Tasks != n {
-		t.Errorf("%d tasks recorded, want %d", r.Tasks, n)
+	return left
+}
+
+// loseLeader stops the node that leads what leader reads, waits for
+// another node to lead, and restarts the stopped one. It returns when the
+// node was stopped and how long the election took.
+func loseLeader(t testing.TB, ctx context.Context, c *embedded.Cluster, what string, leader func(context.Context) (string, error)) (stopped time.Time, election time.Duration) {
+	t.Helper()
+	var old string
+	streamstest.WaitFor(t, 30*time.Second, func() error {
+		var err error
+		if old, err = leader(ctx); err != nil {
+			return fmt.Errorf("%s leader: %w", what, err)
+		}
+		return nil
+	})
+	i := -1
+	for j, s := range c.Servers() {
+		if s.Name() == old {
+			i = j
+		}
 	}
-	if r.Completed != r.Tasks {
-		t.Errorf("%d of %d tasks completed; dead: %s", r.Completed, r.Tasks, r.DeadSummary())
+	if i < 0 {
+		t.Fatalf("no node named %q", old)
 	}
+	c.Stop(i)
+	stopped = time.Now()
+	streamstest.WaitFor(t, time.Minute, func() error {
+		l, err := leader(ctx)
+		if err == nil && (l == "" || l == old) {
+			err = fmt.Errorf("leader %q", l)
+		}
+		if err != nil {
+			return fmt.Errorf("a new %s leader: %w", what, err)
+		}
+		return nil
+	})
+	election = time.Since(stopped)
+	t.Logf("%s leader %s stopped; new leader after %s", what, old, election.Round(time.Millisecond))
+	if err := c.Restart(i); err != nil {
+		t.Fatal(err)
+	}
+	return stopped, election
 }
 
 // clusterLeader returns the leader named in info.

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/spoolq/spool/producer"
 	"github.com/spoolq/spool/tests/checker"
 )
 
@@ -61,6 +64,22 @@ func newFleet(t testing.TB, url string, chk *checker.Checker, extra ...string) *
 	f.env = append(f.env, extra...)
 	t.Cleanup(f.reapAll)
 	return f
+}
+
+// twoWorkers starts two worker processes of 16 slots on url and returns
+// them with a producer client on nc (5s timeout).
+func twoWorkers(t testing.TB, url string, nc *nats.Conn, chk *checker.Checker) (*fleet, *producer.Client) {
+	t.Helper()
+	fl := newFleet(t, url, chk, "SPOOL_CONCURRENCY=16")
+	for range 2 {
+		fl.start()
+	}
+	client, err := producer.New(nc, producer.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	return fl, client
 }
 
 // start starts one more worker process.

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spoolq/spool/producer"
 	"github.com/spoolq/spool/tests/checker"
 )
 
@@ -27,15 +26,7 @@ func TestServerRestart(t *testing.T) {
 	js := provision(t, nc, settings(1))
 	chk := checker.New()
 	chk.ExplainUnfaulted("result write or ack lost in a server restart")
-	fl := newFleet(t, srv.url, chk, "SPOOL_CONCURRENCY=16")
-	for range 2 {
-		fl.start()
-	}
-	client, err := producer.New(nc, producer.WithTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
+	fl, client := twoWorkers(t, srv.url, nc, chk)
 	gen := &loadGen{client: client, chk: chk}
 	tasks, values := tasksFor(t, "restart", n)
 

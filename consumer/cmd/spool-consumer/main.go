@@ -154,9 +154,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			logger.Warn("stopping the metrics listener", "error", err)
 		}
 	}()
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// Start-up rides out an election: the worker's look-ups are retried
+	// until the cluster answers or SPOOL_STARTUP_TIMEOUT passes.
+	startCtx, cancel := context.WithTimeout(ctx, cfg.Startup())
 	err = w.Start(startCtx)
 	cancel()
+	if err != nil && ctx.Err() != nil {
+		return nil // SIGINT or SIGTERM while waiting for the cluster
+	}
 	if err != nil {
 		return err
 	}
@@ -166,6 +171,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 			defer cancel()
+			if ctx.Err() != nil {
+				err = nil // SIGINT or SIGTERM while waiting for the cluster
+			}
 			return errors.Join(err, w.Stop(stopCtx))
 		}
 	}
@@ -214,7 +222,9 @@ func startRouter(ctx context.Context, nc *nats.Conn, cfg Config, worker string, 
 	if err != nil {
 		return nil, fmt.Errorf("creating the dlq router: %w", err)
 	}
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// Start-up rides out an election: the router's look-ups are retried
+	// until the cluster answers or SPOOL_STARTUP_TIMEOUT passes.
+	startCtx, cancel := context.WithTimeout(ctx, cfg.Startup())
 	defer cancel()
 	if err := r.Start(startCtx); err != nil {
 		return nil, fmt.Errorf("starting the dlq router: %w", err)

@@ -46,7 +46,7 @@ func New(ctx context.Context, js jetstream.JetStream, names spool.Names, worker 
 		results:   results,
 		unique:    unique,
 		worker:    worker,
-		putPrefix: "$KV." + names.ResultsBucket() + ".",
+		putPrefix: names.ResultSubject(""),
 	}, nil
 }
 
@@ -130,6 +130,44 @@ func (r *Store) Get(ctx context.Context, id string) (spool.Result, error) {
 		return doc, fmt.Errorf("decoding result of task %s: %w", id, err)
 	}
 	return doc, nil
+}
+
+// GetFromLeader reads the result document of id as the results stream's
+// leader has it: a JetStream API message get, not a direct get, which any
+// replica answers, a lagging one included (a node catching up after a
+// restart). found is false when there is none (or it was deleted).
+func (r *Store) GetFromLeader(ctx context.Context, id string) (doc spool.Result, found bool, err error) {
+	req, err := json.Marshal(struct {
+		LastBySubj string `json:"last_by_subj"`
+	}{r.Subject(id)})
+	if err != nil {
+		return doc, false, err
+	}
+	m, err := r.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+r.names.ResultsBucket(), req)
+	if err != nil {
+		return doc, false, fmt.Errorf("reading result of task %s: %w", id, err)
+	}
+	var resp struct {
+		Message *struct {
+			Data []byte `json:"data"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return doc, false, fmt.Errorf("reading result of task %s: decoding the answer: %w", id, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return doc, false, nil
+	case resp.Error != nil:
+		return doc, false, fmt.Errorf("reading result of task %s: %w", id, resp.Error)
+	case resp.Message == nil || len(resp.Message.Data) == 0:
+		return doc, false, nil // a delete marker
+	}
+	if err := json.Unmarshal(resp.Message.Data, &doc); err != nil {
+		return doc, false, fmt.Errorf("decoding result of task %s: %w", id, err)
+	}
+	return doc, true, nil
 }
 
 // Dead records a task that went to the dead-letter stream: it writes the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/spoolq/spool/producer/httpapi"
+	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/shared/lifecycle"
 	"github.com/spoolq/spool/shared/telemetry"
 	"github.com/spoolq/spool/streams/admin"
@@ -40,6 +42,9 @@ func runServe(ctx context.Context, cfg Config, env *cmdEnv, args []string) error
 		return err
 	}
 	defer s.close()
+	if err := awaitCluster(ctx, s, cfg.Startup()); err != nil {
+		return err
+	}
 	otelCfg, err := telemetry.ConfigFromEnv(os.Getenv)
 	if err != nil {
 		return err
@@ -91,4 +96,23 @@ func runServe(ctx context.Context, cfg Config, env *cmdEnv, args []string) error
 	}
 	s.logger.InfoContext(ctx, "http broker stopped")
 	return nil
+}
+
+// awaitCluster waits, up to timeout (SPOOL_STARTUP_TIMEOUT), until the
+// task stream answers, retrying through a leader election and saying what
+// it waits for now and then. A stream not provisioned yet is no reason to
+// stay down: the broker starts, says so, and answers 503 until it is.
+func awaitCluster(ctx context.Context, s *session, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := jsproto.Retry{Logger: s.logger}.Do(ctx, "the task stream", s.client.Ready)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, jsproto.ErrUnavailable):
+		return fmt.Errorf("starting the broker: %w (SPOOL_STARTUP_TIMEOUT is %s)", err, timeout)
+	default:
+		s.logger.WarnContext(ctx, "the task stream is not readable yet; serving anyway (provision it first: spool-admin provision)", "error", err)
+		return nil
+	}
 }

@@ -322,6 +322,7 @@
         el("td", { class: "processed num" }, fmtInt(f.processed)),
         el("td", { class: "num" }, fmtInt(f.failed)),
         el("td", { class: "num" }, fmtInt(f.dead)),
+        el("td", { class: "num", title: "result or dead-letter writes sent again through a leader election (not failures)" }, fmtInt(f.write_retries || 0)),
         el("td", { class: "num" }, f.pickup ? fmtDur(f.pickup.p99_ns) : "—"),
         el("td", { class: "num" }, f.run ? fmtDur(f.run.p99_ns) : "—"),
         el("td", { class: "small" }, fmtDateTime(m.started)),

@@ -30,6 +30,7 @@ import (
 
 	"github.com/spoolq/spool/shared/cli"
 	"github.com/spoolq/spool/shared/config"
+	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/shared/natsconn"
 	"github.com/spoolq/spool/streams"
@@ -126,7 +127,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := streams.Provision(ctx, js, topo, logger); err != nil {
+		// Provisioning is idempotent: a try that met a leader election
+		// is run again whole within --timeout, each try given the time a
+		// replicated stream's creation takes.
+		retry := jsproto.Retry{PerTry: provisionPerTry, Logger: logger}
+		err = retry.Do(ctx, "provisioning", func(ctx context.Context) error {
+			return streams.Provision(ctx, js, topo, logger)
+		})
+		if err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "provisioned %s, %s, %s, 5 priority consumers, KV %s, %s and %s\n",
@@ -145,6 +153,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return printStatus(stdout, st)
 	}
 }
+
+// provisionPerTry bounds one try of provisioning the whole topology.
+const provisionPerTry = 15 * time.Second
 
 // session is a connection made from the environment.
 type session struct {

@@ -152,9 +152,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	startCtx, cancel := context.WithTimeout(ctx, cfg.Startup())
 	err = w.Start(startCtx)
 	cancel()
+	if err != nil && ctx.Err() != nil {
+		return nil // SIGINT or SIGTERM while waiting for the cluster
+	}
 	if err != nil {
 		return err
 	}
@@ -167,13 +170,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			dlqrouter.WithFetchWait(500*time.Millisecond),
 		)
 		if err == nil {
-			startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			startCtx, cancel := context.WithTimeout(ctx, cfg.Startup())
 			err = router.Start(startCtx)
 			cancel()
 		}
 		if err != nil {
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 			defer cancel()
+			if ctx.Err() != nil {
+				err = nil // SIGINT or SIGTERM while waiting for the cluster
+			}
 			return errors.Join(err, w.Stop(stopCtx))
 		}
 	}

@@ -1,0 +1,39 @@
+package results_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/spoolq/spool/consumer/internal/results"
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/streamstest"
+)
+
+// GetFromLeader reads what Put stored, through the JetStream API rather
+// than a direct get, and tells a missing document apart.
+func TestGetFromLeader(t *testing.T) {
+	t.Parallel()
+	e := streamstest.Start(t, streams.Settings{})
+	ctx := streamstest.Context(t)
+	s, err := results.New(ctx, e.JS, e.Names, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, found, err := s.GetFromLeader(ctx, "missing"); err != nil || found {
+		t.Fatalf("missing document: found %v, err %v", found, err)
+	}
+	enq := time.Unix(0, 1_795_597_200_123_456_789)
+	want := spool.Result{ID: "t1", Type: "a", Priority: spool.High, State: spool.StateCompleted, Attempts: 2,
+		Result: []byte(`{"ok":true}`), EnqueuedAt: enq}
+	if err := s.Put(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	got, found, err := s.GetFromLeader(ctx, "t1")
+	if err != nil || !found {
+		t.Fatalf("stored document: found %v, err %v", found, err)
+	}
+	if got.State != want.State || got.Attempts != 2 || string(got.Result) != `{"ok":true}` || !got.EnqueuedAt.Equal(enq) || got.Worker != "w1" {
+		t.Fatalf("read %+v, want %+v", got, want)
+	}
+}

@@ -1,0 +1,187 @@
+package jsproto
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Riding out elections. A JetStream API request or publish that reaches a
+// server during a leader change may never be answered: the request is
+// swallowed, and a caller that waits on it waits for its whole deadline.
+// Every request Spool sends is therefore bounded by a short per-try
+// timeout and retried, with backoff, within the caller's own deadline
+// (Retry.Do). What retrying can cure is decided in one place (Retryable);
+// anything else (a 404, a bad request, a refused write) fails at once.
+
+// DefaultPerTry is the per-try timeout of Retry when PerTry is 0: longer
+// than a healthy cluster's slowest answer under load, shorter than an
+// election (a few seconds).
+const DefaultPerTry = 2 * time.Second
+
+// DefaultLogEvery is how often a Retry with a Logger says what it still
+// waits for, when LogEvery is 0.
+const DefaultLogEvery = 10 * time.Second
+
+// Backoff between tries: from retryMinWait, doubling, up to retryMaxWait,
+// with jitter so that clients cut off together do not come back together.
+const (
+	retryMinWait = 50 * time.Millisecond
+	retryMaxWait = time.Second
+)
+
+// ErrUnavailable is matched by the error of a call whose retry budget ran
+// out while the cluster did not answer (errors.Is). The error is an
+// *UnavailableError saying for how long it tried.
+var ErrUnavailable = errors.New("the NATS cluster was unavailable")
+
+// UnavailableError is the error of a call that retried until its
+// deadline without an answer. errors.Is(err, ErrUnavailable) holds, and
+// so it does for the last try's error.
+type UnavailableError struct {
+	// What is what the call tried to do ("reading the result of task x").
+	What string
+	// For is how long it tried; Tries how many times.
+	For   time.Duration
+	Tries int
+	// Err is the last try's error.
+	Err error
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("%s: %s: tried %d times for %s: %v", e.What, ErrUnavailable, e.Tries, e.For.Round(time.Millisecond), e.Err)
+}
+
+// Unwrap returns ErrUnavailable and the last try's error.
+func (e *UnavailableError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }
+
+// Retryable reports whether err is one that retrying can cure: a request
+// that timed out or found no responder, a lost or reconnecting
+// connection, a publish no stream answered, or a JetStream API error that
+// says the cluster is between leaders ("temporarily unavailable", "not
+// leader", offline). A full store (also a 503) is not. A caller's own
+// cancellation is not retryable; a per-try deadline is.
+func Retryable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || NotFound(err) {
+		return false
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, nats.ErrTimeout),
+		errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, nats.ErrConnectionReconnecting),
+		errors.Is(err, nats.ErrDisconnected),
+		errors.Is(err, jetstream.ErrNoStreamResponse),
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout),
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled):
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return clusterErrorCodes[apiErr.ErrorCode]
+	}
+	return false
+}
+
+// NotFound reports a real 404: the stream, consumer or bucket does not
+// exist. It fails at once, whatever else the error says.
+func NotFound(err error) bool {
+	return errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, jetstream.ErrBucketNotFound)
+}
+
+// clusterErrorCodes are the JetStream error codes of a cluster between
+// leaders (nats-server server/errors.json).
+var clusterErrorCodes = map[jetstream.ErrorCode]bool{
+	10006: true, // JSClusterNotActiveErr: JetStream not in clustered mode (yet)
+	10008: true, // JSClusterNotAvailErr: JetStream system temporarily unavailable
+	10009: true, // JSClusterNotLeaderErr: JetStream cluster can not handle request
+	10074: true, // JSClusterNoPeersErr: no suitable peers for placement
+	10118: true, // JSStreamOfflineErr: stream is offline
+	10119: true, // JSConsumerOfflineErr: consumer is offline
+}
+
+// Retry runs a request, bounding each try by PerTry and retrying what
+// Retryable accepts until it succeeds or the caller's context ends. The
+// zero value is ready to use.
+type Retry struct {
+	// PerTry bounds each try (default DefaultPerTry). A try also ends
+	// with the caller's context.
+	PerTry time.Duration
+	// Logger, when set, is told what is waited for every LogEvery
+	// (default DefaultLogEvery) while tries keep failing: start-up uses
+	// it. Nil logs nothing.
+	Logger   *slog.Logger
+	LogEvery time.Duration
+	// OnRetry, when set, is called before each retry with the error of
+	// the try that failed (to count retries, or to heartbeat a message
+	// whose write is retried).
+	OnRetry func(err error)
+}
+
+// Do calls fn until it returns nil or an error Retryable refuses, each
+// call under a context bounded by PerTry. When ctx ends while tries still
+// fail it returns an *UnavailableError saying what (what) was tried, how
+// often and for how long, wrapping the last try's error; a ctx cancelled
+// by the caller (not its deadline) returns the cancellation wrapping the
+// last error.
+func (r Retry) Do(ctx context.Context, what string, fn func(ctx context.Context) error) error {
+	perTry := r.PerTry
+	if perTry <= 0 {
+		perTry = DefaultPerTry
+	}
+	logEvery := r.LogEvery
+	if logEvery <= 0 {
+		logEvery = DefaultLogEvery
+	}
+	start := time.Now()
+	nextLog := start.Add(logEvery)
+	wait := retryMinWait
+	for tries := 1; ; tries++ {
+		tctx, cancel := context.WithTimeout(ctx, perTry)
+		err := fn(tctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		// A try cancelled while the caller's context is not: nats.go
+		// cancels a request whose connection changed under it.
+		triedAgain := Retryable(err) || ctx.Err() == nil && errors.Is(err, context.Canceled) && !NotFound(err)
+		if !triedAgain {
+			return err
+		}
+		if ctx.Err() != nil {
+			return r.gaveUp(ctx, what, start, tries, err)
+		}
+		if r.Logger != nil && time.Now().After(nextLog) {
+			r.Logger.WarnContext(ctx, "waiting for the NATS cluster to answer", "waiting_for", what,
+				"waited", time.Since(start).Round(time.Second).String(), "tries", tries, "error", err)
+			nextLog = time.Now().Add(logEvery)
+		}
+		if r.OnRetry != nil {
+			r.OnRetry(err)
+		}
+		d := wait/2 + rand.N(wait/2+1)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return r.gaveUp(ctx, what, start, tries, err)
+		case <-t.C:
+		}
+		wait = min(2*wait, retryMaxWait)
+	}
+}
+
+func (r Retry) gaveUp(ctx context.Context, what string, start time.Time, tries int, err error) error {
+	if errors.Is(context.Cause(ctx), context.Canceled) {
+		return fmt.Errorf("%s: %w (last error: %w)", what, context.Cause(ctx), err)
+	}
+	return &UnavailableError{What: what, For: time.Since(start), Tries: tries, Err: err}
+}
