@@ -63,6 +63,9 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 	if meta.ID != "" {
 		a.id = meta.ID
 	}
+	// A task handed back for flow control carries the attempts it used
+	// before this message (see deferTask).
+	a.attempt += meta.PriorAttempts
 	if ref, ok := workflow.RefOf(hdr, a.id); ok && !w.beginStep(&a, ref) {
 		return
 	}
@@ -71,9 +74,14 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 		retries = *meta.MaxRetries
 	}
 	a.maxAttempts = retries + 1
-	if md := w.maxDeliver[p]; md > 0 && md < a.maxAttempts {
-		a.maxAttempts = md
+	if md := w.maxDeliver[p]; md > 0 && meta.PriorAttempts+md < a.maxAttempts {
+		a.maxAttempts = meta.PriorAttempts + md
 	}
+	lease, admitted := w.admitFlow(a, meta)
+	if !admitted {
+		return
+	}
+	defer lease.Release(w.ioCtx)
 	a.uniqueKey = meta.UniqueKey
 	if a.attempt > 1 && w.storedAlready(a) {
 		return

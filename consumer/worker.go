@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spoolq/spool/consumer/flow"
 	"github.com/spoolq/spool/consumer/internal/results"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/jsproto"
@@ -52,6 +53,7 @@ type Worker struct {
 	ackWait    [numPriorities]time.Duration
 	results    *results.Store
 	wf         *workflow.Store // nil without a workflows bucket
+	flow       *flow.Limiter   // nil: flow control off
 	ioCtx      context.Context // values of Start's ctx, never cancelled
 
 	// life runs Start and Stop; stopping is its Stopping channel, closed
@@ -217,11 +219,16 @@ func (w *Worker) start(ctx context.Context) error {
 	if err := w.bindWorkflows(ctx); err != nil {
 		return err
 	}
+	if err := w.startFlow(ctx); err != nil {
+		return err
+	}
 	if w.pipe, err = newPipeline(w); err != nil {
+		w.flow.Close()
 		return err
 	}
 	if w.pl, err = newPuller(w); err != nil {
 		w.pipe.close()
+		w.flow.Close()
 		return err
 	}
 
@@ -301,6 +308,7 @@ func (w *Worker) shutdown() {
 	w.pipe.close()
 	w.pl.close()
 	w.runners.Wait()
+	w.flow.Close()
 	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
 	if err := w.nc.FlushWithContext(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		w.log.Warn("flushing acks at shutdown", "error", err)

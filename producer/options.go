@@ -122,6 +122,10 @@ func Unique(key string, ttl time.Duration) EnqueueOption {
 	return func(t *Task) { t.UniqueKey, t.UniqueTTL = key, ttl }
 }
 
+// Key sets the flow-control key (Spool-Key) that per-key limits count the
+// task under, such as a customer id.
+func Key(key string) EnqueueOption { return func(t *Task) { t.Key = key } }
+
 // ProcessAt delays the task until at; a time not in the future runs now.
 func ProcessAt(at time.Time) EnqueueOption {
 	return func(t *Task) { t.ProcessAt, t.Delay = at, 0 }

@@ -36,6 +36,10 @@ type Task struct {
 	// it lives another task with the same key is refused.
 	UniqueKey string
 	UniqueTTL time.Duration
+	// Key is the flow-control key (a customer or tenant id, up to 256
+	// bytes without CR or LF), sent as Spool-Key: per-key concurrency and
+	// rate limits count the task under it. Empty: no key.
+	Key string
 	// ProcessAt delays the task until this time; a time not in the future
 	// runs now. Set at most one of ProcessAt and Delay.
 	ProcessAt time.Time
@@ -107,6 +111,7 @@ func (c *Client) prepare(t Task, now time.Time, limit int, last *lastSubject) (p
 		Timeout:     t.Timeout,
 		UniqueKey:   t.UniqueKey,
 		UniqueTTL:   t.UniqueTTL,
+		Key:         t.Key,
 		TraceParent: t.TraceParent,
 		TraceState:  t.TraceState,
 	}

@@ -27,6 +27,9 @@ var (
 	// ErrInvalidUnique: a unique key is too long or holds CR or LF, or its
 	// TTL is missing, under 1s or given without a key.
 	ErrInvalidUnique = errors.New("invalid unique key")
+	// ErrInvalidKey: a flow-control key (Spool-Key) is too long or holds
+	// CR or LF.
+	ErrInvalidKey = errors.New("invalid key")
 	// ErrInvalidDelay: the delay or process-at time is malformed or
 	// negative, or both are set.
 	ErrInvalidDelay = errors.New("invalid delay")

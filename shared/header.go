@@ -25,6 +25,16 @@ const (
 	HeaderUniqueKey = "Spool-Unique-Key"
 	// HeaderUniqueTTL is how long the unique key lives, a Go duration.
 	HeaderUniqueTTL = "Spool-Unique-TTL"
+	// HeaderKey is the task's flow-control key (a customer or tenant id):
+	// per-key concurrency and rate limits count tasks by it.
+	HeaderKey = "Spool-Key"
+	// HeaderPriorAttempts is set by a worker that hands a task back for
+	// flow control (a limit was full): the attempts the task used before
+	// this message, so the hand-back costs none of its retries.
+	HeaderPriorAttempts = "Spool-Prior-Attempts"
+	// HeaderDeferrals counts how many times flow control handed the task
+	// back; it lengthens the next hand-back's delay.
+	HeaderDeferrals = "Spool-Deferrals"
 	// HeaderTraceParent and HeaderTraceState carry W3C trace context.
 	HeaderTraceParent = "traceparent"
 	HeaderTraceState  = "tracestate"
@@ -60,6 +70,8 @@ const (
 	MaxTimeout = 24 * time.Hour
 	// MaxUniqueKeyLen is the longest Spool-Unique-Key accepted.
 	MaxUniqueKeyLen = 256
+	// MaxKeyLen is the longest Spool-Key accepted.
+	MaxKeyLen = 256
 )
 
 // Meta is the task metadata carried in headers. Zero fields mean "not set".
@@ -73,6 +85,13 @@ type Meta struct {
 	// UniqueKey and UniqueTTL are empty/zero when absent.
 	UniqueKey string
 	UniqueTTL time.Duration
+	// Key is the flow-control key (Spool-Key), empty when absent.
+	Key string
+	// PriorAttempts and Deferrals are set by workers on a task handed back
+	// for flow control (Spool-Prior-Attempts, Spool-Deferrals); 0 when
+	// absent. A publisher does not set them.
+	PriorAttempts int
+	Deferrals     int
 	// TraceParent and TraceState are the W3C trace context, if any.
 	TraceParent string
 	TraceState  string
@@ -91,6 +110,12 @@ func (m Meta) Validate() error {
 		return err
 	}
 	if err := validateTimeout(m.Timeout); err != nil {
+		return err
+	}
+	if err := validateKey(m.Key); err != nil {
+		return err
+	}
+	if err := validateFlowCounts(m.PriorAttempts, m.Deferrals); err != nil {
 		return err
 	}
 	return validateUnique(m.UniqueKey, m.UniqueTTL)
@@ -118,6 +143,13 @@ func (m Meta) Encode(h nats.Header) error {
 	set(HeaderUniqueKey, m.UniqueKey)
 	if m.UniqueTTL > 0 {
 		h.Set(HeaderUniqueTTL, m.UniqueTTL.String())
+	}
+	set(HeaderKey, m.Key)
+	if m.PriorAttempts > 0 {
+		h.Set(HeaderPriorAttempts, strconv.Itoa(m.PriorAttempts))
+	}
+	if m.Deferrals > 0 {
+		h.Set(HeaderDeferrals, strconv.Itoa(m.Deferrals))
 	}
 	set(HeaderTraceParent, m.TraceParent)
 	set(HeaderTraceState, m.TraceState)
@@ -155,6 +187,19 @@ func DecodeMeta(h nats.Header) (Meta, error) {
 	m.UniqueKey = headerValue(h, HeaderUniqueKey)
 	if m.UniqueTTL, err = ParseDuration(fieldUniqueTTL, headerValue(h, HeaderUniqueTTL)); err != nil {
 		return m, err
+	}
+	m.Key = headerValue(h, HeaderKey)
+	for _, c := range []struct {
+		name string
+		dst  *int
+	}{{HeaderPriorAttempts, &m.PriorAttempts}, {HeaderDeferrals, &m.Deferrals}} {
+		if v := headerValue(h, c.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return m, NewFieldError(fieldFlow, fmt.Errorf("%w: %s %q is not a whole number", ErrInvalidHeader, c.name, v))
+			}
+			*c.dst = n
+		}
 	}
 	m.TraceParent = headerValue(h, HeaderTraceParent)
 	m.TraceState = headerValue(h, HeaderTraceState)

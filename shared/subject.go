@@ -64,6 +64,14 @@ func (n Names) UniqueBucket() string { return n.prefix + "_unique" }
 // WorkflowsBucket is the KV bucket of workflow state: spool_workflows.
 func (n Names) WorkflowsBucket() string { return n.prefix + "_workflows" }
 
+// LimitsBucket is the KV bucket of flow-control rules, key = task type:
+// spool_limits (see shared/limits).
+func (n Names) LimitsBucket() string { return n.prefix + "_limits" }
+
+// LeasesBucket is the KV bucket of flow-control leases (concurrency slots
+// and rate-limit state), each key with a TTL: spool_leases.
+func (n Names) LeasesBucket() string { return n.prefix + "_leases" }
+
 // Consumer is the durable pull consumer of one priority: spool-high.
 func (n Names) Consumer(p Priority) string { return n.prefix + "-" + p.String() }
 

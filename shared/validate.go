@@ -20,6 +20,7 @@ const (
 	CodeInvalidMaxRetries = "invalid_max_retries"
 	CodeInvalidTimeout    = "invalid_timeout"
 	CodeInvalidUnique     = "invalid_unique"
+	CodeInvalidKey        = "invalid_key"
 	CodeInvalidDelay      = "invalid_delay"
 	CodeInvalidPayload    = "invalid_payload"
 	CodePayloadTooLarge   = "payload_too_large"
@@ -37,6 +38,7 @@ var codes = [...]struct {
 	{ErrInvalidMaxRetries, CodeInvalidMaxRetries},
 	{ErrInvalidTimeout, CodeInvalidTimeout},
 	{ErrInvalidUnique, CodeInvalidUnique},
+	{ErrInvalidKey, CodeInvalidKey},
 	{ErrInvalidDelay, CodeInvalidDelay},
 	{ErrInvalidPayload, CodeInvalidPayload},
 	{ErrPayloadTooLarge, CodePayloadTooLarge},
@@ -53,6 +55,8 @@ const (
 	fieldTimeout     = "timeout"
 	fieldUniqueKey   = "unique_key"
 	fieldUniqueTTL   = "unique_ttl"
+	fieldKey         = "key"
+	fieldFlow        = "headers" // Spool-Prior-Attempts, Spool-Deferrals: set by workers only
 	fieldProcessAt   = "process_at"
 	fieldDelay       = "delay"
 	fieldHeaders     = "headers"
@@ -66,7 +70,7 @@ const (
 type FieldError struct {
 	// Field is the field's JSON name in the HTTP API: type, priority, id,
 	// payload, payload_base64, max_retries, timeout, unique_key,
-	// unique_ttl, process_at, delay, headers, traceparent or tracestate.
+	// unique_ttl, key, process_at, delay, headers, traceparent or tracestate.
 	Field string
 	// Code is the stable error code of the broker's JSON answers
 	// (CodeInvalidType, ...), that of the sentinel Err wraps.
@@ -175,7 +179,7 @@ type TaskFields struct {
 }
 
 // Validate checks the fields in order (priority, type, id, max retries,
-// timeout, unique key and TTL, trace context, delay, headers) and returns a
+// timeout, key, unique key and TTL, trace context, delay, headers) and returns a
 // *FieldError for the first one at fault.
 func (f TaskFields) Validate() error {
 	if !f.Priority.Valid() {
@@ -221,6 +225,30 @@ func validateTimeout(d time.Duration) error {
 	if d < 0 || d > MaxTimeout {
 		return NewFieldError(fieldTimeout, fmt.Errorf("%w: %w: %s %s must be positive and at most %s",
 			ErrInvalidTimeout, ErrInvalidHeader, HeaderTimeout, d, MaxTimeout))
+	}
+	return nil
+}
+
+// validateKey checks a flow-control key (Spool-Key): any bytes but CR and
+// LF, at most MaxKeyLen.
+func validateKey(key string) error {
+	switch {
+	case len(key) > MaxKeyLen:
+		return NewFieldError(fieldKey, fmt.Errorf("%w: %w: %s is %d bytes, at most %d",
+			ErrInvalidKey, ErrInvalidHeader, HeaderKey, len(key), MaxKeyLen))
+	case strings.ContainsAny(key, "\r\n"):
+		return NewFieldError(fieldKey, fmt.Errorf("%w: %w: %s contains CR or LF", ErrInvalidKey, ErrInvalidHeader, HeaderKey))
+	}
+	return nil
+}
+
+// validateFlowCounts checks the counts a worker's flow-control hand-back
+// writes (Spool-Prior-Attempts, Spool-Deferrals).
+func validateFlowCounts(prior, deferrals int) error {
+	const maxCount = 1 << 30
+	if prior < 0 || prior > maxCount || deferrals < 0 || deferrals > maxCount {
+		return NewFieldError(fieldFlow, fmt.Errorf("%w: %s %d and %s %d must be 0 to %d",
+			ErrInvalidHeader, HeaderPriorAttempts, prior, HeaderDeferrals, deferrals, maxCount))
 	}
 	return nil
 }

@@ -71,6 +71,8 @@ func TestTaskFieldsValidate(t *testing.T) {
 		{"unique ttl without key", ok(func(f *spool.TaskFields) { f.Meta.UniqueTTL = time.Minute }), spool.ErrInvalidUnique, "unique_key", "invalid_unique"},
 		{"negative unique ttl", ok(func(f *spool.TaskFields) { f.Meta.UniqueKey, f.Meta.UniqueTTL = "k", -time.Second }), spool.ErrInvalidUnique, "unique_ttl", "invalid_unique"},
 		{"unique key too long", ok(func(f *spool.TaskFields) { f.Meta.UniqueKey, f.Meta.UniqueTTL = strings.Repeat("k", 257), time.Minute }), spool.ErrInvalidUnique, "unique_key", "invalid_unique"},
+		{"key too long", ok(func(f *spool.TaskFields) { f.Meta.Key = strings.Repeat("k", 257) }), spool.ErrInvalidKey, "key", "invalid_key"},
+		{"key with a newline", ok(func(f *spool.TaskFields) { f.Meta.Key = "a\nb" }), spool.ErrInvalidKey, "key", "invalid_key"},
 		{"unique key CRLF", ok(func(f *spool.TaskFields) { f.Meta.UniqueKey, f.Meta.UniqueTTL = "k\r\n", time.Minute }), spool.ErrInvalidUnique, "unique_key", "invalid_unique"},
 		{"traceparent CRLF", ok(func(f *spool.TaskFields) { f.Meta.TraceParent = "00\r\n" }), spool.ErrInvalidHeader, "traceparent", "invalid_header"},
 		{"tracestate too long", ok(func(f *spool.TaskFields) { f.Meta.TraceState = strings.Repeat("a", 513) }), spool.ErrInvalidHeader, "tracestate", "invalid_header"},
@@ -123,6 +125,10 @@ func TestDecodeMeta(t *testing.T) {
 		{"unique ttl without key", nats.Header{"Spool-Unique-Ttl": {"1h"}}, "", spool.ErrInvalidUnique, "unique_key", "invalid_unique"},
 		{"unique key without ttl", nats.Header{"Spool-Unique-Key": {"k"}}, "", spool.ErrInvalidUnique, "unique_ttl", "invalid_unique"},
 		{"unique key too long", nats.Header{"Spool-Unique-Key": {strings.Repeat("k", 257)}, "Spool-Unique-TTL": {"1m"}}, "", spool.ErrInvalidUnique, "unique_key", "invalid_unique"},
+		{"flow-control fields", nats.Header{"Spool-Key": {"customer 42"}, "Spool-Prior-Attempts": {"2"}, "Spool-Deferrals": {"7"}}, "", nil, "", ""},
+		{"flow key too long", nats.Header{"Spool-Key": {strings.Repeat("k", 257)}}, "", spool.ErrInvalidKey, "key", "invalid_key"},
+		{"prior attempts not a number", nats.Header{"Spool-Prior-Attempts": {"two"}}, "", spool.ErrInvalidHeader, "headers", "invalid_header"},
+		{"deferrals negative", nats.Header{"Spool-Deferrals": {"-1"}}, "", spool.ErrInvalidHeader, "headers", "invalid_header"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

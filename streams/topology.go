@@ -137,6 +137,31 @@ func (t Topology) UniqueConfig() jetstream.KeyValueConfig {
 	}
 }
 
+// LimitsConfig is the spool_limits bucket: one flow-control rule per task
+// type (shared/limits.Rule), watched by every worker.
+func (t Topology) LimitsConfig() jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      t.Names.LimitsBucket(),
+		Description: "Spool flow-control rules, key = task type",
+		History:     1,
+		Storage:     t.Settings.storage(),
+		Replicas:    t.Settings.Replicas,
+	}
+}
+
+// LeasesConfig is the spool_leases bucket: concurrency slots and rate
+// state, every key with a TTL so a crashed worker's lease ends on its own.
+func (t Topology) LeasesConfig() jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:         t.Names.LeasesBucket(),
+		Description:    "Spool flow-control leases (concurrency slots, rate state), per-key TTL",
+		History:        1,
+		Storage:        t.Settings.storage(),
+		Replicas:       t.Settings.Replicas,
+		LimitMarkerTTL: uniqueMarkerTTL,
+	}
+}
+
 // WorkflowsConfig is the spool_workflows bucket: one key per workflow and
 // one per step, every change a compare-and-set. It has no TTL: a workflow
 // may wait longer than any TTL for its steps, so its keys stay until deleted.

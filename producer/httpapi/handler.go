@@ -119,6 +119,7 @@ func NewHandler(client *producer.Client, adm *admin.Client, opts Options) http.H
 	h.registerUI(mux) // dashboard: /ui, /v1/overview (ui.go)
 	h.routeDLQ(mux)
 	h.routeWorkflows(mux)
+	h.routeLimits(mux)
 	h.routeMetrics(mux)
 	// Known paths with a method they do not serve answer 405. Patterns
 	// carry methods so they do not conflict with GET /v1/tasks/{id}.

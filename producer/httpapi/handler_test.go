@@ -269,7 +269,7 @@ func TestHealthReadyAndOpenAPI(t *testing.T) {
 		t.Errorf("openapi %v", doc["openapi"])
 	}
 	paths, _ := doc["paths"].(map[string]any)
-	for _, p := range []string{"/v1/tasks", "/v1/tasks/batch", "/v1/tasks/{id}", "/v1/tasks/{id}/result", "/healthz", "/readyz", "/v1/dlq", "/v1/dlq/{seq}", "/v1/dlq/{seq}/replay"} {
+	for _, p := range []string{"/v1/tasks", "/v1/tasks/batch", "/v1/tasks/{id}", "/v1/tasks/{id}/result", "/healthz", "/readyz", "/v1/dlq", "/v1/dlq/{seq}", "/v1/dlq/{seq}/replay", "/v1/limits", "/v1/limits/{type}"} {
 		if paths[p] == nil {
 			t.Errorf("openapi.json lacks %s", p)
 		}

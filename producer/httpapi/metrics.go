@@ -38,7 +38,7 @@ func (h *handler) routeMetrics(mux *http.ServeMux) {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18), // 100µs to ~13s
 		}, []string{"route"}),
 	}
-	reg.MustRegister(h.metrics.requests, h.metrics.duration, newQueueCollector(h.admin, h.logger))
+	reg.MustRegister(h.metrics.requests, h.metrics.duration, newQueueCollector(h.admin, h.logger), newLimitsCollector(h.admin, h.logger))
 	mux.Handle("GET /metrics", h.auth(promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:      slog.NewLogLogger(h.logger.Handler(), slog.LevelWarn),
 		ErrorHandling: promhttp.ContinueOnError,

@@ -22,6 +22,9 @@ func TestMetrics(t *testing.T) {
 	b.do(t, "GET", "/v1/tasks/nope", "tok", nil)
 	b.do(t, "GET", "/no/such/route", "tok", nil)
 	b.deadLetter(t, "d1", 1, "report", "error")
+	if r := b.do(t, "PUT", "/v1/limits/report", "tok", []byte(`{"concurrency":4,"rate":{"limit":10,"period":"1s"}}`)); r.status != 200 {
+		t.Fatalf("setting a limit: %d %s", r.status, r.body)
+	}
 
 	if r := b.do(t, "GET", "/metrics", "", nil); r.status != 401 {
 		t.Fatalf("GET /metrics without the token: %d", r.status)
@@ -48,6 +51,10 @@ func TestMetrics(t *testing.T) {
 			`spool_dlq_messages 1`,
 			`spool_task_store_bytes`,
 			"\nspool_queue_status_up 1\n",
+			`spool_limit_concurrency{type="report"} 4`,
+			`spool_limit_running{type="report"} 0`,
+			`spool_limit_rate_per_second{scope="type",type="report"} 10`,
+			"\nspool_limits_up 1\n",
 		} {
 			if !strings.Contains(body, want) {
 				return fmt.Errorf("/metrics lacks %s:\n%s", want, body)

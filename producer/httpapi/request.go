@@ -37,6 +37,9 @@ type TaskRequest struct {
 	// unique while the key lives.
 	UniqueKey string `json:"unique_key,omitempty"`
 	UniqueTTL string `json:"unique_ttl,omitempty"`
+	// Key is the flow-control key (Spool-Key) per-key limits count the
+	// task under, such as a customer id.
+	Key string `json:"key,omitempty"`
 	// ProcessAt (RFC 3339) or Delay (a Go duration) delay the task.
 	ProcessAt string `json:"process_at,omitempty"`
 	Delay     string `json:"delay,omitempty"`
@@ -62,6 +65,7 @@ func (tr TaskRequest) task(r *http.Request) (producer.Task, error) {
 		ID:          tr.ID,
 		MaxRetries:  tr.MaxRetries,
 		UniqueKey:   tr.UniqueKey,
+		Key:         tr.Key,
 		Headers:     tr.Headers,
 		TraceParent: tr.TraceParent,
 		TraceState:  tr.TraceState,

@@ -171,10 +171,10 @@ func TestRolesDenyByConstruction(t *testing.T) {
 			"$JS.API.DIRECT.GET.SPOOL_TASKS.spool.tasks.high.x",
 			"$JS.API.CONSUMER.CREATE.KV_spool_unique.x",
 		}, changeTopology...),
-		// The consumer enqueues the steps of workflows (spool.tasks.>),
-		// but schedules nothing.
+		// A worker publishes tasks and schedules: the steps of a workflow
+		// that became ready, and a task waiting for a flow-control limit,
+		// handed back as a schedule.
 		"spool-consumer": append([]string{
-			"spool.sched.x",
 			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_DLQ.x", "$JS.API.DIRECT.GET.SPOOL_DLQ",
 			"$JS.API.CONSUMER.CREATE.KV_spool_results.x",
 		}, changeTopology...),
@@ -207,14 +207,17 @@ func TestRolesDenyByConstruction(t *testing.T) {
 	if p := perms["spool-producer"]; p == nil || p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, []string{"_INBOX.>"}) {
 		t.Errorf("spool-producer subscribe permissions %+v, want _INBOX.> only", p)
 	}
-	// The consumer also answers the NATS service API (nats micro), and
-	// only that: it replies, it does not listen to tasks or remote calls.
+	// The consumer also answers the NATS service API (nats micro) and
+	// watches the flow-control slots, and only that: it replies, it does
+	// not listen to tasks or remote calls.
 	consumerSubs := []string{
 		"_INBOX.>",
 		"$SRV.PING", "$SRV.PING.spool-consumer", "$SRV.PING.spool-consumer.*",
 		"$SRV.INFO", "$SRV.INFO.spool-consumer", "$SRV.INFO.spool-consumer.*",
 		"$SRV.STATS", "$SRV.STATS.spool-consumer", "$SRV.STATS.spool-consumer.*",
 		"spool.svc.consumer.>",
+		// Flow control: changes of the concurrency slots.
+		"$KV.spool_leases.c.>", "$KV.spool_leases.kc.>",
 	}
 	if p := perms["spool-consumer"]; p == nil || p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, consumerSubs) || p.Response == nil {
 		t.Errorf("spool-consumer subscribe permissions %+v, want %v and responses", p, consumerSubs)

@@ -3,7 +3,6 @@ package faults_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -49,28 +48,7 @@ func TestWorkerCrash(t *testing.T) {
 
 	// The fault schedule: kill a random worker and start a replacement
 	// every killEvery until the producer is done and the queue drained.
-	ticker := time.NewTicker(killEvery)
-	defer ticker.Stop()
-	producing := true
-	for {
-		select {
-		case err := <-produced:
-			if err != nil {
-				t.Fatalf("enqueueing: %v", err)
-			}
-			producing = false
-			continue
-		case <-ctx.Done():
-			t.Fatalf("tasks not done before the deadline: %v", idle(context.WithoutCancel(ctx), js))
-		case <-ticker.C:
-		}
-		if !producing && idle(ctx, js) == nil {
-			break
-		}
-		running := fl.running()
-		fl.kill(running[rand.IntN(len(running))])
-		fl.start()
-	}
+	fl.killUntilDone(ctx, produced, killEvery, func(ctx context.Context) error { return idle(ctx, js) })
 	if fl.kills < 5 {
 		t.Errorf("only %d kills during the run; the scenario proves little", fl.kills)
 	}

@@ -2,8 +2,10 @@ package faults_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -233,5 +235,38 @@ func (f *fleet) reapAll() {
 			_ = p.cmd.Process.Signal(syscall.SIGKILL) // it may have exited meanwhile
 		}
 		<-p.done
+	}
+}
+
+// killUntilDone kills a random worker and starts a replacement every
+// every, until the producer has reported on produced and done returns
+// nil. It fails the test when the producer fails or ctx ends first, and
+// returns when each killed worker was seen gone, by pid.
+func (f *fleet) killUntilDone(ctx context.Context, produced <-chan error, every time.Duration, done func(context.Context) error) map[string]time.Time {
+	f.t.Helper()
+	killedAt := map[string]time.Time{}
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
+	producing := true
+	for {
+		select {
+		case err := <-produced:
+			if err != nil {
+				f.t.Fatalf("enqueueing: %v", err)
+			}
+			producing = false
+			continue
+		case <-ctx.Done():
+			f.t.Fatalf("tasks not done before the deadline: %v", done(context.WithoutCancel(ctx)))
+		case <-ticker.C:
+		}
+		if !producing && done(ctx) == nil {
+			return killedAt
+		}
+		running := f.running()
+		victim := running[rand.IntN(len(running))]
+		f.kill(victim)
+		killedAt[victim.pid] = time.Now()
+		f.start()
 	}
 }

@@ -461,11 +461,6 @@ func TestConsumerRole(t *testing.T) {
 				}
 				return wantStream(ack, names.TaskStream())
 			}},
-		{name: "publish a schedule", user: cons, denied: `Publish to "spool.sched.x"`,
-			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
-				_, err := c.js.PublishMsg(ctx, scheduleMsg("x", "spool.tasks.high.x"))
-				return err
-			}},
 		{name: "create a stream", user: cons, denied: `Publish to "$JS.API.STREAM.CREATE.EVIL"`,
 			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
 				_, err := c.js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVIL", Subjects: []string{"evil.>"}})

@@ -197,6 +197,26 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("download name %q", name)
 	}
 
+	// 4c. A flow-control limit set from the form shows in the table, a bad
+	// one is refused with the reason, and the limit is removed again.
+	b.do("setting a limit", 10*time.Second,
+		chromedp.SendKeys(chromedp.CSS("#limits-type"), "demo.sleep"),
+		chromedp.SendKeys(chromedp.CSS("#limits-concurrency"), "3"),
+		chromedp.SendKeys(chromedp.CSS("#limits-rate"), "50/1s"),
+		chromedp.Click(chromedp.CSS(`#limits-form button[type="submit"]`)),
+	)
+	b.waitJS("the limit listed", `(document.querySelector('#limits-list tr[data-type="demo.sleep"]')?.textContent || "").includes("/ 3") && document.querySelector('#limits-list tr[data-type="demo.sleep"]').textContent.includes("50/1s")`, 10*time.Second)
+	b.do("setting a bad limit", 10*time.Second,
+		chromedp.SendKeys(chromedp.CSS("#limits-type"), "demo.sleep"),
+		chromedp.SendKeys(chromedp.CSS("#limits-rate"), "50/soon"),
+		chromedp.Click(chromedp.CSS(`#limits-form button[type="submit"]`)),
+	)
+	b.waitJS("the bad limit refused", `document.querySelector("#limits-message").textContent.includes("period \"soon\"")`, 10*time.Second)
+	b.do("removing the limit", 10*time.Second, chromedp.Click(chromedp.CSS(`#limits-list tr[data-type="demo.sleep"] button`)))
+	b.waitJS("the removal confirmation", `document.querySelector("#confirm").open`, 5*time.Second)
+	b.do("confirming the removal", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.waitJS("the limit gone", `document.querySelector('#limits-list tr[data-type="demo.sleep"]') === null`, 10*time.Second)
+
 	// 5. Nothing left the broker's origin.
 	reqs := b.requested()
 	if len(reqs) < 10 {

@@ -206,6 +206,7 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 		id          = fs.String("id", "", "the task `id`, 1 to 128 of A-Z a-z 0-9 _ - = (default: a new time-ordered id)")
 		maxRetries  = &optionalInt{}
 		uniqueKey   = fs.String("unique-key", "", "refuse the task while another task with this `key` lives")
+		flowKey     = fs.String("key", "", "flow-control `key` (e.g. a customer id) that per-key limits count the task under")
 		processAt   = fs.String("process-at", "", "run at this RFC 3339 `time`, e.g. 2026-01-02T15:04:05Z")
 		traceparent = fs.String("traceparent", "", "W3C traceparent")
 		tracestate  = fs.String("tracestate", "", "W3C tracestate")
@@ -232,7 +233,7 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 	}
 	task := producer.Task{
 		Type: *typ, Priority: &pri.p, ID: *id, Timeout: timeout.d,
-		UniqueKey: *uniqueKey, UniqueTTL: uniqueTTL.d, Delay: delay.d,
+		UniqueKey: *uniqueKey, UniqueTTL: uniqueTTL.d, Key: *flowKey, Delay: delay.d,
 		TraceParent: *traceparent, TraceState: *tracestate,
 	}
 	if len(headers) > 0 {

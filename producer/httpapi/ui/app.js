@@ -795,6 +795,81 @@
   }
 
   $("#wf-close").addEventListener("click", () => { $("#wf-detail").hidden = true; wf.selected = null; });
+  // ---- flow-control limits -------------------------------------------------
+
+  const LIMITS_REFRESH_MS = 2000;
+  const fmtRateRule = (r) => (r ? r.limit + "/" + r.period + (r.burst > 1 ? " burst " + r.burst : "") : "—");
+
+  // parseRateInput reads "N/PERIOD" (100/1s); empty is no rate.
+  function parseRateInput(v, what) {
+    v = v.trim();
+    if (!v) return undefined;
+    const m = /^(\d+)\/(.+)$/.exec(v);
+    if (!m) throw new Error(what + " \"" + v + "\": want N/PERIOD, such as 100/1s or 10/1m");
+    return { limit: parseInt(m[1], 10), period: m[2] };
+  }
+
+  async function loadLimits() {
+    const msg = $("#limits-state");
+    try {
+      const data = await api("GET", "/v1/limits");
+      const rows = (data && data.limits) || [];
+      msg.textContent = rows.length ? "" : "No limit is set: every type runs as fast as the workers allow.";
+      $("#limits-list tbody").replaceChildren(...rows.map(limitRow));
+    } catch (e) {
+      msg.textContent = e.status === 404 ? "This broker serves no limits API." : "Reading the limits failed: " + e.message;
+    }
+  }
+
+  function limitRow(u) {
+    const r = u.rule;
+    const del = el("button", { type: "button", class: "link" }, "remove");
+    del.addEventListener("click", async () => {
+      if (!(await confirmAction("Remove every limit of " + r.type + "? Its tasks then run unlimited."))) return;
+      try {
+        await api("DELETE", "/v1/limits/" + encodeURIComponent(r.type));
+      } catch (e) {
+        $("#limits-message").textContent = "Removing failed: " + e.message;
+      }
+      loadLimits();
+    });
+    return el("tr", { "data-type": r.type },
+      el("td", { class: "mono" }, r.type),
+      el("td", { class: "num" }, r.concurrency ? fmtInt(u.running) + " / " + fmtInt(r.concurrency) : "—"),
+      el("td", { class: "num" }, r.key_concurrency ? fmtInt(u.keys_running) + " / " + fmtInt(r.key_concurrency) + " each" : "—"),
+      el("td", { class: "num" }, r.key_concurrency ? fmtInt(u.keys_active) : "—"),
+      el("td", {}, fmtRateRule(r.rate)),
+      el("td", {}, fmtRateRule(r.key_rate)),
+      el("td", {}, del));
+  }
+
+  $("#limits-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const msg = $("#limits-message");
+    const type = $("#limits-type").value.trim();
+    const num = (sel) => ($(sel).value === "" ? undefined : parseInt($(sel).value, 10));
+    let rule;
+    try {
+      rule = {
+        type,
+        concurrency: num("#limits-concurrency"),
+        key_concurrency: num("#limits-key-concurrency"),
+        rate: parseRateInput($("#limits-rate").value, "rate"),
+        key_rate: parseRateInput($("#limits-key-rate").value, "per-key rate"),
+      };
+    } catch (e) {
+      msg.textContent = e.message;
+      return;
+    }
+    try {
+      await api("PUT", "/v1/limits/" + encodeURIComponent(type), rule);
+      msg.textContent = "Limit of " + type + " set.";
+      $("#limits-form").reset();
+    } catch (e) {
+      msg.textContent = "Setting the limit failed: " + e.message;
+    }
+    loadLimits();
+  });
 
   // ---- start ---------------------------------------------------------------
 
@@ -806,6 +881,8 @@
   tick();
   loadDLQ();
   loadWorkflows();
+  loadLimits();
   setInterval(tick, REFRESH_MS);
   setInterval(loadWorkflows, WF_REFRESH_MS);
+  setInterval(loadLimits, LIMITS_REFRESH_MS);
 })();

@@ -5,6 +5,7 @@
 //	spool-admin status [--json]    pending, in flight and oldest wait per priority
 //	spool-admin dlq list|show|replay|purge   manage dead letters
 //	spool-admin workflows list|show|cancel|retry   manage workflows
+//	spool-admin limits ls|set|rm   flow-control rules and their usage
 //
 // Configuration comes from SPOOL_ environment variables (spool-admin help
 // lists them); --url overrides SPOOL_NATS_URL.
@@ -58,6 +59,7 @@ commands:
   status      show pending, in-flight and oldest wait per priority, DLQ size, results
   dlq         list, show, replay and purge dead letters (spool-admin dlq help)
   workflows   list, show, cancel and retry workflows (spool-admin workflows help)
+  limits      flow-control rules: ls, set, rm (spool-admin limits help)
   help        show this text and the environment variables
 
 flags of provision and status:
@@ -96,6 +98,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runDLQ(ctx, args, stdout, stderr)
 	case "workflows":
 		return runWorkflows(ctx, args, stdout, stderr)
+	case "limits":
+		return runLimits(ctx, args, stdout, stderr)
 	default:
 		return fmt.Errorf("unknown command %q (spool-admin help lists the commands)", cmd)
 	}
@@ -137,8 +141,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "provisioned %s, %s, %s, 5 priority consumers, KV %s, %s and %s\n",
-			names.TaskStream(), names.DLQStream(), names.AdvisoryStream(), names.ResultsBucket(), names.UniqueBucket(), names.WorkflowsBucket())
+		fmt.Fprintf(stdout, "provisioned %s, %s, %s, 5 priority consumers, KV %s, %s, %s, %s and %s\n",
+			names.TaskStream(), names.DLQStream(), names.AdvisoryStream(), names.ResultsBucket(), names.UniqueBucket(),
+			names.LimitsBucket(), names.LeasesBucket(), names.WorkflowsBucket())
 		return nil
 	default: // status
 		st, err := sess.admin.Status(ctx)

@@ -62,33 +62,34 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 
 // config holds the counts of one harness run.
 type config struct {
-	quick bool
+	quick       bool
+	runs        int
+	out         string
+	only        string // "default" or "always": one sync mode only
+	profileDir  string // CPU profiles of the consumer children go here
+	scenarios   string // comma-separated scenarios to run; empty: all
+	latencyN    int    // single enqueues per latency sample set
+	batchN      int    // tasks per batch throughput run (default sync)
+	batchNAlw   int    // ... with SyncAlways
+	batchSize   int    // tasks per EnqueueBatch call
+	queued      int    // queued tasks of the processing scenario
+	processN    int    // tasks processed per processing run (default sync)
+	processNAlw int    // ... with SyncAlways
+	pickupN     int    // tasks per pickup run
+	pickupRate  int    // tasks/s of the pickup run
+	sharesPer   int    // tasks per priority in the shares scenario
+	sharesWin   int    // first tasks counted
+	sharesSlots int
+	backlogLo   int // small backlog
+	backlogHi   int // large backlog (default sync only: filling it with SyncAlways takes too long)
+	backlogN    int // tasks processed per drain of a backlog run
+	backlogReps int // drains per backlog run
+	backlogConc int
+	concs       []int
+	limitsN     int // tasks per flow-control run (a quarter with SyncAlways)
 	// wfChains is how many chains of 10 the workflow scenario times;
 	// wfGroup the members of its group.
 	wfChains, wfGroup int
-	runs              int
-	out               string
-	only              string // "default" or "always": one sync mode only
-	profileDir        string // CPU profiles of the consumer children go here
-	scenarios         string // comma-separated scenarios to run; empty: all
-	latencyN          int    // single enqueues per latency sample set
-	batchN            int    // tasks per batch throughput run (default sync)
-	batchNAlw         int    // ... with SyncAlways
-	batchSize         int    // tasks per EnqueueBatch call
-	queued            int    // queued tasks of the processing scenario
-	processN          int    // tasks processed per processing run (default sync)
-	processNAlw       int    // ... with SyncAlways
-	pickupN           int    // tasks per pickup run
-	pickupRate        int    // tasks/s of the pickup run
-	sharesPer         int    // tasks per priority in the shares scenario
-	sharesWin         int    // first tasks counted
-	sharesSlots       int
-	backlogLo         int // small backlog
-	backlogHi         int // large backlog (default sync only: filling it with SyncAlways takes too long)
-	backlogN          int // tasks processed per drain of a backlog run
-	backlogReps       int // drains per backlog run
-	backlogConc       int
-	concs             []int
 }
 
 func defaultConfig(quick bool) config {
@@ -100,7 +101,7 @@ func defaultConfig(quick bool) config {
 		pickupN: 600, pickupRate: 200,
 		sharesPer: 2000, sharesWin: 4000, sharesSlots: 8,
 		backlogLo: 10_000, backlogHi: 1_000_000, backlogN: 8000, backlogReps: 6, backlogConc: 100,
-		concs:    []int{10, 100},
+		concs: []int{10, 100}, limitsN: 2_000,
 		wfChains: 20, wfGroup: 10_000,
 	}
 	if quick {
@@ -111,7 +112,7 @@ func defaultConfig(quick bool) config {
 			pickupN: 20, pickupRate: 200,
 			sharesPer: 100, sharesWin: 200, sharesSlots: 8,
 			backlogLo: 300, backlogHi: 1000, backlogN: 100, backlogReps: 1, backlogConc: 10,
-			concs:    []int{10},
+			concs: []int{10}, limitsN: 200,
 			wfChains: 3, wfGroup: 300,
 		}
 	}
@@ -122,7 +123,7 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.runs, "runs", c.runs, "repetitions of every scenario (medians are reported)")
 	fs.StringVar(&c.out, "out", c.out, "report file (empty: stdout only)")
 	fs.StringVar(&c.only, "sync", c.only, "run one sync mode only: default or always")
-	fs.StringVar(&c.scenarios, "scenarios", c.scenarios, "run only these scenarios (comma-separated: enqueue,processing,pickup,shares,workflows,backlog)")
+	fs.StringVar(&c.scenarios, "scenarios", c.scenarios, "run only these scenarios (comma-separated: enqueue,processing,pickup,shares,limits,workflows,backlog)")
 	fs.StringVar(&c.profileDir, "profile", c.profileDir, "write CPU profiles of the processing consumers to this directory")
 	fs.IntVar(&c.queued, "queued", c.queued, "queued tasks of the processing scenario")
 	fs.IntVar(&c.processN, "processed", c.processN, "tasks processed per processing run with default sync (at most -queued)")

@@ -85,6 +85,7 @@ func runMode(ctx context.Context, cfg config, syncAlways bool, res *results, log
 		{"pickup", b.pickup},
 		{"shares", b.shares},
 		{"workflows", b.workflows},
+		{"limits", b.limits},
 	}
 	for run := 1; run <= cfg.runs; run++ {
 		for _, s := range steps {
@@ -159,6 +160,11 @@ func (b *bench) fill(ctx context.Context, p spool.Priority, n int) error {
 			return fmt.Errorf("filling: %w", err)
 		}
 	}
+	return b.filled(ctx)
+}
+
+// filled waits for the acks of every asynchronous publish of a fill.
+func (b *bench) filled(ctx context.Context) error {
 	select {
 	case <-b.js.PublishAsyncComplete():
 	case <-ctx.Done():

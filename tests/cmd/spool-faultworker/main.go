@@ -37,6 +37,7 @@ import (
 
 	"github.com/spoolq/spool/consumer"
 	"github.com/spoolq/spool/consumer/dlqrouter"
+	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/config"
 	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/shared/natsconn"
@@ -49,6 +50,10 @@ const (
 	TypeTask = "fault.task"
 	TypeEcho = "fault.echo"
 	TypeStep = "fault.step"
+	// TypeLimited and TypePaced run as fault.task does and also write
+	// their start and end to the span log, for the flow-control checks.
+	TypeLimited = "fault.limited"
+	TypePaced   = "fault.paced"
 )
 
 // Config is the fault worker's configuration.
@@ -57,6 +62,9 @@ type Config struct {
 	// ExecLog is the execution log file, appended to. SPOOL_FAULT_LOG,
 	// required.
 	ExecLog string `envconfig:"FAULT_LOG" required:"true" desc:"execution log file (appended)"`
+	// SpanLog is the span log file of fault.limited and fault.paced runs,
+	// appended to. SPOOL_FAULT_SPAN_LOG, default: none.
+	SpanLog string `envconfig:"FAULT_SPAN_LOG" desc:"span log file of fault.limited and fault.paced runs (appended)"`
 	// Concurrency is the number of worker slots (fixed). SPOOL_CONCURRENCY,
 	// default 16.
 	Concurrency int `envconfig:"CONCURRENCY" default:"16" desc:"worker slots"`
@@ -125,6 +133,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer log.close()
+	if cfg.SpanLog != "" {
+		spans, err := openLog(cfg.SpanLog)
+		if err != nil {
+			return err
+		}
+		defer spans.close()
+		log.spans = spans
+	}
 
 	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	nc, err := natsconn.Connect(connectCtx, cfg.NATS, "spool-faultworker", logger)
@@ -139,6 +155,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	mux.HandleFunc(TypeTask, log.task)
 	mux.HandleFunc(TypeEcho, log.echo)
 	mux.HandleFunc(TypeStep, log.step)
+	mux.HandleFunc(TypeLimited, log.spanned)
+	mux.HandleFunc(TypePaced, log.spanned)
 	w, err := consumer.New(nc, mux,
 		consumer.WithNames(cfg.Names()),
 		consumer.WithLogger(logger),
@@ -202,9 +220,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 // execLog appends execution lines to a file.
 type execLog struct {
-	mu  sync.Mutex // one line per Write; the lock keeps lines whole in the file's order
-	f   *os.File
-	pid string
+	mu    sync.Mutex // one line per Write; the lock keeps lines whole in the file's order
+	f     *os.File
+	pid   string
+	spans *execLog // the span log, or nil
 }
 
 func openLog(path string) (*execLog, error) {
@@ -273,6 +292,33 @@ func (l *execLog) task(ctx context.Context, t *consumer.Task) ([]byte, error) {
 		return nil, fmt.Errorf("fault.task %s: failing attempt %d of the first %d", t.ID, t.Attempt, p.FailAttempts)
 	}
 	return json.Marshal(p.V)
+}
+
+// write appends one line.
+func (l *execLog) write(line []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, err := l.f.Write(line)
+	return err
+}
+
+// spanned runs fault.task's logic between a start and an end line in the
+// span log. The start is written before the run is recorded, the end after
+// the handler's work: the span lies within the run's flow-control leases.
+func (l *execLog) spanned(ctx context.Context, t *consumer.Task) ([]byte, error) {
+	if l.spans == nil {
+		return nil, consumer.Permanent(errors.New(t.Type + ": no span log (set SPOOL_FAULT_SPAN_LOG)"))
+	}
+	key := t.Headers.Get(spool.HeaderKey)
+	if err := l.spans.write(checker.FormatSpanStart(t.ID, t.Attempt, l.pid, t.Type, key, time.Now())); err != nil {
+		return nil, fmt.Errorf("writing the span log: %w", err)
+	}
+	defer func() {
+		if werr := l.spans.write(checker.FormatSpanEnd(t.ID, t.Attempt, l.pid, time.Now())); werr != nil {
+			fmt.Fprintln(os.Stderr, "spool-faultworker: writing the span log:", werr)
+		}
+	}()
+	return l.task(ctx, t)
 }
 
 func (l *execLog) echo(ctx context.Context, t *consumer.Task) ([]byte, error) {

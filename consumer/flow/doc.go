@@ -1,0 +1,14 @@
+// Package flow enforces Spool's flow-control rules (shared/limits) for a
+// worker: fleet-wide concurrency and rate limits per task type and per
+// flow-control key (Spool-Key).
+//
+// A Limiter watches the rules bucket and takes leases in the leases
+// bucket before a task runs: Acquire returns a Lease to release when the
+// handler returns, or a *DeniedError with the time to wait when a limit is
+// full. Concurrency slots are KV keys created with compare-and-set and a
+// TTL that the Limiter renews while the task runs, so a slot is never held
+// twice and a killed worker's slots come back on their own within the TTL.
+// A core subscription on the slot keys keeps a local view of which slots
+// are taken, so a full limit is refused without a round trip; the view is
+// only a hint, the compare-and-set decides.
+package flow

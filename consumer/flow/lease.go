@@ -1,0 +1,95 @@
+package flow
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Lease is the concurrency slots one running task holds. Release it when
+// the handler returns. A nil *Lease is valid and holds nothing.
+type Lease struct {
+	l     *Limiter
+	typ   string
+	value []byte
+
+	mu       sync.Mutex
+	slots    []slot
+	released bool
+}
+
+type slot struct {
+	key string
+	rev uint64
+}
+
+func (le *Lease) add(k string, rev uint64) {
+	le.mu.Lock()
+	le.slots = append(le.slots, slot{k, rev})
+	le.mu.Unlock()
+}
+
+// Release frees the slots (a delete at the revision this lease wrote, so a
+// slot that expired and was taken by another task is left alone). Errors
+// are logged: the slot then expires with its TTL.
+func (le *Lease) Release(ctx context.Context) {
+	if le == nil {
+		return
+	}
+	l := le.l
+	l.mu.Lock()
+	if _, ok := l.mine[le]; ok {
+		delete(l.mine, le)
+		l.statsLocked(le.typ).Held--
+	}
+	l.mu.Unlock()
+	le.release(ctx)
+}
+
+func (le *Lease) release(ctx context.Context) {
+	le.mu.Lock()
+	slots := le.slots
+	le.slots, le.released = nil, true
+	le.mu.Unlock()
+	l := le.l
+	for _, s := range slots {
+		rctx, cancel := context.WithTimeout(ctx, l.io)
+		err := l.leases.Delete(rctx, s.key, jetstream.LastRevision(s.rev))
+		cancel()
+		if err != nil {
+			l.log.Warn("releasing a flow-control slot failed; it frees when its TTL runs out", "slot", s.key, "error", err)
+			continue
+		}
+		l.mu.Lock()
+		delete(l.taken, s.key)
+		l.mu.Unlock()
+	}
+}
+
+// renew restarts the TTL of every slot, at the revision this lease wrote
+// last: a slot that is no longer ours (it expired) is not taken back.
+func (le *Lease) renew(ctx context.Context) {
+	le.mu.Lock()
+	slots := append([]slot(nil), le.slots...)
+	le.mu.Unlock()
+	l := le.l
+	for i, s := range slots {
+		rctx, cancel := context.WithTimeout(ctx, l.io)
+		rev, err := l.put(rctx, s.key, le.value, s.rev, l.ttl)
+		cancel()
+		if err != nil {
+			l.log.Warn("renewing a flow-control slot failed", "slot", s.key, "error", err)
+			continue
+		}
+		le.mu.Lock()
+		if !le.released && i < len(le.slots) && le.slots[i].key == s.key {
+			le.slots[i].rev = rev
+		}
+		le.mu.Unlock()
+		l.mu.Lock()
+		l.taken[s.key] = time.Now().Add(l.ttl)
+		l.mu.Unlock()
+	}
+}

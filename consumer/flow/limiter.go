@@ -1,0 +1,360 @@
+package flow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/limits"
+)
+
+// ErrNotProvisioned: the rules or leases bucket does not exist (a
+// deployment provisioned before flow control); the worker runs without
+// limits.
+var ErrNotProvisioned = errors.New("flow-control buckets not provisioned")
+
+// DeniedError says a limit is full: the task should wait RetryAfter (0:
+// unknown, a slot frees when another task ends) and try again.
+type DeniedError struct {
+	// Limit names the limit: "concurrency", "key_concurrency", "rate" or
+	// "key_rate".
+	Limit      string
+	Type       string
+	RetryAfter time.Duration
+}
+
+func (e *DeniedError) Error() string {
+	return fmt.Sprintf("%s limit of %q is full (retry after %s)", e.Limit, e.Type, e.RetryAfter)
+}
+
+// localWait is the longest a task waits in its worker for its rate
+// limit's next start, or for a concurrency slot, before it is handed back.
+// maxWaiters tasks per concurrency limit wait so in each worker; the
+// others are handed back at once, so waiting never takes more than a few
+// of a worker's slots from other types.
+const (
+	localWait  = 600 * time.Millisecond
+	maxWaiters = 2
+)
+
+// staleHint is how long the view holds a slot taken after a create found
+// it held, when no change of the slot was seen.
+const staleHint = time.Second
+
+// casTries bounds the compare-and-set loop of a rate limit under
+// contention.
+const casTries = 8
+
+// Limiter enforces the rules for one worker. Create it with New, end it
+// with Close.
+type Limiter struct {
+	js     jetstream.JetStream
+	leases jetstream.KeyValue
+	subj   string // $KV.<leases>.
+	owner  string
+	ttl    time.Duration
+	io     time.Duration
+	log    *slog.Logger
+
+	cancel  context.CancelFunc
+	watcher jetstream.KeyWatcher
+	subs    []*nats.Subscription
+	done    sync.WaitGroup
+
+	mu    sync.Mutex
+	rules map[string]limits.Rule
+	taken map[string]time.Time // slot key → until when the view holds it taken
+	mine  map[*Lease]struct{}
+	stats map[string]*TypeStats
+	// waiters are the tasks waiting in this worker for a slot of a limit
+	// (keyed by the slot keys' prefix), woken when one is released.
+	waiters map[string][]chan struct{}
+	// rateLocks let one task of this worker at a time run the
+	// compare-and-set of a rate key (striped by the key's hash): the others
+	// wait their turn here instead of colliding on the server.
+	rateLocks [64]chan struct{}
+}
+
+// TypeStats count one type's flow-control decisions in this worker.
+type TypeStats struct {
+	// Acquired counts leases taken (tasks let through a rule).
+	Acquired uint64
+	// Denied counts tasks handed back because a limit was full, by limit.
+	Denied map[string]uint64
+	// Held is the leases this worker holds now.
+	Held int
+}
+
+// Config is what New needs.
+type Config struct {
+	JS    jetstream.JetStream
+	Conn  *nats.Conn
+	Names spool.Names
+	// Owner names the worker in lease values.
+	Owner string
+	// TTL is how long a lease outlives its holder: the consumers' AckWait,
+	// so a killed worker's slots come back when its tasks do. The holder
+	// renews every TTL/3. At least 1s.
+	TTL time.Duration
+	// IOTimeout bounds each KV request.
+	IOTimeout time.Duration
+	Logger    *slog.Logger
+}
+
+// New binds the buckets, loads the rules (every rule stored is in force
+// when New returns) and starts watching them. ctx bounds start-up.
+func New(ctx context.Context, c Config) (*Limiter, error) {
+	if c.TTL < time.Second {
+		c.TTL = time.Second
+	}
+	rulesKV, err := c.JS.KeyValue(ctx, c.Names.LimitsBucket())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("%w: bucket %q", ErrNotProvisioned, c.Names.LimitsBucket())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("binding bucket %q: %w", c.Names.LimitsBucket(), err)
+	}
+	leases, err := c.JS.KeyValue(ctx, c.Names.LeasesBucket())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("%w: bucket %q", ErrNotProvisioned, c.Names.LeasesBucket())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("binding bucket %q: %w", c.Names.LeasesBucket(), err)
+	}
+	l := &Limiter{
+		js: c.JS, leases: leases, subj: "$KV." + c.Names.LeasesBucket() + ".",
+		owner: c.Owner, ttl: c.TTL, io: c.IOTimeout, log: c.Logger,
+		rules: map[string]limits.Rule{}, taken: map[string]time.Time{},
+		mine: map[*Lease]struct{}{}, stats: map[string]*TypeStats{},
+		waiters: map[string][]chan struct{}{},
+	}
+	for i := range l.rateLocks {
+		l.rateLocks[i] = make(chan struct{}, 1)
+	}
+	for _, f := range []string{"c.>", "kc.>"} {
+		sub, err := c.Conn.Subscribe(l.subj+f, l.onSlot)
+		if err != nil {
+			l.unsubscribe()
+			return nil, fmt.Errorf("subscribing to slot changes: %w", err)
+		}
+		l.subs = append(l.subs, sub)
+	}
+	// The watch lives until Close, past ctx.
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	l.cancel = cancel
+	w, err := rulesKV.WatchAll(wctx)
+	if err != nil {
+		cancel()
+		l.unsubscribe()
+		return nil, fmt.Errorf("watching bucket %q: %w", c.Names.LimitsBucket(), err)
+	}
+	l.watcher = w
+	// The initial values end with a nil entry.
+	for loaded := false; !loaded; {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				loaded = true
+				break
+			}
+			if e == nil {
+				loaded = true
+				break
+			}
+			l.apply(e)
+		case <-ctx.Done():
+			l.Close()
+			return nil, fmt.Errorf("loading flow-control rules: %w", ctx.Err())
+		}
+	}
+	l.done.Add(2)
+	go l.watch(w)
+	go l.renewLoop(wctx)
+	return l, nil
+}
+
+// Close stops watching and renewing. Leases still held expire after the
+// TTL. A nil *Limiter does nothing.
+func (l *Limiter) Close() {
+	if l == nil {
+		return
+	}
+	l.cancel()
+	if l.watcher != nil {
+		_ = l.watcher.Stop()
+	}
+	l.unsubscribe()
+	l.done.Wait()
+}
+
+func (l *Limiter) unsubscribe() {
+	for _, s := range l.subs {
+		_ = s.Unsubscribe()
+	}
+}
+
+func (l *Limiter) watch(w jetstream.KeyWatcher) {
+	defer l.done.Done()
+	for e := range w.Updates() {
+		if e != nil {
+			l.apply(e)
+		}
+	}
+}
+
+// apply records one change of the rules bucket.
+func (l *Limiter) apply(e jetstream.KeyValueEntry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(l.rules, e.Key())
+		l.log.Info("flow-control rule removed", "type", e.Key())
+		return
+	}
+	r, err := limits.Decode(e.Key(), e.Value())
+	if err != nil {
+		// Writers validate; a raw writer's bad rule keeps the last good
+		// one in force rather than lifting the limit.
+		l.log.Error("ignoring invalid flow-control rule", "type", e.Key(), "error", err)
+		return
+	}
+	l.rules[r.Type] = r
+	l.log.Info("flow-control rule in force", "type", r.Type, "concurrency", r.Concurrency, "key_concurrency", r.KeyConcurrency,
+		"rate", r.Rate != nil, "key_rate", r.KeyRate != nil)
+}
+
+// Rule returns the rule of typ in force, if any.
+func (l *Limiter) Rule(typ string) (limits.Rule, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, ok := l.rules[typ]
+	return r, ok
+}
+
+// Stats returns this worker's counts per limited type.
+func (l *Limiter) Stats() map[string]TypeStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]TypeStats, len(l.stats))
+	for t, s := range l.stats {
+		c := *s
+		c.Denied = make(map[string]uint64, len(s.Denied))
+		for k, v := range s.Denied {
+			c.Denied[k] = v
+		}
+		out[t] = c
+	}
+	return out
+}
+
+func (l *Limiter) statsLocked(typ string) *TypeStats {
+	s := l.stats[typ]
+	if s == nil {
+		s = &TypeStats{Denied: map[string]uint64{}}
+		l.stats[typ] = s
+	}
+	return s
+}
+
+// Acquire takes the leases the rule of typ asks for a task with
+// flow-control key key (may be empty) before it runs. It returns a nil
+// Lease when no rule governs typ, a *DeniedError when a limit is full (no
+// lease is then held), or another error when the leases could not be read
+// or written (no lease is held either; the caller must not run the task
+// blind).
+func (l *Limiter) Acquire(ctx context.Context, typ, key, taskID string) (*Lease, error) {
+	rule, ok := l.Rule(typ)
+	if !ok || rule.Empty() {
+		return nil, nil
+	}
+	value, err := json.Marshal(limits.Holder{Task: taskID, Worker: l.owner})
+	if err != nil {
+		return nil, fmt.Errorf("encoding lease holder: %w", err)
+	}
+	lease := &Lease{l: l, typ: typ, value: value}
+	err = l.acquire(ctx, rule, key, lease)
+	if err != nil {
+		// ctx may be what ended: give the release a context of its own.
+		lease.release(context.WithoutCancel(ctx))
+		var d *DeniedError
+		l.mu.Lock()
+		if errors.As(err, &d) {
+			l.statsLocked(typ).Denied[d.Limit]++
+		}
+		l.mu.Unlock()
+		return nil, err
+	}
+	l.mu.Lock()
+	l.mine[lease] = struct{}{}
+	s := l.statsLocked(typ)
+	s.Acquired++
+	s.Held++
+	l.mu.Unlock()
+	return lease, nil
+}
+
+func (l *Limiter) acquire(ctx context.Context, rule limits.Rule, key string, lease *Lease) error {
+	value := lease.value
+	if rule.Concurrency > 0 {
+		if err := l.takeSlot(ctx, rule.Type, "", rule.Concurrency, value, lease); err != nil {
+			return err
+		}
+	}
+	if rule.KeyConcurrency > 0 && key != "" {
+		if err := l.takeSlot(ctx, rule.Type, key, rule.KeyConcurrency, value, lease); err != nil {
+			return err
+		}
+	}
+	// Rates last: a start is counted only when it happens (a token taken
+	// before a full slot would be lost; one taken by the type-wide rate
+	// before a full key rate is lost, which errs on the safe side).
+	if rule.KeyRate != nil && key != "" {
+		if err := l.takeRate(ctx, rule.Type, key, *rule.KeyRate, "key_rate"); err != nil {
+			return err
+		}
+	}
+	if rule.Rate != nil {
+		if err := l.takeRate(ctx, rule.Type, "", *rule.Rate, "rate"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// renewLoop renews every held slot every TTL/3, and forgets the slots
+// the view holds past their TTL.
+func (l *Limiter) renewLoop(ctx context.Context) {
+	defer l.done.Done()
+	t := time.NewTicker(l.ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		now := time.Now()
+		for k, until := range l.taken {
+			if now.After(until) {
+				delete(l.taken, k)
+			}
+		}
+		held := make([]*Lease, 0, len(l.mine))
+		for le := range l.mine {
+			held = append(held, le)
+		}
+		l.mu.Unlock()
+		for _, le := range held {
+			le.renew(ctx)
+		}
+	}
+}

@@ -1,0 +1,197 @@
+package flow_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/spoolq/spool/consumer/flow"
+	"github.com/spoolq/spool/shared/limits"
+	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/streamstest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newLimiter(t *testing.T, e *streamstest.Env, owner string, ttl time.Duration) *flow.Limiter {
+	t.Helper()
+	l, err := flow.New(streamstest.Context(t), flow.Config{
+		JS: e.JS, Conn: e.NC, Names: e.Names, Owner: owner, TTL: ttl,
+		IOTimeout: 5 * time.Second, Logger: streamstest.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func putRule(t *testing.T, e *streamstest.Env, r limits.Rule) {
+	t.Helper()
+	st, err := limits.Open(streamstest.Context(t), e.JS, e.Names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Put(streamstest.Context(t), r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A slot held by a worker that dies (its limiter stops renewing and never
+// releases) comes back on its own once the lease TTL runs out.
+func TestSlotOfDeadHolderExpires(t *testing.T) {
+	t.Parallel()
+	e := streamstest.Start(t, streams.Settings{})
+	putRule(t, e, limits.Rule{Type: "one", Concurrency: 1})
+	ctx := streamstest.Context(t)
+	dead := newLimiter(t, e, "dead", time.Second)
+	if _, err := dead.Acquire(ctx, "one", "", "t1"); err != nil {
+		t.Fatal(err)
+	}
+	dead.Close() // a crash: no release
+	alive := newLimiter(t, e, "alive", time.Second)
+	defer alive.Close()
+	var denied *flow.DeniedError
+	if _, err := alive.Acquire(ctx, "one", "", "t2"); !errors.As(err, &denied) {
+		t.Fatalf("second acquire while the first lease lives: %v, want a DeniedError", err)
+	}
+	start := time.Now()
+	var lease *flow.Lease
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		var err error
+		lease, err = alive.Acquire(ctx, "one", "", "t2")
+		return err
+	})
+	t.Logf("the dead holder's slot came back after %s (TTL 1s)", time.Since(start))
+	lease.Release(ctx)
+}
+
+// A held slot is renewed past its TTL while the task runs, and released
+// at once when it ends.
+func TestSlotRenewedAndReleased(t *testing.T) {
+	t.Parallel()
+	e := streamstest.Start(t, streams.Settings{})
+	putRule(t, e, limits.Rule{Type: "one", Concurrency: 1})
+	ctx := streamstest.Context(t)
+	a := newLimiter(t, e, "a", time.Second)
+	defer a.Close()
+	b := newLimiter(t, e, "b", time.Second)
+	defer b.Close()
+	lease, err := a.Acquire(ctx, "one", "", "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Three TTLs later the slot is still held (renewed every TTL/3).
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if l2, err := b.Acquire(ctx, "one", "", "t2"); err == nil {
+			l2.Release(ctx)
+			t.Fatal("a renewed slot was taken by another worker")
+		}
+	}
+	lease.Release(ctx)
+	l2, err := b.Acquire(ctx, "one", "", "t2")
+	if err != nil {
+		t.Fatalf("acquire after release: %v", err)
+	}
+	l2.Release(ctx)
+}
+
+// Many goroutines on two limiters racing for 3 slots never hold more than
+// 3 at once: the compare-and-set decides, whatever the views say.
+func TestSlotsNeverDoubled(t *testing.T) {
+	t.Parallel()
+	e := streamstest.Start(t, streams.Settings{})
+	putRule(t, e, limits.Rule{Type: "three", Concurrency: 3, KeyConcurrency: 1})
+	ctx := streamstest.Context(t)
+	ls := []*flow.Limiter{newLimiter(t, e, "a", 5*time.Second), newLimiter(t, e, "b", 5*time.Second)}
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var running, peak, granted atomic.Int64
+	var keyRunning [2]atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 15 {
+				key := fmt.Sprint(i % 2)
+				lease, err := ls[g%2].Acquire(ctx, "three", key, fmt.Sprintf("g%d-%d", g, i))
+				var d *flow.DeniedError
+				if errors.As(err, &d) {
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				granted.Add(1)
+				n := running.Add(1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				if k := keyRunning[i%2].Add(1); k > 1 {
+					t.Errorf("key %s held %d times at once", key, k)
+				}
+				time.Sleep(time.Millisecond) // the task "runs"
+				keyRunning[i%2].Add(-1)
+				running.Add(-1)
+				lease.Release(ctx)
+			}
+		})
+	}
+	wg.Wait()
+	if p := peak.Load(); p > 2 {
+		t.Errorf("peak %d holders, want at most 2 (3 type slots, but 2 keys of 1 slot each)", p)
+	}
+	if granted.Load() == 0 {
+		t.Error("no slot was ever granted")
+	}
+	t.Logf("%d leases granted, peak %d", granted.Load(), peak.Load())
+}
+
+// A rule put in the bucket is in force in a running limiter within a
+// second, and deleting it lifts the limit.
+func TestRuleChangeTakesEffect(t *testing.T) {
+	t.Parallel()
+	e := streamstest.Start(t, streams.Settings{})
+	ctx := streamstest.Context(t)
+	l := newLimiter(t, e, "a", 5*time.Second)
+	defer l.Close()
+	if lease, err := l.Acquire(ctx, "later", "", "t0"); err != nil || lease != nil {
+		t.Fatalf("no rule: lease %v err %v, want none", lease, err)
+	}
+	putRule(t, e, limits.Rule{Type: "later", Concurrency: 1})
+	streamstest.WaitFor(t, time.Second, func() error {
+		if _, ok := l.Rule("later"); !ok {
+			return errors.New("rule in force")
+		}
+		return nil
+	})
+	st, err := limits.Open(ctx, e.JS, e.Names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := l.Acquire(ctx, "later", "", "t1")
+	if err != nil || lease == nil {
+		t.Fatalf("first acquire: %v", err)
+	}
+	u, err := st.Usage(ctx)
+	if err != nil || len(u) != 1 || u[0].Running != 1 {
+		t.Fatalf("usage %+v, %v: want one slot running", u, err)
+	}
+	lease.Release(ctx)
+	if err := st.Delete(ctx, "later"); err != nil {
+		t.Fatal(err)
+	}
+	streamstest.WaitFor(t, time.Second, func() error {
+		if _, ok := l.Rule("later"); ok {
+			return errors.New("rule lifted")
+		}
+		return nil
+	})
+}

@@ -1,0 +1,143 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/spoolq/spool/consumer/flow"
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/jsproto"
+)
+
+// The delay of a task handed back because a concurrency limit was full
+// grows with its hand-backs, min(deferBase·2^deferrals, deferMax) plus up
+// to half of it again. A task handed back by a rate limit comes back
+// deferEarly before the turn the limit booked for it (at least deferBase
+// from now).
+const (
+	deferBase   = 100 * time.Millisecond
+	deferMax    = 5 * time.Second
+	deferJitter = 0.5
+	deferEarly  = 400 * time.Millisecond
+)
+
+// startFlow binds the flow-control limiter. A deployment provisioned
+// before flow control has no buckets for it: the worker then runs without
+// limits.
+func (w *Worker) startFlow(ctx context.Context) error {
+	ttl := time.Duration(0)
+	for _, d := range w.ackWait {
+		if d > 0 && (ttl == 0 || d < ttl) {
+			ttl = d
+		}
+	}
+	// Rides out an election like the other bindings of Start; missing
+	// buckets fail at once.
+	bind := jsproto.Retry{PerTry: min(w.o.IOTimeout, jsproto.DefaultPerTry), Logger: w.log}
+	var l *flow.Limiter
+	err := bind.Do(ctx, "binding the flow-control buckets", func(ctx context.Context) (err error) {
+		l, err = flow.New(ctx, flow.Config{
+			JS: w.js, Conn: w.nc, Names: w.o.Names, Owner: w.o.WorkerName,
+			TTL: ttl, IOTimeout: w.o.IOTimeout, Logger: w.log,
+		})
+		return err
+	})
+	if errors.Is(err, flow.ErrNotProvisioned) {
+		w.log.WarnContext(ctx, "flow control off: provision the topology again to create its buckets", "error", err)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	w.flow = l
+	return nil
+}
+
+// admitFlow takes the leases the flow-control rule of the task's type asks
+// for. When a limit is full (or the leases cannot be read), it hands the
+// task back for later and returns false: the attempt is over, and it cost
+// the task none of its attempts.
+func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta) (*flow.Lease, bool) {
+	if w.flow == nil {
+		return nil, true
+	}
+	// Nothing heartbeats the task before it runs: admission must end well
+	// within the ack wait, or the task would be delivered again meanwhile.
+	admit := w.o.IOTimeout
+	if aw := w.ackWait[a.p]; aw > 0 {
+		admit = min(admit, aw/3)
+	}
+	ctx, cancel := context.WithTimeout(w.ioCtx, admit)
+	defer cancel()
+	lease, err := w.flow.Acquire(ctx, a.typ, meta.Key, a.id)
+	if err == nil {
+		return lease, true
+	}
+	var denied *flow.DeniedError
+	wait := time.Duration(0)
+	if errors.As(err, &denied) {
+		wait = denied.RetryAfter
+	} else {
+		w.log.Warn("flow-control leases unavailable; handing the task back", "task_id", a.id, "type", a.typ, "error", err)
+	}
+	delay := jitter(backoff(deferBase, deferMax, meta.Deferrals+1), deferJitter)
+	if wait > 0 {
+		// A rate limit booked the task's turn: come back a little early
+		// (schedules fire in clumps a few hundred milliseconds apart) and
+		// wait for the turn in the worker.
+		delay = max(deferBase, wait-deferEarly)
+	}
+	w.deferTask(a, meta, delay)
+	return nil, false
+}
+
+// deferTask hands a task back for delay without spending a delivery: it
+// publishes a copy as a one-shot schedule on the task's schedule subject,
+// carrying the attempts used so far (Spool-Prior-Attempts) and the count
+// of hand-backs (Spool-Deferrals), and then acks the delivered message.
+// The copy fires onto the task's own subject after delay, behind the tasks
+// queued meanwhile, so a waiting task never blocks other types or keys. A
+// crash between the publish and the ack runs the task twice (at least
+// once); if the publish fails the task is NAKed with the delay instead,
+// which costs one delivery.
+func (w *Worker) deferTask(a attemptInfo, meta spool.Meta, delay time.Duration) {
+	h := nats.Header{}
+	for k, vs := range a.msg.Headers() {
+		if lk := strings.ToLower(k); strings.HasPrefix(lk, "nats-") ||
+			lk == strings.ToLower(spool.HeaderPriorAttempts) || lk == strings.ToLower(spool.HeaderDeferrals) {
+			continue
+		}
+		h[k] = vs
+	}
+	h.Set(spool.HeaderTaskID, a.id)
+	h.Set(spool.HeaderPriorAttempts, strconv.Itoa(a.attempt-1))
+	h.Set(spool.HeaderDeferrals, strconv.Itoa(meta.Deferrals+1))
+	h.Set(spool.HeaderSchedule, spool.FormatScheduleAt(time.Now().Add(delay)))
+	h.Set(spool.HeaderScheduleTarget, a.msg.Subject())
+	h.Set(spool.HeaderMsgID, fmt.Sprintf("%s-flow-%d", a.id, a.seq))
+	subj, err := w.o.Names.SchedSubject(a.id)
+	if err == nil {
+		// Through an election like a settling write; Nats-Msg-Id makes a
+		// retried publish store one copy.
+		m := &nats.Msg{Subject: subj, Header: h, Data: a.msg.Data()}
+		err = w.settleWrite(a, "hand-back for flow control", func(ctx context.Context) error {
+			_, err := w.js.PublishMsg(ctx, m)
+			return err
+		})
+	}
+	if err != nil {
+		w.log.Warn("handing a limited task back failed; it returns after a NAK delay", "task_id", a.id, "error", err)
+		w.nak(a, delay)
+		return
+	}
+	if err := a.msg.Ack(); err != nil {
+		w.log.Warn("acking a task handed back for flow control", "task_id", a.id, "error", err)
+	}
+	w.log.Debug("task handed back: flow-control limit full", "task_id", a.id, "type", a.typ, "delay", delay)
+}

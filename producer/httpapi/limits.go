@@ -1,0 +1,149 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spoolq/spool/shared/limits"
+	"github.com/spoolq/spool/streams/admin"
+)
+
+// CodeInvalidLimit answers a flow-control rule that does not hold.
+const CodeInvalidLimit = "invalid_limit"
+
+// maxRuleBody bounds a rule document.
+const maxRuleBody = 64 << 10
+
+// routeLimits adds the flow-control routes, behind the token like the task
+// routes.
+func (h *handler) routeLimits(mux *http.ServeMux) {
+	mux.Handle("GET /v1/limits", h.auth(h.limitsList))
+	mux.Handle("PUT /v1/limits/{type}", h.auth(h.limitPut))
+	mux.Handle("DELETE /v1/limits/{type}", h.auth(h.limitDelete))
+	mux.HandleFunc("/v1/limits", h.notAllowed("GET"))
+	mux.HandleFunc("/v1/limits/{type}", h.notAllowed("PUT, DELETE"))
+}
+
+func limitError(err error) *apiError {
+	if errors.Is(err, limits.ErrInvalidRule) {
+		return newError(http.StatusBadRequest, CodeInvalidLimit, "", err.Error())
+	}
+	return newError(http.StatusServiceUnavailable, CodeUnavailable, "", err.Error())
+}
+
+func (h *handler) limitsList(w http.ResponseWriter, r *http.Request) {
+	u, err := h.admin.Limits(r.Context())
+	if err != nil {
+		writeError(w, h.logger, r, limitError(err))
+		return
+	}
+	if u == nil {
+		u = []limits.Usage{}
+	}
+	writeJSON(w, h.logger, r, http.StatusOK, map[string]any{"limits": u})
+}
+
+func (h *handler) limitPut(w http.ResponseWriter, r *http.Request) {
+	typ := r.PathValue("type")
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxRuleBody+1))
+	if err != nil {
+		writeError(w, h.logger, r, newError(http.StatusBadRequest, CodeInvalidJSON, "", "reading the body: "+err.Error()))
+		return
+	}
+	if len(body) > maxRuleBody {
+		writeError(w, h.logger, r, newError(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "", fmt.Sprintf("a rule is at most %d bytes", maxRuleBody)))
+		return
+	}
+	rule, err := limits.Decode(typ, body)
+	if err != nil {
+		writeError(w, h.logger, r, limitError(err))
+		return
+	}
+	if err := h.admin.SetLimit(r.Context(), rule); err != nil {
+		writeError(w, h.logger, r, limitError(err))
+		return
+	}
+	h.logger.InfoContext(r.Context(), "flow-control rule set", "type", rule.Type)
+	writeJSON(w, h.logger, r, http.StatusOK, rule)
+}
+
+func (h *handler) limitDelete(w http.ResponseWriter, r *http.Request) {
+	typ := r.PathValue("type")
+	if err := h.admin.DeleteLimit(r.Context(), typ); err != nil {
+		writeError(w, h.logger, r, limitError(err))
+		return
+	}
+	h.logger.InfoContext(r.Context(), "flow-control rule removed", "type", typ)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// limitsCollector exports the flow-control rules and their usage, read at
+// most once per StatusCacheTTL.
+type limitsCollector struct {
+	usage *cached[[]limits.Usage]
+}
+
+func newLimitsCollector(adm *admin.Client, logger *slog.Logger) *limitsCollector {
+	read := func(ctx context.Context) ([]limits.Usage, error) {
+		u, err := adm.Limits(ctx)
+		if err != nil {
+			logger.DebugContext(ctx, "reading flow-control usage for metrics", "error", err)
+		}
+		return u, err
+	}
+	return &limitsCollector{usage: newCached(StatusCacheTTL, StatusTimeout, read)}
+}
+
+var (
+	limitConcDesc    = prometheus.NewDesc("spool_limit_concurrency", "Concurrency limit of a task type across the fleet (rule \"concurrency\").", []string{"type"}, nil)
+	limitRunningDesc = prometheus.NewDesc("spool_limit_running", "Concurrency slots of a task type's limit held now.", []string{"type"}, nil)
+	limitKeyConcDesc = prometheus.NewDesc("spool_limit_key_concurrency", "Per-key concurrency limit of a task type (rule \"key_concurrency\").", []string{"type"}, nil)
+	limitKeysRunDesc = prometheus.NewDesc("spool_limit_keys_running", "Per-key concurrency slots of a task type held now.", []string{"type"}, nil)
+	limitKeysActDesc = prometheus.NewDesc("spool_limit_keys_active", "Keys of a task type holding at least one slot now.", []string{"type"}, nil)
+	limitRateDesc    = prometheus.NewDesc("spool_limit_rate_per_second", "Rate limit of a task type in starts per second (rule \"rate\"; \"key_rate\" per key).", []string{"type", "scope"}, nil)
+	limitsUpDesc     = prometheus.NewDesc("spool_limits_up", "Whether the last read of the flow-control rules succeeded (1) or not (0).", nil, nil)
+)
+
+func (c *limitsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{limitConcDesc, limitRunningDesc, limitKeyConcDesc, limitKeysRunDesc, limitKeysActDesc, limitRateDesc, limitsUpDesc} {
+		ch <- d
+	}
+}
+
+func (c *limitsCollector) Collect(ch chan<- prometheus.Metric) {
+	// A scrape has no context; the read is bounded by StatusTimeout.
+	usage, err := c.usage.get(context.Background())
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	if err != nil {
+		gauge(limitsUpDesc, 0)
+		return
+	}
+	gauge(limitsUpDesc, 1)
+	for _, u := range usage {
+		t := u.Rule.Type
+		if u.Rule.Concurrency > 0 {
+			gauge(limitConcDesc, float64(u.Rule.Concurrency), t)
+			gauge(limitRunningDesc, float64(u.Running), t)
+		}
+		if u.Rule.KeyConcurrency > 0 {
+			gauge(limitKeyConcDesc, float64(u.Rule.KeyConcurrency), t)
+			gauge(limitKeysRunDesc, float64(u.KeysRunning), t)
+			gauge(limitKeysActDesc, float64(u.KeysActive), t)
+		}
+		if r := u.Rule.Rate; r != nil {
+			gauge(limitRateDesc, float64(time.Second)/float64(r.Interval()), t, "type")
+		}
+		if r := u.Rule.KeyRate; r != nil {
+			gauge(limitRateDesc, float64(time.Second)/float64(r.Interval()), t, "key")
+		}
+	}
+}

@@ -1,0 +1,145 @@
+package limits
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	spool "github.com/spoolq/spool/shared"
+)
+
+// ErrInvalidRule: a rule document does not hold.
+var ErrInvalidRule = errors.New("invalid limit rule")
+
+// MaxConcurrency is the largest concurrency limit a rule may set: each slot
+// is a lease key, tried in turn when the view of the fleet is stale.
+const MaxConcurrency = 100_000
+
+// Rule is the flow-control rule of one task type: the document stored under
+// the type in the limits bucket. A zero field sets no limit.
+type Rule struct {
+	// Type is the task type the rule governs (the KV key).
+	Type string `json:"type"`
+	// Concurrency is the most tasks of the type running at once across
+	// the fleet; 0: no limit.
+	Concurrency int `json:"concurrency,omitempty"`
+	// Rate caps the starts of the type across the fleet.
+	Rate *Rate `json:"rate,omitempty"`
+	// KeyConcurrency is the most tasks of one Spool-Key running at once
+	// across the fleet (for each key of the type; tasks without a key are
+	// not counted); 0: no limit.
+	KeyConcurrency int `json:"key_concurrency,omitempty"`
+	// KeyRate caps the starts of each Spool-Key of the type.
+	KeyRate *Rate `json:"key_rate,omitempty"`
+}
+
+// Rate is a smooth rate limit: Limit starts per Period, spaced evenly
+// (one every Period/Limit), with up to Burst starts at once after an idle
+// spell.
+type Rate struct {
+	Limit  int      `json:"limit"`
+	Period Duration `json:"period"`
+	// Burst is how many starts may go at once after an idle spell; 0 is
+	// 1 (perfectly even spacing).
+	Burst int `json:"burst,omitempty"`
+}
+
+// Interval is the spacing of starts: Period/Limit.
+func (r Rate) Interval() time.Duration {
+	return time.Duration(r.Period) / time.Duration(r.Limit)
+}
+
+// BurstOrOne is Burst, or 1 when unset.
+func (r Rate) BurstOrOne() int { return max(1, r.Burst) }
+
+// Duration is a time.Duration written in JSON as a Go duration string
+// ("1s", "1m30s").
+type Duration time.Duration
+
+// MarshalJSON writes d as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("a duration is a string such as \"1s\" or \"1m\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("period %q is not a Go duration such as 1s or 1m", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Validate checks the rule; the error names the JSON field at fault and
+// wraps ErrInvalidRule.
+func (r Rule) Validate() error {
+	if err := spool.ValidateType(r.Type); err != nil {
+		return fmt.Errorf("%w: type: %w", ErrInvalidRule, err)
+	}
+	for _, c := range []struct {
+		field string
+		n     int
+	}{{"concurrency", r.Concurrency}, {"key_concurrency", r.KeyConcurrency}} {
+		if c.n < 0 || c.n > MaxConcurrency {
+			return fmt.Errorf("%w: %s %d must be 0 (no limit) to %d", ErrInvalidRule, c.field, c.n, MaxConcurrency)
+		}
+	}
+	for _, c := range []struct {
+		field string
+		r     *Rate
+	}{{"rate", r.Rate}, {"key_rate", r.KeyRate}} {
+		if c.r == nil {
+			continue
+		}
+		switch {
+		case c.r.Limit < 1:
+			return fmt.Errorf("%w: %s.limit %d must be at least 1", ErrInvalidRule, c.field, c.r.Limit)
+		case time.Duration(c.r.Period) < time.Millisecond || time.Duration(c.r.Period) > 24*time.Hour:
+			return fmt.Errorf("%w: %s.period %s must be 1ms to 24h", ErrInvalidRule, c.field, time.Duration(c.r.Period))
+		case c.r.Interval() < time.Microsecond:
+			return fmt.Errorf("%w: %s: %d per %s is above 1,000,000 per second", ErrInvalidRule, c.field, c.r.Limit, time.Duration(c.r.Period))
+		case c.r.Burst < 0 || c.r.Burst > c.r.Limit:
+			return fmt.Errorf("%w: %s.burst %d must be 0 to the limit (%d)", ErrInvalidRule, c.field, c.r.Burst, c.r.Limit)
+		}
+	}
+	return nil
+}
+
+// Empty reports whether the rule limits nothing.
+func (r Rule) Empty() bool {
+	return r.Concurrency == 0 && r.KeyConcurrency == 0 && r.Rate == nil && r.KeyRate == nil
+}
+
+// Decode parses and validates a rule document stored under key (the task
+// type); the document's type must match it.
+func Decode(key string, data []byte) (Rule, error) {
+	var r Rule
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return Rule{}, fmt.Errorf("%w: rule %q: %w", ErrInvalidRule, key, err)
+	}
+	if r.Type == "" {
+		r.Type = key
+	}
+	if r.Type != key {
+		return Rule{}, fmt.Errorf("%w: rule stored under %q names type %q", ErrInvalidRule, key, r.Type)
+	}
+	if err := r.Validate(); err != nil {
+		return Rule{}, err
+	}
+	return r, nil
+}
+
+func jsonMarshal(r Rule) ([]byte, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the limit rule of %q: %w", r.Type, err)
+	}
+	return b, nil
+}

@@ -1,0 +1,71 @@
+package limits_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spoolq/spool/shared/limits"
+)
+
+func TestDecodeValidates(t *testing.T) {
+	for _, tc := range []struct {
+		doc, wantErr string
+	}{
+		{`{"concurrency":5,"rate":{"limit":100,"period":"1s","burst":10},"key_concurrency":1,"key_rate":{"limit":10,"period":"1m"}}`, ""},
+		{`{"type":"email.send","concurrency":5}`, ""},
+		{`{"type":"other","concurrency":5}`, `names type "other"`},
+		{`{"concurrency":-1}`, "concurrency -1 must be 0 (no limit) to 100000"},
+		{`{"key_concurrency":100001}`, "key_concurrency 100001"},
+		{`{"rate":{"limit":0,"period":"1s"}}`, "rate.limit 0 must be at least 1"},
+		{`{"rate":{"limit":1,"period":"soon"}}`, `period "soon" is not a Go duration`},
+		{`{"key_rate":{"limit":1,"period":"48h"}}`, "key_rate.period 48h0m0s must be 1ms to 24h"},
+		{`{"rate":{"limit":10,"period":"1s","burst":11}}`, "rate.burst 11 must be 0 to the limit (10)"},
+		{`{"rate":{"limit":2000000,"period":"1s"}}`, "above 1,000,000 per second"},
+		{`{"concurency":1}`, `unknown field "concurency"`},
+	} {
+		r, err := limits.Decode("email.send", []byte(tc.doc))
+		if tc.wantErr == "" {
+			if err != nil || r.Type != "email.send" {
+				t.Errorf("%s: %+v, %v", tc.doc, r, err)
+			}
+			continue
+		}
+		if err == nil || !errors.Is(err, limits.ErrInvalidRule) || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("%s: error %v, want ErrInvalidRule with %q", tc.doc, err, tc.wantErr)
+		}
+	}
+	r, err := limits.Decode("email.send", []byte(`{"rate":{"limit":100,"period":"1s"}}`))
+	if err != nil || r.Rate.Interval() != 10*time.Millisecond || r.Rate.BurstOrOne() != 1 {
+		t.Errorf("rate %+v, %v: want one start every 10ms, burst 1", r.Rate, err)
+	}
+	if err := (limits.Rule{Type: "bad type!"}).Validate(); err == nil {
+		t.Error("an invalid type was accepted")
+	}
+}
+
+func TestSlotKeys(t *testing.T) {
+	for _, tc := range []struct {
+		typ, key string
+		i        int
+		want     string
+	}{
+		{"email.send", "", 3, "c.email.send.3"},
+		{"email.send", "customer:42", 0, "kc.email.send.Y3VzdG9tZXI6NDI.0"},
+	} {
+		k := limits.SlotKey(tc.typ, tc.key, tc.i)
+		if k != tc.want {
+			t.Errorf("SlotKey(%q, %q, %d) = %q, want %q", tc.typ, tc.key, tc.i, k, tc.want)
+		}
+		typ, enc, i, ok := limits.ParseSlotKey(k)
+		if !ok || typ != tc.typ || enc != limits.EncodeKey(tc.key) && tc.key != "" || i != tc.i {
+			t.Errorf("ParseSlotKey(%q) = %q %q %d %v", k, typ, enc, i, ok)
+		}
+	}
+	for _, bad := range []string{"r.email.send", "c.email.x", "kc.email", "c.", "q.email.send"} {
+		if _, _, _, ok := limits.ParseSlotKey(bad); ok {
+			t.Errorf("ParseSlotKey(%q) accepted a key that is no slot", bad)
+		}
+	}
+}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spoolq/spool/shared/cli"
+	"github.com/spoolq/spool/shared/limits"
+)
+
+const limitsUsage = `usage: spool-admin limits <command> [flags]
+
+commands:
+  ls                    every flow-control rule with the slots in use across the fleet
+  set --type T [limits] set the rule of a task type (replaces it; workers apply it within a second)
+  rm TYPE               remove the rule of a task type: its tasks run unlimited
+
+limits (set; omitted ones are not limited):
+  --concurrency N       at most N tasks of the type running at once
+  --rate N/PERIOD       at most N starts of the type per period, evenly spaced (100/1s, 10/1m)
+  --burst B             starts allowed at once after an idle spell (default 1)
+  --key-concurrency N   at most N running tasks per Spool-Key of the type
+  --key-rate N/PERIOD   at most N starts per period per Spool-Key of the type
+  --key-burst B         burst of the per-key rate (default 1)
+
+flags:
+  --json                print JSON (ls)
+  --url URL             NATS server URL (overrides SPOOL_NATS_URL)
+  --timeout D           time allowed for the command (default 30s)
+`
+
+func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(stdout, limitsUsage)
+		if len(args) == 0 {
+			return errors.New("limits: no command given")
+		}
+		return nil
+	}
+	cmd, args := args[0], args[1:]
+	fs := flag.NewFlagSet("spool-admin limits "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, limitsUsage) }
+	url := fs.String("url", "", "NATS server URL (overrides SPOOL_NATS_URL)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	timeout := fs.Duration("timeout", 30*time.Second, "time allowed for the command")
+	verbose := cli.Verbose(fs)
+	typ := fs.String("type", "", "task type")
+	conc := fs.Int("concurrency", 0, "at most N running")
+	keyConc := fs.Int("key-concurrency", 0, "at most N running per key")
+	rate := fs.String("rate", "", "N/PERIOD starts")
+	keyRate := fs.String("key-rate", "", "N/PERIOD starts per key")
+	burst := fs.Int("burst", 0, "burst of --rate")
+	keyBurst := fs.Int("key-burst", 0, "burst of --key-rate")
+	switch cmd {
+	case "ls", "set", "rm":
+	default:
+		fmt.Fprint(stderr, limitsUsage)
+		return fmt.Errorf("unknown limits command %q", cmd)
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *timeout <= 0 {
+		return fmt.Errorf("--timeout %s must be positive", *timeout)
+	}
+	var rule limits.Rule
+	switch cmd {
+	case "rm":
+		if fs.NArg() != 1 {
+			return fmt.Errorf("limits rm takes one task type, got %q", fs.Args())
+		}
+	case "set":
+		if fs.NArg() > 0 {
+			return fmt.Errorf("limits set takes no arguments, got %q (use --type)", fs.Args())
+		}
+		if *typ == "" {
+			return errors.New("--type is required")
+		}
+		rule = limits.Rule{Type: *typ, Concurrency: *conc, KeyConcurrency: *keyConc}
+		var err error
+		if rule.Rate, err = parseRate("--rate", *rate, *burst); err != nil {
+			return err
+		}
+		if rule.KeyRate, err = parseRate("--key-rate", *keyRate, *keyBurst); err != nil {
+			return err
+		}
+		if err := rule.Validate(); err != nil {
+			return err
+		}
+	default:
+		if fs.NArg() > 0 {
+			return fmt.Errorf("limits ls takes no arguments, got %q", fs.Args())
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	sess, err := open(ctx, *url, *verbose, stderr)
+	if err != nil {
+		return err
+	}
+	defer sess.nc.Close()
+	st, err := limits.Open(ctx, sess.js, sess.cfg.Names())
+	if err != nil {
+		return err
+	}
+	switch cmd {
+	case "rm":
+		if err := st.Delete(ctx, fs.Arg(0)); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "rule of %s removed\n", fs.Arg(0))
+		return nil
+	case "set":
+		if err := st.Put(ctx, rule); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "rule of %s set: %s\n", rule.Type, describe(rule))
+		return nil
+	}
+	usage, err := st.Usage(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(usage)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "type\tconcurrency\trunning\tkey concurrency\tkeys running\trate\tkey rate")
+	for _, u := range usage {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d (%d keys)\t%s\t%s\n", u.Rule.Type, orNone(u.Rule.Concurrency), u.Running,
+			orNone(u.Rule.KeyConcurrency), u.KeysRunning, u.KeysActive, rateText(u.Rule.Rate), rateText(u.Rule.KeyRate))
+	}
+	return tw.Flush()
+}
+
+// parseRate reads N/PERIOD (100/1s, 10/1m); empty is no rate.
+func parseRate(flagName, s string, burst int) (*limits.Rate, error) {
+	if s == "" {
+		if burst != 0 {
+			return nil, fmt.Errorf("a burst needs %s", flagName)
+		}
+		return nil, nil
+	}
+	n, per, ok := strings.Cut(s, "/")
+	limit, err := strconv.Atoi(n)
+	if !ok || err != nil {
+		return nil, fmt.Errorf("%s %q: want N/PERIOD, such as 100/1s or 10/1m", flagName, s)
+	}
+	d, err := time.ParseDuration(per)
+	if err != nil {
+		return nil, fmt.Errorf("%s %q: the period %q is not a Go duration such as 1s or 1m", flagName, s, per)
+	}
+	return &limits.Rate{Limit: limit, Period: limits.Duration(d), Burst: burst}, nil
+}
+
+func orNone(n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.Itoa(n)
+}
+
+func rateText(r *limits.Rate) string {
+	if r == nil {
+		return "-"
+	}
+	s := fmt.Sprintf("%d/%s", r.Limit, time.Duration(r.Period))
+	if r.Burst > 1 {
+		s += fmt.Sprintf(" burst %d", r.Burst)
+	}
+	return s
+}
+
+func describe(r limits.Rule) string {
+	return fmt.Sprintf("concurrency %s, rate %s, key concurrency %s, key rate %s",
+		orNone(r.Concurrency), rateText(r.Rate), orNone(r.KeyConcurrency), rateText(r.KeyRate))
+}

@@ -1,0 +1,162 @@
+package checker
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The span log records when each handler run started and ended, for the
+// flow-control checks: one line per event, appended with a single write
+// like the execution log, "S <task-id> <attempt> <worker> <unix-ns> <type>
+// <quoted key>" at the start and "E <task-id> <attempt> <worker> <unix-ns>"
+// at the end.
+
+// Span is one handler run.
+type Span struct {
+	ID      string
+	Attempt int
+	Worker  string
+	Type    string
+	Key     string
+	Start   time.Time
+	// End is zero when the run never ended (its worker was killed).
+	End time.Time
+}
+
+// FormatSpanStart returns the start line of a run.
+func FormatSpanStart(id string, attempt int, worker, typ, key string, at time.Time) []byte {
+	return fmt.Appendf(nil, "S %s %d %s %d %s %s\n", id, attempt, worker, at.UnixNano(), typ, strconv.Quote(key))
+}
+
+// FormatSpanEnd returns the end line of a run.
+func FormatSpanEnd(id string, attempt int, worker string, at time.Time) []byte {
+	return fmt.Appendf(nil, "E %s %d %s %d\n", id, attempt, worker, at.UnixNano())
+}
+
+// ReadSpanLog returns the runs of a span log; torn counts the lines a kill
+// cut short.
+func ReadSpanLog(r io.Reader) (spans []Span, torn int, err error) {
+	type runKey struct {
+		id, worker string
+		attempt    int
+	}
+	open := map[runKey]int{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 5 {
+			torn++
+			continue
+		}
+		attempt, err1 := strconv.Atoi(f[2])
+		ns, err2 := strconv.ParseInt(f[4], 10, 64)
+		if err1 != nil || err2 != nil {
+			torn++
+			continue
+		}
+		k := runKey{f[1], f[3], attempt}
+		switch {
+		case f[0] == "S" && len(f) >= 7:
+			key, err := strconv.Unquote(strings.Join(f[6:], " "))
+			if err != nil {
+				torn++
+				continue
+			}
+			open[k] = len(spans)
+			spans = append(spans, Span{ID: f[1], Attempt: attempt, Worker: f[3], Type: f[5], Key: key, Start: time.Unix(0, ns)})
+		case f[0] == "E" && len(f) == 5:
+			if i, ok := open[k]; ok {
+				spans[i].End = time.Unix(0, ns)
+				delete(open, k)
+			}
+		default:
+			torn++
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return spans, torn, fmt.Errorf("reading span log: %w", err)
+	}
+	return spans, torn, nil
+}
+
+// Overlap is the most runs of one group at once, and when.
+type Overlap struct {
+	Group string
+	Max   int
+	At    time.Time
+}
+
+// MaxConcurrent returns, for each group of spans (group names it; "" leaves
+// a span out), the most that ran at the same moment. A run that never
+// ended counts until its worker's entry in killedAt (the moment the test
+// saw the process gone); it is an error when the worker was not killed.
+func MaxConcurrent(spans []Span, killedAt map[string]time.Time, group func(Span) string) (map[string]Overlap, error) {
+	type event struct {
+		at    time.Time
+		delta int
+	}
+	byGroup := map[string][]event{}
+	for _, s := range spans {
+		g := group(s)
+		if g == "" {
+			continue
+		}
+		end := s.End
+		if end.IsZero() {
+			k, ok := killedAt[s.Worker]
+			if !ok {
+				return nil, fmt.Errorf("run %s attempt %d on worker %s never ended, and the worker was not killed", s.ID, s.Attempt, s.Worker)
+			}
+			end = k
+		}
+		byGroup[g] = append(byGroup[g], event{s.Start, +1}, event{end, -1})
+	}
+	out := make(map[string]Overlap, len(byGroup))
+	for g, evs := range byGroup {
+		// At equal times an end comes first: a slot released and taken in
+		// the same nanosecond is not an overlap.
+		sort.Slice(evs, func(i, j int) bool {
+			if evs[i].at.Equal(evs[j].at) {
+				return evs[i].delta < evs[j].delta
+			}
+			return evs[i].at.Before(evs[j].at)
+		})
+		o := Overlap{Group: g}
+		n := 0
+		for _, e := range evs {
+			n += e.delta
+			if n > o.Max {
+				o.Max, o.At = n, e.at
+			}
+		}
+		out[g] = o
+	}
+	return out, nil
+}
+
+// MaxInWindow returns the most starts within any window of length w (a
+// half-open interval [t, t+w)), and the achieved rate: starts per second
+// from the first to the last.
+func MaxInWindow(starts []time.Time, w time.Duration) (most int, rate float64) {
+	s := append([]time.Time(nil), starts...)
+	sort.Slice(s, func(i, j int) bool { return s[i].Before(s[j]) })
+	j := 0
+	for i := range s {
+		for j < len(s) && s[j].Before(s[i].Add(w)) {
+			j++
+		}
+		most = max(most, j-i)
+	}
+	if len(s) > 1 {
+		if span := s[len(s)-1].Sub(s[0]); span > 0 {
+			rate = float64(len(s)-1) / span.Seconds()
+		}
+	}
+	return most, rate
+}

@@ -1,0 +1,211 @@
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spoolq/spool/producer"
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/limits"
+	"github.com/spoolq/spool/tests/checker"
+)
+
+// TestFlowControlUnderCrash runs 20,000 tasks through three
+// spool-faultworker processes of 50 slots each, one of them killed with
+// SIGKILL every half second and replaced, with three kinds of work: a type
+// limited to 40 running at once and 2 per key (100 keys), a type limited to
+// 50 starts a second, and an unlimited type. From the start and end of
+// every run it checks that no moment ever had more runs of the limited
+// type, or of one key, than the limit (a run cut by a kill counts until
+// the kill), that no second held more starts of the paced type than its
+// rate (and reports the rate the paced backlog reached), and,
+// as every fault scenario does, that nothing was lost.
+func TestFlowControlUnderCrash(t *testing.T) {
+	const (
+		workers    = 3
+		slots      = 50
+		killEvery  = 500 * time.Millisecond
+		limit      = 40
+		keyLimit   = 2
+		keys       = 100
+		rate       = 50
+		ratePeriod = time.Second
+	)
+	nLimited, nPaced, nFree := scale(4_000), scale(500), scale(15_500)
+	start := time.Now()
+	srv := startServer(t, t.TempDir(), 0, soak())
+	nc := connect(t, srv.url, "faults-flow")
+	js := provision(t, nc, settings(1))
+	ctx := ctxFor(t, time.Duration(scale(4))*time.Minute)
+	store, err := limits.Open(ctx, js, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []limits.Rule{
+		{Type: "fault.limited", Concurrency: limit, KeyConcurrency: keyLimit},
+		{Type: "fault.paced", Rate: &limits.Rate{Limit: rate, Period: limits.Duration(ratePeriod)}},
+	} {
+		if err := store.Put(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chk := checker.New()
+	spanLog := filepath.Join(t.TempDir(), "spans.log")
+	fl := newFleet(t, srv.url, chk, fmt.Sprintf("SPOOL_CONCURRENCY=%d", slots), "SPOOL_FAULT_SPAN_LOG="+spanLog)
+	for range workers {
+		fl.start()
+	}
+	client, err := producer.New(nc, producer.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	gen := &loadGen{client: client, chk: chk}
+
+	// The paced tasks first, all of them queued within the first second
+	// (at 50/s they need ten), then the other two kinds interleaved. The
+	// paced type has a priority of its own: a task handed back waits
+	// behind the tasks of its priority queued meanwhile, so behind a deep
+	// backlog of other work it would come back late for its turn.
+	var tasks []producer.Task
+	var values []string
+	add := func(typ, id, key string, p spool.Priority, sleep int) {
+		tk, v := newTask(t, id, p, faultTask{SleepMS: sleep})
+		tk.Type, tk.Key = typ, key
+		tasks, values = append(tasks, tk), append(values, v)
+	}
+	for i := range nPaced {
+		add("fault.paced", fmt.Sprintf("pace-%06d", i), "", spool.High, 0)
+	}
+	for i := range max(nLimited, nFree) {
+		if i < nLimited {
+			add("fault.limited", fmt.Sprintf("lim-%06d", i), fmt.Sprintf("customer-%03d", i%keys), spool.Normal, 2)
+		}
+		if i < nFree {
+			add("fault.task", fmt.Sprintf("free-%06d", i), "", spool.Normal, 0)
+		}
+	}
+	produced := make(chan error, 1)
+	go func() { produced <- gen.enqueue(ctx, tasks, values, 500, 0) }()
+
+	killedAt := fl.killUntilDone(ctx, produced, killEvery, func(ctx context.Context) error { return idleFlow(ctx, js) })
+	left := settle(t, ctx, js, time.Minute)
+	fl.stopAll(30 * time.Second)
+
+	collect(t, js, chk)
+	lines, torn := fl.readLogs()
+	t.Logf("%d execution lines, %d torn by SIGKILL, %d workers started", lines, torn, workers+fl.kills)
+	r := report(t, "flow control (SIGKILL)", fmt.Sprintf("%d SIGKILL", fl.kills), start, chk, left)
+	if r.Tasks != len(tasks) {
+		t.Errorf("%d tasks recorded, want %d", r.Tasks, len(tasks))
+	}
+	if r.Completed != r.Tasks {
+		t.Errorf("%d of %d tasks completed; dead: %s", r.Completed, r.Tasks, r.DeadSummary())
+	}
+	if fl.kills < 5 {
+		t.Errorf("only %d kills during the run; the scenario proves little", fl.kills)
+	}
+
+	f, err := os.Open(spanLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	spans, tornSpans, err := checker.ReadSpanLog(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unfinished := 0
+	var paced []time.Time
+	for _, s := range spans {
+		if s.End.IsZero() {
+			unfinished++
+		}
+		if s.Type == "fault.paced" {
+			paced = append(paced, s.Start)
+		}
+	}
+	t.Logf("%d runs in the span log (%d cut by a kill, %d torn lines)", len(spans), unfinished, tornSpans)
+	byType, err := checker.MaxConcurrent(spans, killedAt, func(s checker.Span) string {
+		if s.Type == "fault.limited" {
+			return s.Type
+		}
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKey, err := checker.MaxConcurrent(spans, killedAt, func(s checker.Span) string {
+		if s.Type == "fault.limited" {
+			return s.Key
+		}
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := byType["fault.limited"]
+	t.Logf("fault.limited: most running at once %d (limit %d) at %s", o.Max, limit, o.At.Format(time.RFC3339Nano))
+	if o.Max > limit {
+		t.Errorf("fault.limited ran %d at once at %s, limit %d", o.Max, o.At.Format(time.RFC3339Nano), limit)
+	}
+	worstKey := checker.Overlap{}
+	for _, ko := range byKey {
+		if ko.Max > worstKey.Max {
+			worstKey = ko
+		}
+		if ko.Max > keyLimit {
+			t.Errorf("key %s ran %d at once at %s, limit %d", ko.Group, ko.Max, ko.At.Format(time.RFC3339Nano), keyLimit)
+		}
+	}
+	t.Logf("fault.limited: most running at once for one key %d (limit %d, %d keys)", worstKey.Max, keyLimit, len(byKey))
+
+	// The rate: no window of a period holds more starts than the limit,
+	// counting handler starts (taken a few milliseconds after the start
+	// was granted, so one more than the limit is measurement jitter, not a
+	// breach); the backlog's middle 90% ran at 90% of the rate or more.
+	most, _ := checker.MaxInWindow(paced, ratePeriod)
+	sort.Slice(paced, func(i, j int) bool { return paced[i].Before(paced[j]) })
+	lo, hi := paced[len(paced)/20], paced[len(paced)-1-len(paced)/20]
+	achieved := float64(len(paced)-1-2*(len(paced)/20)) / hi.Sub(lo).Seconds()
+	t.Logf("fault.paced: %d starts, most in any %s %d (limit %d), %.0f/s over the middle 90%% (limit %d/s)",
+		len(paced), ratePeriod, most, rate, achieved, rate)
+	if most > rate+1 {
+		t.Errorf("fault.paced: %d starts within %s, limit %d", most, ratePeriod, rate)
+	}
+	// With a worker killed every half second the rate is not reached
+	// (23 to 37/s of 50/s in our runs): a killed worker's waiting tasks
+	// come back only after AckWait, and the turns booked for them go
+	// unused. Without kills the same
+	// mechanism runs at 97% (consumer TestRateLimit). This bound catches a
+	// limiter that stalls; the figure above is the measurement.
+	if achieved < 0.3*rate {
+		t.Errorf("fault.paced ran at %.0f/s with a backlog, want at least 30%% of %d/s", achieved, rate)
+	}
+}
+
+// idleFlow is idle, and also waits for the schedules to fire: the tasks
+// handed back for flow control wait as schedules.
+func idleFlow(ctx context.Context, js jetstream.JetStream) error {
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(tctx, names.TaskStream())
+	if err != nil {
+		return err
+	}
+	si, err := s.Info(tctx, jetstream.WithSubjectFilter(names.SchedFilter()))
+	if err != nil {
+		return err
+	}
+	if n := len(si.State.Subjects); n > 0 {
+		return fmt.Errorf("%d tasks handed back for flow control still to come back", n)
+	}
+	return idle(ctx, js)
+}
