@@ -12,6 +12,7 @@ import (
 
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/jsproto"
+	"github.com/spoolq/spool/shared/workflow"
 	"github.com/spoolq/spool/streams/dlq"
 )
 
@@ -76,6 +77,9 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 			a.snoozes = prior.Snoozes
 			a.attempt = max(1, a.attempt-a.snoozes)
 		}
+	}
+	if ref, ok := workflow.RefOf(hdr, a.id); ok && !w.beginStep(&a, ref) {
+		return
 	}
 	retries := w.o.MaxRetries
 	if meta.MaxRetries != nil {
@@ -188,6 +192,8 @@ type attemptInfo struct {
 	traceParent string
 	enq         time.Time
 	started     time.Time
+	// wf is the workflow step the task runs, nil for a plain task.
+	wf *workflow.Ref
 }
 
 func (a attemptInfo) doc(state spool.State) spool.Result {
@@ -242,7 +248,7 @@ func (w *Worker) run(a attemptInfo, t *Task, timeout time.Duration, o outcome) {
 				r = handlerResult{err: &PanicError{Value: v, Stack: debug.Stack()}}
 			}
 		}()
-		r.out, r.err = w.h.ProcessTask(ctx, t)
+		r.out, r.err = w.handlerFor(t).ProcessTask(ctx, t)
 	}()
 	// A no-op when the watch settled the attempt already; waits for it
 	// when it is settling it now.
@@ -513,7 +519,7 @@ func (w *Worker) complete(a attemptInfo, out []byte, o outcome) {
 	doc.Result, doc.ResultEncoding = spool.ResultValue(out)
 	fin := time.Now()
 	doc.FinishedAt = &fin
-	if a.uniqueKey == "" {
+	if a.uniqueKey == "" && a.wf == nil {
 		err := w.pipe.put(a, o, doc)
 		if err == nil {
 			return
@@ -526,6 +532,16 @@ func (w *Worker) complete(a attemptInfo, out []byte, o outcome) {
 	if err != nil {
 		w.resultLost(a, o, err)
 		return
+	}
+	if a.wf != nil {
+		if err := w.finishStep(a, workflow.Outcome{State: workflow.Completed}); err != nil {
+			// The result is stored: the redelivery skips the handler and
+			// advances the workflow again.
+			w.log.Warn("advancing the workflow of a completed step; the task will come back", "task_id", a.id, "error", err)
+			w.nak(a, w.o.retryDelay(a.attempt))
+			w.rec.record(a.p, a.typ, o)
+			return
+		}
 	}
 	err = w.settleWrite(a, "releasing the unique key of task "+a.id, func(ctx context.Context) error {
 		return w.results.ReleaseUnique(ctx, a.uniqueKey, a.id)
@@ -620,6 +636,17 @@ func (w *Worker) deadLetter(a attemptInfo, reason spool.Reason, cause error, o o
 	})
 	if err != nil {
 		w.log.Warn("writing dead result or releasing unique key", "task_id", a.id, "error", err)
+	}
+	if a.wf != nil {
+		if err := w.finishStep(a, workflow.Outcome{State: workflow.Failed, Error: errText, Reason: reason}); err != nil {
+			// The dead result is stored: the redelivery skips the handler
+			// and advances the workflow again.
+			w.log.Warn("advancing the workflow of a failed step; the task will come back", "task_id", a.id, "error", err)
+			w.nak(a, w.o.retryDelay(a.attempt))
+			o.retried = true
+			w.rec.record(a.p, a.typ, o)
+			return
+		}
 	}
 	if err := a.msg.TermWithReason(string(reason)); err != nil {
 		w.log.Warn("removing dead-lettered task", "task_id", a.id, "error", err)

@@ -16,6 +16,7 @@ import (
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/shared/lifecycle"
+	"github.com/spoolq/spool/shared/workflow"
 	"github.com/spoolq/spool/streams"
 )
 
@@ -53,6 +54,7 @@ type Worker struct {
 	results    *results.Store
 	cancels    *cancels
 	reconnects uint64          // the connection's reconnect count at the last cancel load
+	wf         *workflow.Store // nil without a workflows bucket
 	flow       *flow.Limiter   // nil: flow control off
 	ioCtx      context.Context // values of Start's ctx, never cancelled
 
@@ -224,6 +226,9 @@ func (w *Worker) start(ctx context.Context) error {
 		return err
 	}
 	w.ioCtx = context.WithoutCancel(ctx)
+	if err := w.bindWorkflows(ctx); err != nil {
+		return err
+	}
 	if err := w.startFlow(ctx); err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/jsproto"
+	"github.com/spoolq/spool/shared/workflow"
 )
 
 // Client enqueues tasks, cancels scheduled ones and reads results. It is
@@ -32,6 +33,7 @@ type Client struct {
 	results jetstream.KeyValue
 	unique  jetstream.KeyValue
 	cancels jetstream.KeyValue
+	wf      *workflow.Store
 }
 
 // New returns a client publishing on nc. It does no I/O: the task stream

@@ -77,6 +77,9 @@ func (n Names) CancelFilter() string { return "$KV." + n.CancelBucket() + ".>" }
 // id: <prefix>.progress.<id> (the request's Spool-Progress-Subject).
 func (n Names) ProgressSubject(id string) string { return n.prefix + ".progress." + id }
 
+// WorkflowsBucket is the KV bucket of workflow state: spool_workflows.
+func (n Names) WorkflowsBucket() string { return n.prefix + "_workflows" }
+
 // LimitsBucket is the KV bucket of flow-control rules, key = task type:
 // spool_limits (see shared/limits).
 func (n Names) LimitsBucket() string { return n.prefix + "_limits" }

@@ -120,7 +120,6 @@ func (t Topology) ResultsConfig() jetstream.KeyValueConfig {
 		Bucket:      t.Names.ResultsBucket(),
 		Description: "Spool task results and states, key = task id",
 		History:     1,
-		TTL:         t.Settings.ResultTTL,
 		Storage:     t.Settings.storage(),
 		Replicas:    t.Settings.Replicas,
 	}
@@ -174,5 +173,18 @@ func (t Topology) LeasesConfig() jetstream.KeyValueConfig {
 		Storage:        t.Settings.storage(),
 		Replicas:       t.Settings.Replicas,
 		LimitMarkerTTL: uniqueMarkerTTL,
+	}
+}
+
+// WorkflowsConfig is the spool_workflows bucket: one key per workflow and
+// one per step, every change a compare-and-set. It has no TTL: a workflow
+// may wait longer than any TTL for its steps, so its keys stay until deleted.
+func (t Topology) WorkflowsConfig() jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      t.Names.WorkflowsBucket(),
+		Description: "Spool workflows: <id>.wf and <id>.step.<name>, compare-and-set",
+		History:     1,
+		Storage:     t.Settings.storage(),
+		Replicas:    t.Settings.Replicas,
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/shared/lifecycle"
 	"github.com/spoolq/spool/shared/logging"
+	"github.com/spoolq/spool/shared/workflow"
 	"github.com/spoolq/spool/streams/dlq"
 )
 
@@ -241,6 +242,7 @@ type routerBinding struct {
 	tasks   jetstream.Stream
 	cons    jetstream.Consumer
 	results *results.Store
+	wf      *workflow.Store // nil without a workflows bucket
 }
 
 // Start binds the task stream, the router's consumer and the buckets, then
@@ -312,7 +314,14 @@ func (r *Router) bind(ctx context.Context) (routerBinding, error) {
 	if err != nil {
 		return b, fmt.Errorf("starting dlq router: %w", err)
 	}
-	return routerBinding{tasks: tasks, cons: cons, results: store}, nil
+	wf, err := workflow.Open(ctx, r.js, r.names, r.logger)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		wf, err = nil, nil // provisioned before workflows: no step tasks to advance
+	}
+	if err != nil {
+		return b, fmt.Errorf("starting dlq router: %w", err)
+	}
+	return routerBinding{tasks: tasks, cons: cons, results: store, wf: wf}, nil
 }
 
 // Stop stops pulling, lets the advisory in hand finish, and waits for the
@@ -576,6 +585,14 @@ func (r *Router) route(ctx context.Context, b routerBinding, adv routerAdvisory,
 	}
 	if err := b.results.Dead(ctx, m); err != nil {
 		return 0, fmt.Errorf("recording dead task %s: %w", id, err)
+	}
+	// A workflow step is advanced as failed before its task goes, like a
+	// worker does before it terminates one.
+	if ref, ok := workflow.RefOf(raw.Header, id); ok && b.wf != nil {
+		o := workflow.Outcome{State: workflow.Failed, Error: m.Err, Reason: spool.ReasonMaxDeliver}
+		if err := b.wf.Finish(ctx, ref, o); err != nil {
+			return 0, err
+		}
 	}
 	if err := b.tasks.DeleteMsg(ctx, adv.StreamSeq); err != nil {
 		// Deleting a message that is already gone fails too; that is fine.

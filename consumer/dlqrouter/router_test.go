@@ -15,6 +15,7 @@ import (
 
 	"github.com/spoolq/spool/consumer/dlqrouter"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/workflow"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/dlq"
 	"github.com/spoolq/spool/streams/streamstest"
@@ -663,4 +664,36 @@ func TestRouterLifecycle(t *testing.T) {
 			t.Error("New(nil) succeeded")
 		}
 	})
+}
+
+// A workflow step whose worker crashes every time is dead-lettered by the
+// router, which also advances its workflow: the step fails, the steps
+// after it are cancelled and the workflow ends failed.
+func TestRouterAdvancesWorkflowOfCrashedStep(t *testing.T) {
+	t.Parallel()
+	e := newRouterEnv(t)
+	ctx := routerCtx(t)
+	store, err := workflow.Open(ctx, e.js, e.names, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := workflow.Doc{ID: "crashy"}
+	d.Chain(workflow.Task("a", "email.send", nil), workflow.Task("b", "email.send", nil))
+	if _, err := store.Submit(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	e.crashWorker(t, spool.Normal)
+	e.startRouter(t)
+	r, err := store.Wait(ctx, "crashy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Status(ctx, "crashy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != workflow.Failed || st.Steps[0].State != workflow.Failed || st.Steps[1].State != workflow.Cancelled ||
+		r.Failure == nil || r.Failure.Reason != string(spool.ReasonMaxDeliver) {
+		t.Errorf("workflow %+v, steps %+v", r, st.Steps)
+	}
 }

@@ -121,6 +121,7 @@ func NewHandler(client *producer.Client, adm *admin.Client, opts Options) http.H
 	h.routeDLQ(mux)
 	h.routePause(mux)
 	h.routeSchedules(mux)
+	h.routeWorkflows(mux)
 	h.routeLimits(mux)
 	h.routeMetrics(mux)
 	// Known paths with a method they do not serve answer 405. Patterns

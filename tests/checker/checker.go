@@ -124,6 +124,13 @@ func (c *Checker) Executed(id string, e Execution) {
 	c.executions[id] = append(c.executions[id], e)
 }
 
+// Executions returns the recorded handler runs of task id.
+func (c *Checker) Executions(id string) []Execution {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.executions[id])
+}
+
 // Result records the (latest) result document of a task.
 func (c *Checker) Result(doc spool.Result) {
 	c.mu.Lock()

@@ -173,10 +173,10 @@ func TestRolesDenyByConstruction(t *testing.T) {
 			// Cancelling, pausing and periodic schedules are operators' actions.
 			"$KV.spool_cancel.task-1", "$JS.API.STREAM.MSG.DELETE.SPOOL_TASKS", "spool.cron.nightly",
 		}, changeTopology...),
-		// A worker publishes schedules: it hands a task waiting for a
-		// flow-control limit back as one.
+		// A worker publishes tasks and schedules: the steps of a workflow
+		// that became ready, and a task waiting for a flow-control limit,
+		// handed back as a schedule.
 		"spool-consumer": append([]string{
-			"spool.tasks.high.x",
 			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_DLQ.x", "$JS.API.DIRECT.GET.SPOOL_DLQ",
 			"$JS.API.CONSUMER.CREATE.KV_spool_results.x",
 			"$KV.spool_cancel.task-1", "spool.cron.nightly",

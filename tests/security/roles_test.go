@@ -481,10 +481,15 @@ func TestConsumerRole(t *testing.T) {
 				_, err := c.js.PauseConsumer(ctx, names.TaskStream(), names.Consumer(spool.High), time.Now().Add(time.Hour))
 				return err
 			}},
-		{name: "publish a task", user: cons, denied: `Publish to "spool.tasks.high.x"`,
+		// A worker that finishes a workflow step enqueues the steps that
+		// became ready.
+		{name: "enqueue a workflow step", user: cons,
 			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
-				_, err := c.js.Publish(ctx, "spool.tasks.high.x", nil)
-				return err
+				ack, err := c.js.Publish(ctx, "spool.tasks.high.x", nil)
+				if err != nil {
+					return err
+				}
+				return wantStream(ack, names.TaskStream())
 			}},
 		{name: "create a stream", user: cons, denied: `Publish to "$JS.API.STREAM.CREATE.EVIL"`,
 			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {

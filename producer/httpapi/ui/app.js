@@ -774,6 +774,131 @@
     if (id) lookup(id);
   });
 
+  // ---- workflows -----------------------------------------------------------
+
+  const WF_REFRESH_MS = 2000;
+  const WF_MAX_NODES = 300; // larger workflows: the first steps of each layer, and a count
+  const wf = { selected: null };
+
+  async function loadWorkflows() {
+    let res;
+    try {
+      res = await api("GET", "/v1/workflows");
+    } catch (e) {
+      $("#wf-count").textContent = "(" + e.message + ")";
+      return;
+    }
+    const list = (res && res.workflows) || [];
+    $("#wf-count").textContent = list.length ? "(" + fmtInt(list.length) + ")" : "";
+    $("#wf-empty").hidden = list.length > 0;
+    $("#wf-list").hidden = list.length === 0;
+    $("#wf-list tbody").replaceChildren(...list.slice(0, 100).map((w) => {
+      const tr = el("tr", { "data-id": w.id },
+        el("td", {}, el("code", {}, w.id)),
+        el("td", {}, el("span", { class: "badge state-" + w.state }, w.state)),
+        el("td", { class: "num" }, fmtInt(w.done) + " / " + fmtInt(w.total)),
+        el("td", {}, fmtDateTime(w.submitted_at)),
+        el("td", {}, w.failure ? w.failure.step + ": " + (w.failure.error || "") : ""));
+      tr.addEventListener("click", () => openWorkflow(w.id));
+      return tr;
+    }));
+    if (wf.selected) openWorkflow(wf.selected, true);
+  }
+
+  async function openWorkflow(id, quiet) {
+    wf.selected = id;
+    let st;
+    try {
+      st = await api("GET", "/v1/workflows/" + encodeURIComponent(id));
+    } catch (e) {
+      if (!quiet) $("#wf-graph-note").textContent = "Could not read workflow " + id + ": " + e.message;
+      return;
+    }
+    if (wf.selected !== id) return;
+    $("#wf-detail").hidden = false;
+    $("#wf-detail-id").textContent = st.id;
+    const badge = $("#wf-detail-state");
+    badge.textContent = st.state;
+    badge.className = "badge state-" + st.state;
+    $("#wf-detail-summary").textContent = fmtInt(st.done) + " of " + fmtInt(st.total) + " steps done · on_error " + st.on_error +
+      (st.failure ? " · failed step " + st.failure.step : "") + (st.retries ? " · retried " + st.retries + "×" : "");
+    renderGraph(st);
+  }
+
+  // renderGraph lays the steps out in layers (a step one layer right of
+  // its deepest input) and draws an edge from each input to its step.
+  function renderGraph(st) {
+    const steps = st.steps || [];
+    const byName = new Map(steps.map((s) => [s.name, s]));
+    const layer = new Map();
+    const depth = (s, seen) => {
+      if (layer.has(s.name)) return layer.get(s.name);
+      if (seen.has(s.name)) return 0;
+      seen.add(s.name);
+      let d = 0;
+      for (const a of s.after || []) if (byName.has(a)) d = Math.max(d, depth(byName.get(a), seen) + 1);
+      layer.set(s.name, d);
+      return d;
+    };
+    let maxLayer = 0;
+    for (const s of steps) if (!s.on_failure) maxLayer = Math.max(maxLayer, depth(s, new Set()));
+    const layers = [];
+    for (const s of steps) {
+      const d = s.on_failure ? maxLayer + 1 : layer.get(s.name);
+      (layers[d] = layers[d] || []).push(s);
+    }
+    const perLayer = Math.max(1, Math.floor(WF_MAX_NODES / Math.max(1, layers.length)));
+    const W = 150, H = 34, GX = 50, GY = 12;
+    const pos = new Map();
+    let rows = 0, hidden = 0;
+    layers.forEach((ls, i) => {
+      (ls || []).forEach((s, j) => {
+        if (j >= perLayer) { hidden++; return; }
+        pos.set(s.name, { x: 10 + i * (W + GX), y: 10 + j * (H + GY) });
+        rows = Math.max(rows, j + 1);
+      });
+    });
+    const svg = $("#wf-graph");
+    const NS = "http://www.w3.org/2000/svg";
+    const mk = (tag, attrs) => {
+      const e = document.createElementNS(NS, tag);
+      for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+      return e;
+    };
+    const width = 20 + layers.length * (W + GX), height = 20 + rows * (H + GY);
+    svg.setAttribute("viewBox", "0 0 " + width + " " + height);
+    svg.style.height = Math.min(height, 600) + "px";
+    const kids = [];
+    for (const s of steps) {
+      const to = pos.get(s.name);
+      if (!to) continue;
+      for (const a of s.after || []) {
+        const from = pos.get(a);
+        if (!from) continue;
+        kids.push(mk("path", { class: "edge", "data-from": a, "data-to": s.name,
+          d: "M" + (from.x + W) + " " + (from.y + H / 2) + " C" + (from.x + W + GX / 2) + " " + (from.y + H / 2) + " " + (to.x - GX / 2) + " " + (to.y + H / 2) + " " + to.x + " " + (to.y + H / 2) }));
+      }
+    }
+    for (const s of steps) {
+      const p = pos.get(s.name);
+      if (!p) continue;
+      const g = mk("g", { class: "node state-" + s.state, "data-step": s.name, "data-state": s.state, "data-task": s.task_id || "" });
+      const title = mk("title", {});
+      title.textContent = s.name + " (" + s.type + "): " + s.state + (s.task ? ", attempt " + s.task.attempts + ", task " + s.task.state : "") + (s.error ? " — " + s.error : "");
+      g.append(title, mk("rect", { x: p.x, y: p.y, width: W, height: H }));
+      const label = mk("text", { x: p.x + 6, y: p.y + 14 });
+      label.textContent = (s.on_failure ? "⚠ " : "") + s.name;
+      const sub = mk("text", { x: p.x + 6, y: p.y + 28, class: "muted" });
+      sub.textContent = s.state + (s.task ? " · " + s.task.attempts + "×" : "");
+      g.append(label, sub);
+      if (s.task_id) g.addEventListener("click", () => lookup(s.task_id));
+      kids.push(g);
+    }
+    svg.replaceChildren(...kids);
+    $("#wf-graph-note").textContent = (hidden ? fmtInt(hidden) + " more steps not drawn. " : "") + "Click a step to look up its task.";
+  }
+
+  $("#wf-close").addEventListener("click", () => { $("#wf-detail").hidden = true; wf.selected = null; });
   // ---- flow-control limits -------------------------------------------------
 
   const LIMITS_REFRESH_MS = 2000;
@@ -860,9 +985,11 @@
   if (params.get("task")) lookup(params.get("task"));
   tick();
   loadDLQ();
+  loadWorkflows();
   loadLimits();
   setInterval(tick, REFRESH_MS);
   loadSchedules();
   setInterval(loadSchedules, 5 * REFRESH_MS);
+  setInterval(loadWorkflows, WF_REFRESH_MS);
   setInterval(loadLimits, LIMITS_REFRESH_MS);
 })();

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -12,23 +11,11 @@ import (
 
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams/dlq"
-	"github.com/spoolq/spool/streams/embedded"
 )
 
 func TestDLQCommands(t *testing.T) {
 	t.Parallel()
-	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	url := s.ClientURL()
-	admin := func(args ...string) (string, error) {
-		var out, errOut bytes.Buffer
-		err := run(t.Context(), append(args, "--url", url), &out, &errOut)
-		t.Logf("spool-admin %s\n%s%s", strings.Join(args, " "), out.String(), errOut.String())
-		return out.String(), err
-	}
+	url, admin := startAdmin(t)
 	if _, err := admin("provision"); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@
 //	spool-admin pause <priority> [--for D | --until T]   pause a priority fleet-wide
 //	spool-admin resume <priority>                        resume it
 //	spool-admin schedule list|set|pause|resume|delete    periodic tasks
+//	spool-admin workflows list|show|cancel|retry   manage workflows
 //	spool-admin limits ls|set|rm   flow-control rules and their usage
 //
 // Configuration comes from SPOOL_ environment variables (spool-admin help
@@ -64,6 +65,7 @@ commands:
   pause P     pause priority P for the whole fleet (--for D or --until T; default until resumed)
   resume P    resume priority P
   schedule    list, set, pause, resume and delete periodic tasks (spool-admin schedule help)
+  workflows   list, show, cancel and retry workflows (spool-admin workflows help)
   limits      flow-control rules: ls, set, rm (spool-admin limits help)
   help        show this text and the environment variables
 
@@ -105,6 +107,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runPause(ctx, cmd, args, stdout, stderr)
 	case "schedule":
 		return runSchedule(ctx, args, stdout, stderr)
+	case "workflows":
+		return runWorkflows(ctx, args, stdout, stderr)
 	case "limits":
 		return runLimits(ctx, args, stdout, stderr)
 	default:
@@ -143,9 +147,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "provisioned %s, %s, %s, 5 priority consumers, KV %s, %s, %s, %s and %s\n",
+		fmt.Fprintf(stdout, "provisioned %s, %s, %s, 5 priority consumers, KV %s, %s, %s, %s, %s and %s\n",
 			names.TaskStream(), names.DLQStream(), names.AdvisoryStream(), names.ResultsBucket(), names.UniqueBucket(),
-			names.CancelBucket(), names.LimitsBucket(), names.LeasesBucket())
+			names.CancelBucket(), names.LimitsBucket(), names.LeasesBucket(), names.WorkflowsBucket())
 		return nil
 	default: // status
 		st, err := sess.admin.Status(ctx)

@@ -87,6 +87,9 @@ type config struct {
 	backlogConc int
 	concs       []int
 	limitsN     int // tasks per flow-control run (a quarter with SyncAlways)
+	// wfChains is how many chains of 10 the workflow scenario times;
+	// wfGroup the members of its group.
+	wfChains, wfGroup int
 }
 
 func defaultConfig(quick bool) config {
@@ -99,6 +102,7 @@ func defaultConfig(quick bool) config {
 		sharesPer: 2000, sharesWin: 4000, sharesSlots: 8,
 		backlogLo: 10_000, backlogHi: 1_000_000, backlogN: 8000, backlogReps: 6, backlogConc: 100,
 		concs: []int{10, 100}, limitsN: 2_000,
+		wfChains: 20, wfGroup: 10_000,
 	}
 	if quick {
 		c = config{
@@ -109,6 +113,7 @@ func defaultConfig(quick bool) config {
 			sharesPer: 100, sharesWin: 200, sharesSlots: 8,
 			backlogLo: 300, backlogHi: 1000, backlogN: 100, backlogReps: 1, backlogConc: 10,
 			concs: []int{10}, limitsN: 200,
+			wfChains: 3, wfGroup: 300,
 		}
 	}
 	return c
@@ -118,7 +123,7 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.runs, "runs", c.runs, "repetitions of every scenario (medians are reported)")
 	fs.StringVar(&c.out, "out", c.out, "report file (empty: stdout only)")
 	fs.StringVar(&c.only, "sync", c.only, "run one sync mode only: default or always")
-	fs.StringVar(&c.scenarios, "scenarios", c.scenarios, "run only these scenarios (comma-separated: enqueue,processing,pickup,shares,limits,backlog)")
+	fs.StringVar(&c.scenarios, "scenarios", c.scenarios, "run only these scenarios (comma-separated: enqueue,processing,pickup,shares,limits,workflows,backlog)")
 	fs.StringVar(&c.profileDir, "profile", c.profileDir, "write CPU profiles of the processing consumers to this directory")
 	fs.IntVar(&c.queued, "queued", c.queued, "queued tasks of the processing scenario")
 	fs.IntVar(&c.processN, "processed", c.processN, "tasks processed per processing run with default sync (at most -queued)")

@@ -99,7 +99,12 @@ func writeReport(cfg config, r *results, wall time.Duration) error {
 	for _, mode := range r.modes {
 		fmt.Fprintf(&b, "\n## %s\n\n", mode)
 		b.WriteString("| figure | raw JetStream | raw + Nats-Msg-Id | Spool | Spool / raw |\n|---|---:|---:|---:|---:|\n")
+		var wfRows []string
 		for _, row := range r.rows[mode] {
+			if strings.HasPrefix(row, "workflow:") {
+				wfRows = append(wfRows, row)
+				continue
+			}
 			raw, _ := r.median(mode, row, "raw")
 			rawH, nh := r.median(mode, row, "raw+headers")
 			sp, ns := r.median(mode, row, "spool")
@@ -118,6 +123,18 @@ func writeReport(cfg config, r *results, wall time.Duration) error {
 				ratio = "" // a share is compared with its weight, not with raw
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", row, fmtVal(raw), hcell, fmtVal(sp), ratio)
+		}
+		if len(wfRows) > 0 {
+			b.WriteString("\n| workflows | plain Spool tasks | workflow | workflow / plain |\n|---|---:|---:|---:|\n")
+			for _, row := range wfRows {
+				plain, _ := r.median(mode, row, variantPlain)
+				wf, _ := r.median(mode, row, variantWorkflow)
+				ratio := ""
+				if plain != 0 {
+					ratio = fmt.Sprintf("%.2f", wf/plain)
+				}
+				fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", strings.TrimPrefix(row, "workflow: "), fmtVal(plain), fmtVal(wf), ratio)
+			}
 		}
 	}
 	os.Stdout.Write(b.Bytes())
@@ -152,7 +169,9 @@ func methodNotes(c config) string {
 - **pickup**: an idle consumer; %d tasks published one at a time at %d tasks/s; stream timestamp → handler start (raw: delivery of a waiting `+"`Fetch(1)`"+`).
 - **shares**: %d tasks queued in each of the five priorities, %d slots, boost off; the share of the first %d tasks started per priority, against the configured weights (raw round-robins the five consumers). The longest wait of idle is the longest time without an idle task starting.
 - **backlog**: %d drains of %d tasks at concurrency %d, each after a top-up to %d and then to %d queued tasks; throughput over all drains; RSS is the consumer children's peak (VmHWM).
+- **workflows**: a worker of 100 slots with a no-op handler in the harness's process. Chain: the median of %d chains of 10 steps (each receiving the previous result), submit to final state, against 10 plain tasks each enqueued once the previous completed (`+"`Enqueue`"+` + `+"`Wait`"+`). Group: %d members and one callback taking all their results, submit to final state, against %d plain tasks from `+"`EnqueueBatch`"+` until the stream is empty.
 - **CPU per task**: user+sys of the producer (this process, getrusage), the consumer child (getrusage) and the server child (/proc/<pid>/stat) over the measured window, divided by the tasks.
 `, c.latencyN, c.batchN, c.batchSize, 4096, c.queued, c.processN, c.processNAlw, c.pickupN, c.pickupRate,
-		c.sharesPer, c.sharesSlots, c.sharesWin, c.backlogReps, c.backlogN, c.backlogConc, c.backlogLo, c.backlogHi)
+		c.sharesPer, c.sharesSlots, c.sharesWin, c.backlogReps, c.backlogN, c.backlogConc, c.backlogLo, c.backlogHi,
+		c.wfChains, c.wfGroup, c.wfGroup)
 }

@@ -37,6 +37,8 @@ type bench struct {
 	// backlogLoRate is the backlog throughput at backlogLo queued, by
 	// variant and run, for the ratio at backlogHi.
 	backlogLoRate map[string]float64
+	// wfRuns numbers the workflow scenario's runs (workflow ids are unique).
+	wfRuns int
 }
 
 func runMode(ctx context.Context, cfg config, syncAlways bool, res *results, log *slog.Logger) error {
@@ -82,6 +84,7 @@ func runMode(ctx context.Context, cfg config, syncAlways bool, res *results, log
 		{"processing", b.processing},
 		{"pickup", b.pickup},
 		{"shares", b.shares},
+		{"workflows", b.workflows},
 		{"limits", b.limits},
 	}
 	for run := 1; run <= cfg.runs; run++ {

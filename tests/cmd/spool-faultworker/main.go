@@ -15,6 +15,10 @@
 //     payload that is not this JSON is a permanent error.
 //   - fault.echo: logs the execution with the payload as value and returns
 //     the payload (any bytes, empty included).
+//   - fault.step: a workflow step. Logs the execution with the task id as
+//     value and returns the id as a JSON string; a step that takes inputs
+//     fails for good if one of them is missing (null), which would mean
+//     it ran before all its inputs completed.
 package main
 
 import (
@@ -37,6 +41,7 @@ import (
 	"github.com/spoolq/spool/shared/config"
 	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/shared/natsconn"
+	"github.com/spoolq/spool/shared/workflow"
 	"github.com/spoolq/spool/tests/checker"
 )
 
@@ -44,6 +49,7 @@ import (
 const (
 	TypeTask = "fault.task"
 	TypeEcho = "fault.echo"
+	TypeStep = "fault.step"
 	// TypeLimited and TypePaced run as fault.task does and also write
 	// their start and end to the span log, for the flow-control checks.
 	TypeLimited = "fault.limited"
@@ -148,6 +154,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	mux := consumer.NewMux()
 	mux.HandleFunc(TypeTask, log.task)
 	mux.HandleFunc(TypeEcho, log.echo)
+	mux.HandleFunc(TypeStep, log.step)
 	mux.HandleFunc(TypeLimited, log.spanned)
 	mux.HandleFunc(TypePaced, log.spanned)
 	w, err := consumer.New(nc, mux,
@@ -319,4 +326,22 @@ func (l *execLog) echo(ctx context.Context, t *consumer.Task) ([]byte, error) {
 		return nil, err
 	}
 	return t.Payload, nil
+}
+
+func (l *execLog) step(ctx context.Context, t *consumer.Task) ([]byte, error) {
+	if err := l.record(t, t.ID); err != nil {
+		return nil, err
+	}
+	if json.Valid(t.Payload) && len(t.Payload) > 0 && t.Payload[0] == '{' {
+		in, err := workflow.DecodeInput(t.Payload)
+		if err != nil {
+			return nil, consumer.Permanent(err)
+		}
+		for i, v := range in.Inputs {
+			if string(v) == "null" {
+				return nil, consumer.Permanent(fmt.Errorf("fault.step %s: input %d is missing", t.ID, i))
+			}
+		}
+	}
+	return json.Marshal(t.ID)
 }
