@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/workflow"
 	"github.com/spoolq/spool/shared/jsproto"
 )
 
@@ -211,6 +212,27 @@ func (w *Worker) settleCancelled(a attemptInfo, o outcome) {
 	})
 	if err != nil {
 		w.log.Warn("releasing unique key", "task_id", a.id, "unique_key", a.uniqueKey, "error", err)
+	}
+	if a.wf != nil {
+		// A workflow step that was cancelled on its own (or by
+		// Client.CancelWorkflow while it ran) advances its workflow like
+		// any other terminal step, before its task is removed.
+		msg := "cancelled"
+		if c.By != "" {
+			msg += " by " + c.By
+		}
+		if c.Reason != "" {
+			msg += ": " + c.Reason
+		}
+		err := w.settleWrite(a, "advancing the workflow of cancelled task "+a.id, func(context.Context) error {
+			return w.finishStep(a, workflow.Outcome{State: workflow.Cancelled, Error: msg})
+		})
+		if err != nil {
+			// Left unacked: the task comes back and is settled again.
+			w.log.Warn("advancing the workflow of a cancelled step; the task will come back", "task_id", a.id, "error", err)
+			w.rec.record(a.p, a.typ, o)
+			return
+		}
 	}
 	if err := a.msg.TermWithReason(spool.TermCancelled); err != nil {
 		w.log.Warn("removing cancelled task", "task_id", a.id, "error", err)

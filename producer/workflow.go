@@ -83,8 +83,12 @@ func (c *Client) WaitWorkflow(ctx context.Context, id string) (workflow.Status, 
 }
 
 // CancelWorkflow cancels a running workflow: steps not started end
-// cancelled, running steps finish, then the workflow ends cancelled. A
-// finished workflow is left as it is. It returns the workflow record.
+// cancelled, and every step whose task is queued or running has its task
+// cancelled (Cancel: a running handler's context ends), so the workflow
+// ends cancelled without waiting for them. A finished workflow is left as
+// it is. It returns the workflow record. Cancelling the steps' tasks needs
+// the right to cancel tasks (the broker's role has it); where the caller
+// lacks it, the running steps finish on their own and the error says so.
 func (c *Client) CancelWorkflow(ctx context.Context, id string) (workflow.Record, error) {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
@@ -92,7 +96,28 @@ func (c *Client) CancelWorkflow(ctx context.Context, id string) (workflow.Record
 	if err != nil {
 		return workflow.Record{}, err
 	}
-	return s.Cancel(ctx, id)
+	r, err := s.Cancel(ctx, id)
+	if err != nil {
+		return r, err
+	}
+	st, err := s.Status(ctx, id)
+	if err != nil {
+		return r, fmt.Errorf("workflow %q cancelled; reading its steps to cancel the running ones: %w", id, err)
+	}
+	var errs []error
+	for _, step := range st.Steps {
+		if step.TaskID == "" || step.State.Terminal() || step.Task != nil && step.Task.State.Terminal() {
+			continue
+		}
+		_, err := c.Cancel(ctx, step.TaskID, CancelBy("workflow "+id), CancelReason("the workflow was cancelled"))
+		if err != nil && !errors.Is(err, ErrTaskFinished) && !errors.Is(err, ErrTaskNotFound) {
+			errs = append(errs, fmt.Errorf("step %q (task %q): %w", step.Name, step.TaskID, err))
+		}
+	}
+	if len(errs) > 0 {
+		return r, fmt.Errorf("workflow %q cancelled, but its running steps finish on their own: %w", id, errors.Join(errs...))
+	}
+	return r, nil
 }
 
 // RetryWorkflow runs a failed or cancelled workflow again from the steps
