@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
-	"github.com/spoolq/spool/shared/workflow"
 	"github.com/spoolq/spool/shared/jsproto"
+	"github.com/spoolq/spool/shared/workflow"
 )
 
 // ErrCancelled is the cause of a handler context ended because its task
