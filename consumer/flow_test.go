@@ -112,7 +112,7 @@ func TestConcurrencyLimitAcrossWorkers(t *testing.T) {
 
 // A rate limit of 20 per second spaces the starts evenly: no second holds
 // more than 20 (+1 for the jitter between a lease and its handler's start),
-// and a backlog keeps running at a good part of the rate.
+// and the whole backlog runs, each task on its first attempt.
 func TestRateLimit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, streams.Settings{})
@@ -152,71 +152,72 @@ func TestRateLimit(t *testing.T) {
 	}
 	span := starts[len(starts)-1].Sub(starts[0])
 	rate := float64(len(starts)-1) / span.Seconds()
+	// The rate reached depends on the machine's load (97% of the limit on
+	// an idle one): it is logged, not asserted; a limiter that stalls
+	// fails the waits for every task's completion above.
 	t.Logf("%d starts in %s: %.1f/s (limit %d/s), most in any second %d", len(starts), span, rate, limit, worst)
-	// The rate reached depends on the machine's load (97% on an idle
-	// one): this bound catches a limiter that stalls, the log line above
-	// is the measurement.
-	if rate < 0.4*limit {
-		t.Errorf("rate %.1f/s with a backlog, want at least 40%% of %d/s", rate, limit)
-	}
 }
 
-// An unlimited type keeps its throughput while a type limited to 5 has a
-// backlog in the same priority: the limited tasks waiting for a slot are
-// handed back, not held. The unlimited type's rate with the limited
-// backlog is compared with its rate alone, on the same server.
+// An unlimited type is not held back by a type limited to 5 with a backlog
+// queued ahead of it in the same priority: while the limited type's five
+// slots stay held, every unlimited task runs (the limited tasks waiting
+// for a slot are handed back, not held), and the limit is never exceeded.
+// How fast the unlimited type runs beside the backlog is measured by
+// make bench (spool-bench -scenarios limits), not asserted here.
 func TestLimitedTypeDoesNotBlockOthers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, streams.Settings{})
 	e.putRule(limits.Rule{Type: "slow", Concurrency: 5})
-	const nFree, nSlow = 3000, 1000
-	var freeDone atomic.Int64
-	var mu sync.Mutex
-	var first, last time.Time
+	const nFree, nSlow = 500, 200
+	var freeDone, slowDone, slowRunning, slowMost atomic.Int64
+	release := make(chan struct{})
 	mux := consumer.NewMux()
 	mux.HandleFunc("free", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
-		now := time.Now()
-		mu.Lock()
-		if first.IsZero() {
-			first = now
-		}
-		last = now
-		mu.Unlock()
 		freeDone.Add(1)
 		return nil, nil
 	})
 	mux.HandleFunc("slow", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
-		select {
-		case <-time.After(50 * time.Millisecond):
-		case <-ctx.Done():
+		n := slowRunning.Add(1)
+		defer slowRunning.Add(-1)
+		for m := slowMost.Load(); n > m && !slowMost.CompareAndSwap(m, n); m = slowMost.Load() {
 		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		slowDone.Add(1)
 		return nil, nil
 	})
 	e.worker(mux, consumer.WithConcurrency(20, 20))
-	rate := func(want int64) float64 {
-		streamstest.WaitFor(t, 2*time.Minute, func() error {
-			if n := freeDone.Load(); n < want {
-				return fmt.Errorf("%d of %d free tasks done", n, want)
-			}
-			return nil
-		})
-		mu.Lock()
-		defer mu.Unlock()
-		r := float64(nFree-1) / last.Sub(first).Seconds()
-		first = time.Time{}
-		return r
-	}
-	// A first round warms the worker and the server up; the second is
-	// the reference.
-	e.publishMany(spool.Normal, "free", nFree, nil)
-	rate(nFree)
-	e.publishMany(spool.Normal, "free", nFree, nil)
-	alone := rate(2 * nFree)
+	// The limited backlog is queued first, ahead of the free tasks in the
+	// same priority, and its five slots stay held until release: every
+	// free task must still run meanwhile.
 	e.publishMany(spool.Normal, "slow", nSlow, nil)
+	streamstest.WaitFor(t, time.Minute, func() error {
+		if n := slowRunning.Load(); n < 5 {
+			return fmt.Errorf("%d limited tasks running, want its 5 slots held", n)
+		}
+		return nil
+	})
 	e.publishMany(spool.Normal, "free", nFree, nil)
-	beside := rate(3 * nFree)
-	t.Logf("free tasks: %.0f/s alone, %.0f/s beside a backlog of %d tasks limited to 5 (%.2f×)", alone, beside, nSlow, beside/alone)
-	if beside < 0.5*alone {
-		t.Errorf("the unlimited type ran at %.0f/s beside the limited backlog, %.0f/s alone: the limited type holds it back", beside, alone)
+	streamstest.WaitFor(t, 2*time.Minute, func() error {
+		if n := freeDone.Load(); n < nFree {
+			return fmt.Errorf("%d of %d free tasks done while the limited type holds its slots", n, nFree)
+		}
+		return nil
+	})
+	if n := slowDone.Load(); n != 0 {
+		t.Fatalf("%d limited tasks finished before release", n)
+	}
+	close(release)
+	streamstest.WaitFor(t, 2*time.Minute, func() error {
+		if n := slowDone.Load(); n < nSlow {
+			return fmt.Errorf("%d of %d limited tasks done", n, nSlow)
+		}
+		return nil
+	})
+	if m := slowMost.Load(); m > 5 {
+		t.Errorf("%d limited tasks ran at once, limit 5", m)
 	}
 }
