@@ -77,6 +77,9 @@ func Retryable(err error) bool {
 		errors.Is(err, nats.ErrNoResponders),
 		errors.Is(err, nats.ErrConnectionReconnecting),
 		errors.Is(err, nats.ErrDisconnected),
+		// Publishes buffered while the connection reconnects filled its
+		// reconnect buffer: the connection is coming back.
+		errors.Is(err, nats.ErrReconnectBufExceeded),
 		errors.Is(err, jetstream.ErrNoStreamResponse),
 		errors.Is(err, jetstream.ErrAsyncPublishTimeout),
 		errors.Is(err, jetstream.ErrJetStreamNotEnabled):

@@ -24,6 +24,7 @@ func TestRetryable(t *testing.T) {
 		{context.DeadlineExceeded, true},
 		{fmt.Errorf("get: %w", nats.ErrTimeout), true},
 		{nats.ErrNoResponders, true},
+		{fmt.Errorf("looking up stream: %w", nats.ErrReconnectBufExceeded), true},
 		{jetstream.ErrNoStreamResponse, true},
 		{jetstream.ErrJetStreamNotEnabled, true},
 		{&jetstream.APIError{Code: 500, ErrorCode: 10009}, true},
