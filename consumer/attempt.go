@@ -463,7 +463,7 @@ func classify(hard, attemptCtx context.Context, r handlerResult) ([]byte, error,
 		return r.out, nil, verdictOK, ""
 	}
 	var pe *PanicError
-	var se *SnoozeError
+	var se *snoozeError
 	switch {
 	case errors.As(r.err, &se) && hard.Err() == nil:
 		return nil, r.err, verdictSnoozed, ""
@@ -660,7 +660,7 @@ func (w *Worker) deadLetter(a attemptInfo, reason spool.Reason, cause error, o o
 // the task is NAKed with the delay. A snooze that would need a delivery
 // past the consumer's MaxDeliver dead-letters the task instead.
 func (w *Worker) snooze(a attemptInfo, herr error, o outcome) {
-	var se *SnoozeError
+	var se *snoozeError
 	errors.As(herr, &se)
 	if md := w.maxDeliver[a.p]; md > 0 && a.attempt+a.snoozes >= md {
 		o.failed = true

@@ -6,32 +6,41 @@ import (
 	"time"
 )
 
-// RetryAfterError is a handler's failure that asks for the next attempt
-// after Delay instead of the worker's backoff. The attempt counts: when
-// it was the last, the task is dead-lettered as for any error.
-type RetryAfterError struct {
+// retryAfterError is a handler's failure that asks for the next attempt
+// after Delay instead of the worker's backoff (see RetryAfter).
+type retryAfterError struct {
 	Err   error
 	Delay time.Duration
 }
 
-func (e *RetryAfterError) Error() string {
+func (e *retryAfterError) Error() string {
 	return fmt.Sprintf("%v (retry after %s)", e.Err, e.Delay)
 }
 
-func (e *RetryAfterError) Unwrap() error { return e.Err }
+func (e *retryAfterError) Unwrap() error { return e.Err }
 
 // RetryAfter marks err so the task is retried after d (at least 0) rather
-// than after the backoff. A nil err becomes a generic failure.
+// than after the backoff. The attempt counts: when it was the last, the
+// task is dead-lettered as for any error. A nil err becomes a generic
+// failure. errors.Is and errors.As still reach err.
 func RetryAfter(err error, d time.Duration) error {
 	if err == nil {
 		err = errors.New("retry requested")
 	}
-	return &RetryAfterError{Err: err, Delay: max(0, d)}
+	return &retryAfterError{Err: err, Delay: max(0, d)}
 }
 
-// SnoozeError is a handler's verdict that the task should run again after
-// Delay without counting the attempt (not an error: nothing is logged as
-// a failure).
+// snoozeError is a handler's verdict that the task should run again after
+// Delay without counting the attempt (see Snooze).
+type snoozeError struct {
+	Delay time.Duration
+}
+
+func (e *snoozeError) Error() string { return fmt.Sprintf("snoozed for %s", e.Delay) }
+
+// Snooze returns the verdict that runs the task again after d (at least
+// 0) without counting this attempt (not a failure: nothing is logged as
+// one).
 //
 // JetStream counts every delivery and the server stops delivering a task
 // after the consumer's MaxDeliver (SPOOL_MAX_DELIVER, 10) deliveries. A
@@ -41,15 +50,7 @@ func RetryAfter(err error, d time.Duration) error {
 // deliveries: a task that would be delivered past MaxDeliver by a snooze
 // is dead-lettered instead (reason error, "snoozed past the consumer's
 // max deliveries").
-type SnoozeError struct {
-	Delay time.Duration
-}
-
-func (e *SnoozeError) Error() string { return fmt.Sprintf("snoozed for %s", e.Delay) }
-
-// Snooze returns the verdict that runs the task again after d (at least
-// 0) without counting this attempt.
-func Snooze(d time.Duration) error { return &SnoozeError{Delay: max(0, d)} }
+func Snooze(d time.Duration) error { return &snoozeError{Delay: max(0, d)} }
 
 // RetryDelayFunc chooses the delay before the next attempt of a task of
 // type typ whose attempt number attempt failed with err. A negative result
@@ -73,7 +74,7 @@ func WithRetryDelayFunc(fn RetryDelayFunc) Option {
 // nextDelay is the delay before the attempt after a failed one: the
 // handler's RetryAfter, else the retry-delay function, else the backoff.
 func (o config) nextDelay(typ string, attempt int, err error) time.Duration {
-	var ra *RetryAfterError
+	var ra *retryAfterError
 	if errors.As(err, &ra) {
 		return ra.Delay
 	}
