@@ -86,7 +86,12 @@ func (c *Client) Wait(ctx context.Context, id string) (spool.Result, error) {
 	}()
 	// Round trip: the server has the subscription before the first read,
 	// so a write after the read is seen on it.
-	if err := c.nc.FlushWithContext(ctx); err != nil {
+	// The flush is bounded on its own: Wait's ctx may have no deadline
+	// (it waits as long as ctx allows), which FlushWithContext refuses.
+	fctx, fcancel := c.withTimeout(ctx)
+	err = c.nc.FlushWithContext(fctx)
+	fcancel()
+	if err != nil {
 		return spool.Result{}, fmt.Errorf("waiting for task %q: subscribing: %w", id, err)
 	}
 	var last spool.Result

@@ -90,6 +90,20 @@ func TestWaitReturnsAtTerminalState(t *testing.T) {
 	}
 }
 
+// Wait waits as long as its context allows, so a context without a
+// deadline is valid (the benchmark harness waits that way).
+func TestWaitWithoutDeadline(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	e.putResult(t, spool.Result{ID: "nodeadline", State: spool.StateCompleted})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r, err := e.client.Wait(ctx, "nodeadline")
+	if err != nil || r.State != spool.StateCompleted {
+		t.Fatalf("Wait without a deadline: %+v, %v", r, err)
+	}
+}
+
 func TestWaitEndsWithItsContext(t *testing.T) {
 	t.Parallel()
 	e := startEnv(t)
