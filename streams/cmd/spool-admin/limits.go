@@ -38,12 +38,8 @@ flags:
 `
 
 func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprint(stdout, limitsUsage)
-		if len(args) == 0 {
-			return errors.New("limits: no command given")
-		}
-		return nil
+	if done, err := familyHelp("limits", limitsUsage, args, stdout); done {
+		return err
 	}
 	cmd, args := args[0], args[1:]
 	fs := flag.NewFlagSet("spool-admin limits "+cmd, flag.ContinueOnError)
@@ -185,4 +181,18 @@ func rateText(r *limits.Rate) string {
 func describe(r limits.Rule) string {
 	return fmt.Sprintf("concurrency %s, rate %s, key concurrency %s, key rate %s",
 		orNone(r.Concurrency), rateText(r.Rate), orNone(r.KeyConcurrency), rateText(r.KeyRate))
+}
+
+// familyHelp answers a command family's help (spool-admin limits,
+// schedule, workflows): with no command, or help, -h or --help, it prints
+// the family's usage and reports done; no command at all is an error.
+func familyHelp(family, usage string, args []string, stdout io.Writer) (done bool, err error) {
+	if len(args) > 0 && args[0] != "help" && args[0] != "-h" && args[0] != "--help" {
+		return false, nil
+	}
+	fmt.Fprint(stdout, usage)
+	if len(args) == 0 {
+		return true, errors.New(family + ": no command given")
+	}
+	return true, nil
 }

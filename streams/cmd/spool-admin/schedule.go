@@ -36,12 +36,8 @@ flags:
 
 // runSchedule runs `spool-admin schedule <command>`.
 func runSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprint(stdout, scheduleUsage)
-		if len(args) == 0 {
-			return errors.New("schedule: no command given")
-		}
-		return nil
+	if done, err := familyHelp("schedule", scheduleUsage, args, stdout); done {
+		return err
 	}
 	cmd, args := args[0], args[1:]
 	fs := cli.NewFlagSet("spool-admin schedule " + cmd)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -31,12 +30,8 @@ flags:
 `
 
 func runWorkflows(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprint(stdout, workflowsUsage)
-		if len(args) == 0 {
-			return errors.New("workflows: no command given")
-		}
-		return nil
+	if done, err := familyHelp("workflows", workflowsUsage, args, stdout); done {
+		return err
 	}
 	cmd, args := args[0], args[1:]
 	fs := flag.NewFlagSet("spool-admin workflows "+cmd, flag.ContinueOnError)
