@@ -54,6 +54,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 			break
 		}
 	}
+	for _, syncAlways := range cfg.syncModes() {
+		if err != nil || !cfg.cluster || !cfg.wants("cluster") {
+			break
+		}
+		err = runCluster(ctx, cfg, syncAlways, res, log)
+	}
 	if werr := writeReport(cfg, res, time.Since(started)); werr != nil {
 		return errors.Join(err, werr)
 	}
@@ -86,6 +92,10 @@ type config struct {
 	backlogReps int // drains per backlog run
 	backlogConc int
 	concs       []int
+	// cluster runs the cluster scenario (a local 3-node cluster): on by
+	// default, off in a quick run.
+	cluster bool
+	leaderN int // tasks drained per leader-change run
 	limitsN     int // tasks per flow-control run (a quarter with SyncAlways)
 	// wfChains is how many chains of 10 the workflow scenario times;
 	// wfGroup the members of its group.
@@ -103,6 +113,7 @@ func defaultConfig(quick bool) config {
 		backlogLo: 10_000, backlogHi: 1_000_000, backlogN: 8000, backlogReps: 6, backlogConc: 100,
 		concs: []int{10, 100}, limitsN: 2_000,
 		wfChains: 20, wfGroup: 10_000,
+		cluster: true, leaderN: 20_000,
 	}
 	if quick {
 		c = config{
@@ -114,6 +125,7 @@ func defaultConfig(quick bool) config {
 			backlogLo: 300, backlogHi: 1000, backlogN: 100, backlogReps: 1, backlogConc: 10,
 			concs: []int{10}, limitsN: 200,
 			wfChains: 3, wfGroup: 300,
+			leaderN: 3000,
 		}
 	}
 	return c
@@ -123,9 +135,10 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.runs, "runs", c.runs, "repetitions of every scenario (medians are reported)")
 	fs.StringVar(&c.out, "out", c.out, "report file (empty: stdout only)")
 	fs.StringVar(&c.only, "sync", c.only, "run one sync mode only: default or always")
-	fs.StringVar(&c.scenarios, "scenarios", c.scenarios, "run only these scenarios (comma-separated: enqueue,processing,pickup,shares,limits,workflows,backlog)")
+	fs.StringVar(&c.scenarios, "scenarios", c.scenarios, "run only these scenarios (comma-separated: enqueue,processing,pickup,shares,limits,workflows,backlog,cluster)")
 	fs.StringVar(&c.profileDir, "profile", c.profileDir, "write CPU profiles of the processing consumers to this directory")
 	fs.IntVar(&c.queued, "queued", c.queued, "queued tasks of the processing scenario")
+	fs.BoolVar(&c.cluster, "cluster", c.cluster, "run the cluster scenario on a local 3-node cluster (default on; off with BENCH_QUICK)")
 	fs.IntVar(&c.processN, "processed", c.processN, "tasks processed per processing run with default sync (at most -queued)")
 }
 
