@@ -96,7 +96,7 @@ type config struct {
 	// default, off in a quick run.
 	cluster bool
 	leaderN int // tasks drained per leader-change run
-	limitsN     int // tasks per flow-control run (a quarter with SyncAlways)
+	limitsN int // tasks per flow-control run (a quarter with SyncAlways)
 	// wfChains is how many chains of 10 the workflow scenario times;
 	// wfGroup the members of its group.
 	wfChains, wfGroup int
