@@ -92,14 +92,14 @@ type config struct {
 	backlogReps int // drains per backlog run
 	backlogConc int
 	concs       []int
+	limitsN     int // tasks per flow-control run (a quarter with SyncAlways)
+	// wfChains is how many chains of 10 the workflow scenario times;
+	// wfGroup the members of its group.
+	wfChains, wfGroup int
 	// cluster runs the cluster scenario (a local 3-node cluster): on by
 	// default, off in a quick run.
 	cluster bool
 	leaderN int // tasks drained per leader-change run
-	limitsN int // tasks per flow-control run (a quarter with SyncAlways)
-	// wfChains is how many chains of 10 the workflow scenario times;
-	// wfGroup the members of its group.
-	wfChains, wfGroup int
 }
 
 func defaultConfig(quick bool) config {
