@@ -70,7 +70,7 @@ func StartCluster(n int, o Options) (*Cluster, error) {
 		c.opts = append(c.opts, opts)
 	}
 	for _, opts := range c.opts {
-		s, err := startServer(opts, o.Logger, o.Debug)
+		s, err := startServer(opts, o)
 		if err != nil {
 			c.Shutdown()
 			return nil, err
@@ -190,7 +190,7 @@ func (c *Cluster) Restart(i int) error {
 	c.mu.Lock()
 	opts := c.opts[i].Clone()
 	c.mu.Unlock()
-	s, err := startServer(opts, c.base.Logger, c.base.Debug)
+	s, err := startServer(opts, c.base)
 	if err != nil {
 		return fmt.Errorf("restarting node %d: %w", i, err)
 	}
