@@ -44,7 +44,8 @@ const clusterReady = time.Minute
 type cluster struct {
 	dir        string
 	syncAlways bool
-	ports      []int // client ports, then route ports
+	mappings   string // -map of every node: src=dst;src=dst
+	ports      []int  // client ports, then route ports
 	nodes      []*serverProc
 	// srv stands for the whole cluster in the scenario code: its URL lists
 	// every node, its CPU is the sum of theirs.
@@ -52,12 +53,12 @@ type cluster struct {
 	log *slog.Logger
 }
 
-func startCluster(ctx context.Context, dir string, syncAlways bool, log *slog.Logger) (*cluster, error) {
+func startCluster(ctx context.Context, dir string, syncAlways bool, mappings string, log *slog.Logger) (*cluster, error) {
 	ports, err := loopbackPorts(2 * clusterSize)
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{dir: dir, syncAlways: syncAlways, ports: ports, nodes: make([]*serverProc, clusterSize), log: log}
+	c := &cluster{dir: dir, syncAlways: syncAlways, mappings: mappings, ports: ports, nodes: make([]*serverProc, clusterSize), log: log}
 	for i := range clusterSize {
 		if err := c.startNode(ctx, i); err != nil {
 			c.stop()
@@ -101,6 +102,9 @@ func (c *cluster) startNode(ctx context.Context, i int) error {
 		"-routes", strings.Join(routes, ",")}
 	if c.syncAlways {
 		args = append(args, "-sync")
+	}
+	if c.mappings != "" {
+		args = append(args, "-map", c.mappings)
 	}
 	p, err := startChildServer(ctx, args...)
 	if err != nil {
@@ -213,6 +217,7 @@ func nodeChild(ctx context.Context, args []string) error {
 	cport := fs.Int("cluster-port", 0, "route port")
 	routes := fs.String("routes", "", "comma-separated route URLs of every node")
 	syncAlways := fs.Bool("sync", false, "SyncAlways")
+	mappings := fs.String("map", "", "subject mappings of the account: src=dst;src=dst")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -234,6 +239,13 @@ func nodeChild(ctx context.Context, args []string) error {
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return fmt.Errorf("creating the node: %w", err)
+	}
+	for m := range strings.SplitSeq(*mappings, ";") {
+		if src, dst, ok := strings.Cut(m, "="); ok {
+			if err := s.GlobalAccount().AddMapping(src, dst); err != nil {
+				return fmt.Errorf("mapping %q: %w", m, err)
+			}
+		}
 	}
 	s.Start()
 	defer func() {
@@ -282,7 +294,7 @@ func clusterConfig(cfg config, syncAlways bool) config {
 func runCluster(ctx context.Context, cfg config, syncAlways bool, res *results, log *slog.Logger) error {
 	mode := clusterMode(syncAlways)
 	cfg = clusterConfig(cfg, syncAlways)
-	b, cl, err := openCluster(ctx, cfg, syncAlways, mode, 1, res, log)
+	b, cl, err := openCluster(ctx, cfg, syncAlways, mode, "", res, log)
 	if err != nil {
 		return err
 	}
@@ -313,15 +325,16 @@ func runCluster(ctx context.Context, cfg config, syncAlways bool, res *results, 
 	return b.purge(ctx)
 }
 
-// openCluster starts the cluster, provisions the topology with R3 (and
-// partitions task streams) and returns a bench pointed at it.
-func openCluster(ctx context.Context, cfg config, syncAlways bool, mode string, partitions int, res *results, log *slog.Logger) (*bench, *cluster, error) {
+// openCluster starts the cluster (its nodes with mappings, see nodeChild),
+// provisions the default topology with R3 and returns a bench pointed at
+// it.
+func openCluster(ctx context.Context, cfg config, syncAlways bool, mode, mappings string, res *results, log *slog.Logger) (*bench, *cluster, error) {
 	dir, err := os.MkdirTemp("", "spool-bench-cluster-")
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating the store directory: %w", err)
 	}
 	log = log.With("sync", mode)
-	cl, err := startCluster(ctx, dir, syncAlways, log)
+	cl, err := startCluster(ctx, dir, syncAlways, mappings, log)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, nil, err

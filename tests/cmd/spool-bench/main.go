@@ -60,6 +60,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		}
 		err = runCluster(ctx, cfg, syncAlways, res, log)
 	}
+	if err == nil && cfg.cluster && cfg.wants("partitions") {
+		err = runPartitions(ctx, cfg, res, log)
+	}
 	if werr := writeReport(cfg, res, time.Since(started)); werr != nil {
 		return errors.Join(err, werr)
 	}
@@ -135,10 +138,10 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.runs, "runs", c.runs, "repetitions of every scenario (medians are reported)")
 	fs.StringVar(&c.out, "out", c.out, "report file (empty: stdout only)")
 	fs.StringVar(&c.only, "sync", c.only, "run one sync mode only: default or always")
-	fs.StringVar(&c.scenarios, "scenarios", c.scenarios, "run only these scenarios (comma-separated: enqueue,processing,pickup,shares,limits,workflows,backlog,cluster)")
+	fs.StringVar(&c.scenarios, "scenarios", c.scenarios, "run only these scenarios (comma-separated: enqueue,processing,pickup,shares,limits,workflows,backlog,cluster,partitions)")
 	fs.StringVar(&c.profileDir, "profile", c.profileDir, "write CPU profiles of the processing consumers to this directory")
 	fs.IntVar(&c.queued, "queued", c.queued, "queued tasks of the processing scenario")
-	fs.BoolVar(&c.cluster, "cluster", c.cluster, "run the cluster scenario on a local 3-node cluster (default on; off with BENCH_QUICK)")
+	fs.BoolVar(&c.cluster, "cluster", c.cluster, "run the cluster and partitions scenarios on a local 3-node cluster (default on; off with BENCH_QUICK)")
 	fs.IntVar(&c.processN, "processed", c.processN, "tasks processed per processing run with default sync (at most -queued)")
 }
 
