@@ -24,8 +24,9 @@ const partitions = 3
 // Tasks spread over three task partitions on a 3-node cluster, one worker
 // per partition: every task completes, the weights order them within the
 // partitions, a failing task is dead-lettered by its worker and a crashing
-// one by the DLQ router whatever its partition, and a leader change of
-// one partition leaves the others working.
+// one by the DLQ router whatever its partition, a queued task of any
+// partition can be cancelled, and a leader change of one partition leaves
+// the others working.
 func TestPartitions(t *testing.T) {
 	t.Parallel()
 	settings := streams.Settings{Storage: "file", Partitions: partitions, AckWait: time.Second, MaxDeliver: 2}
@@ -66,6 +67,12 @@ func TestPartitions(t *testing.T) {
 	// Its dedup id names the partition: sequences repeat across them.
 	if got, want := m.Header.Get(spool.HeaderMsgID), "dlq-"+s.names.PartitionStream(part)+"-"; !strings.HasPrefix(got, want) {
 		t.Errorf("dead letter id %q, want %s<seq>", got, want)
+	}
+
+	// A queued task of a partition after the first is found and cancelled.
+	cancelled, _, _ := s.enqueueOutsidePartition0("cancelled")
+	if r, err := s.client.Cancel(streamstest.Context(t), cancelled); err != nil || r.State != spool.StateCancelled {
+		t.Errorf("cancelling queued task %s: %+v, %v; want cancelled", cancelled, r, err)
 	}
 
 	// Queued before any worker runs: 12 types × 5 priorities × 2.
