@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/embedded"
@@ -27,20 +24,7 @@ func TestProvisionPartitions(t *testing.T) {
 	const k = 3
 	names := spool.DefaultNames()
 	src, dst := names.PartitionMapping(k)
-	c, err := embedded.StartCluster(3, embedded.Options{StoreDir: t.TempDir(), Name: "part", Mappings: map[string]string{src: dst}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Shutdown)
-	nc, err := nats.Connect(c.ClientURLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := startCluster(t, embedded.Options{Name: "part", Mappings: map[string]string{src: dst}})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	topo, err := streams.New(names, streams.Settings{Replicas: 3, Partitions: k})

@@ -43,6 +43,28 @@ func startServer(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 	return nc, js
 }
 
+// startCluster starts a 3-node cluster owned by t (opts without StoreDir)
+// and returns a JetStream context on a connection to all its nodes.
+func startCluster(t *testing.T, opts embedded.Options) jetstream.JetStream {
+	t.Helper()
+	opts.StoreDir = t.TempDir()
+	c, err := embedded.StartCluster(3, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Shutdown)
+	nc, err := nats.Connect(c.ClientURLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
@@ -209,20 +231,7 @@ func TestRawPublishByPriority(t *testing.T) {
 
 func TestProvisionCluster(t *testing.T) {
 	t.Parallel()
-	c, err := embedded.StartCluster(3, embedded.Options{StoreDir: t.TempDir(), Name: "prov"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Shutdown)
-	nc, err := nats.Connect(c.ClientURLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := startCluster(t, embedded.Options{Name: "prov"})
 	ctx := ctxFor(t)
 	names := spool.DefaultNames()
 	topo, err := streams.New(names, streams.Settings{Replicas: 3})

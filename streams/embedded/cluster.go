@@ -39,7 +39,7 @@ func StartCluster(n int, o Options) (*Cluster, error) {
 	if o.Name == "" {
 		o.Name = "spool"
 	}
-	ports, err := freePorts(2 * n)
+	ports, err := FreePorts(2 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -84,8 +84,10 @@ func StartCluster(n int, o Options) (*Cluster, error) {
 	return c, nil
 }
 
-// freePorts reserves n distinct loopback ports by listening and closing.
-func freePorts(n int) ([]int, error) {
+// FreePorts reserves n distinct loopback ports by listening and closing:
+// ports for servers started later (a cluster's, or a node restarted on its
+// old ports).
+func FreePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	var ls []net.Listener
 	defer func() {

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/spoolq/spool/consumer"
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
@@ -41,22 +39,10 @@ func TestPartitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	crashed := make(chan struct{})
-	go func() {
-		defer close(crashed)
-		for ctx.Err() == nil {
-			fctx, fcancel := context.WithTimeout(ctx, 500*time.Millisecond)
-			if b, err := cons.Fetch(1, jetstream.FetchContext(fctx)); err == nil {
-				for range b.Messages() { // received, never acked
-				}
-			}
-			fcancel()
-		}
-	}()
+	stop := crashing(t, cons)
+	t.Cleanup(stop)
 	r := s.wait(crash, spool.StateDead)
-	cancel()
-	<-crashed
+	stop()
 	if r.Reason != spool.ReasonMaxDeliver {
 		t.Errorf("crashing task: %+v, want dead with reason max_deliver", r)
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -72,15 +71,7 @@ func serveChild(ctx context.Context, args []string) error {
 	}
 	defer st.Stop()
 	fmt.Println(st.URL)
-	done := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
+	waitStdin(ctx)
 	return nil
 }
 

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -27,6 +26,7 @@ import (
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/embedded"
 )
 
 // clusterSize is the number of nodes of the local cluster.
@@ -54,7 +54,7 @@ type cluster struct {
 }
 
 func startCluster(ctx context.Context, dir string, syncAlways bool, mappings string, log *slog.Logger) (*cluster, error) {
-	ports, err := loopbackPorts(2 * clusterSize)
+	ports, err := embedded.FreePorts(2 * clusterSize)
 	if err != nil {
 		return nil, err
 	}
@@ -75,20 +75,6 @@ func startCluster(ctx context.Context, dir string, syncAlways bool, mappings str
 		return nil, err
 	}
 	return c, nil
-}
-
-// loopbackPorts reserves n distinct loopback ports by listening and closing.
-func loopbackPorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("reserving a port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // startNode starts (or restarts) node i.
@@ -256,6 +242,13 @@ func nodeChild(ctx context.Context, args []string) error {
 		return errors.New("node not ready for connections")
 	}
 	fmt.Println(s.ClientURL())
+	waitStdin(ctx)
+	return nil
+}
+
+// waitStdin returns when stdin closes (the harness is done with this
+// child) or ctx ends.
+func waitStdin(ctx context.Context) {
 	done := make(chan struct{})
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
@@ -265,7 +258,6 @@ func nodeChild(ctx context.Context, args []string) error {
 	case <-done:
 	case <-ctx.Done():
 	}
-	return nil
 }
 
 // clusterModes are the report sections of the cluster scenario.

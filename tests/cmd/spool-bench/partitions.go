@@ -104,18 +104,8 @@ func (b *bench) partitions(ctx context.Context, k int) error {
 	b.add(label+": servers leading a task partition", "raw", float64(len(leaders)))
 
 	n := b.cfg.processN
-	payload := []byte(`{"n":1}`)
 	t0 := time.Now()
-	for i := range n {
-		subject, err := names.TaskSubject(spool.Normal, "bench.t"+strconv.Itoa(i%partitionTypes))
-		if err != nil {
-			return err
-		}
-		if _, err := b.js.PublishAsync(subject, payload, jetstream.WithStallWait(time.Minute)); err != nil {
-			return fmt.Errorf("publishing: %w", err)
-		}
-	}
-	if err := b.filled(ctx); err != nil {
+	if err := b.fillPartitions(ctx, names, n); err != nil {
 		return err
 	}
 	b.add(label+": enqueue, PublishAsync over "+strconv.Itoa(partitionTypes)+" types (tasks/s)", "raw", float64(n)/time.Since(t0).Seconds())
@@ -137,14 +127,15 @@ func (b *bench) partitions(ctx context.Context, k int) error {
 	return nil
 }
 
-// fillPartitions publishes n normal tasks over partitionTypes types.
+// fillPartitions publishes n normal tasks over partitionTypes types and
+// waits for every ack.
 func (b *bench) fillPartitions(ctx context.Context, names spool.Names, n int) error {
 	for i := range n {
 		subject, err := names.TaskSubject(spool.Normal, "bench.t"+strconv.Itoa(i%partitionTypes))
 		if err != nil {
 			return err
 		}
-		if _, err := b.js.PublishAsync(subject, nil, jetstream.WithStallWait(time.Minute)); err != nil {
+		if _, err := b.js.PublishAsync(subject, []byte(`{"n":1}`), jetstream.WithStallWait(time.Minute)); err != nil {
 			return fmt.Errorf("publishing: %w", err)
 		}
 	}
