@@ -31,7 +31,14 @@ func startServer(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(s.ClientURL())
+	return connect(t, s.ClientURL())
+}
+
+// connect opens a connection to url, closed by t.Cleanup, and a JetStream
+// context on it.
+func connect(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,15 +60,7 @@ func startCluster(t *testing.T, opts embedded.Options) jetstream.JetStream {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Shutdown)
-	nc, err := nats.Connect(c.ClientURLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := connect(t, c.ClientURLs())
 	return js
 }
 
