@@ -260,7 +260,7 @@ func waitStdin(ctx context.Context) {
 	}
 }
 
-// clusterModes are the report sections of the cluster scenario.
+// clusterMode names the report section of the cluster scenario.
 func clusterMode(syncAlways bool) string {
 	if syncAlways {
 		return "cluster R3, SyncAlways"
