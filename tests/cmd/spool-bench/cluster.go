@@ -502,7 +502,11 @@ func (w *ackWatch) close() { w.nc.Close() }
 func (b *bench) leaderChange(ctx context.Context, cl *cluster) error {
 	n := b.cfg.leaderN
 	stream := b.names.TaskStream()
-	for _, kind := range []string{"step-down", "SIGKILL"} {
+	kinds := []string{"step-down", "SIGKILL"}
+	if !b.cfg.leaderKill {
+		kinds = kinds[:1]
+	}
+	for _, kind := range kinds {
 		row := "leader change, " + kind + " of the task stream leader: longest gap between completions (ms)"
 		for _, variant := range []string{"raw", "spool"} {
 			if err := b.waitCurrent(ctx); err != nil {

@@ -103,6 +103,10 @@ type config struct {
 	// default, off in a quick run.
 	cluster bool
 	leaderN int // tasks drained per leader-change run
+	// leaderKill adds the SIGKILL of the leader's node to the step-down in
+	// the leader-change scenario (on; the quick test leaves it out: each
+	// takes an election timeout and a node restart).
+	leaderKill bool
 }
 
 func defaultConfig(quick bool) config {
@@ -116,7 +120,7 @@ func defaultConfig(quick bool) config {
 		backlogLo: 10_000, backlogHi: 1_000_000, backlogN: 8000, backlogReps: 6, backlogConc: 100,
 		concs: []int{10, 100}, limitsN: 2_000,
 		wfChains: 20, wfGroup: 10_000,
-		cluster: true, leaderN: 20_000,
+		cluster: true, leaderN: 20_000, leaderKill: true,
 	}
 	if quick {
 		c = config{
@@ -128,7 +132,7 @@ func defaultConfig(quick bool) config {
 			backlogLo: 300, backlogHi: 1000, backlogN: 100, backlogReps: 1, backlogConc: 10,
 			concs: []int{10}, limitsN: 200,
 			wfChains: 3, wfGroup: 300,
-			leaderN: 3000,
+			leaderN: 3000, leaderKill: true,
 		}
 	}
 	return c
