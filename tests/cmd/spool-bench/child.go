@@ -111,7 +111,7 @@ func consumeChild(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
 	var f consumeFlags
 	fs.StringVar(&f.url, "url", "", "server URL")
-	fs.StringVar(&f.mode, "mode", "spool", "raw or spool")
+	fs.StringVar(&f.mode, "mode", "spool", "raw, spool or asynq")
 	fs.StringVar(&f.task, "task", "drain", "drain, pickup or shares")
 	fs.IntVar(&f.n, "n", 1000, "tasks to measure")
 	fs.IntVar(&f.conc, "conc", 10, "concurrency")
@@ -131,6 +131,13 @@ func consumeChild(ctx context.Context, args []string) error {
 			return fmt.Errorf("starting the profile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if f.mode == "asynq" { // the peer: -url is a Redis address
+		var rep consumeReport
+		if err := asynqConsume(ctx, f, &rep); err != nil {
+			return err
+		}
+		return finishConsume(&rep, *memProfile)
 	}
 	nc, err := nats.Connect(f.url, nats.Name("spool-bench-consume"))
 	if err != nil {
@@ -185,8 +192,14 @@ func consumeChild(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *memProfile != "" {
-		fh, err := os.Create(*memProfile)
+	return finishConsume(&rep, *memProfile)
+}
+
+// finishConsume writes the allocation profile (if asked) and prints the
+// report as the child's last line.
+func finishConsume(rep *consumeReport, memProfile string) error {
+	if memProfile != "" {
+		fh, err := os.Create(memProfile)
 		if err != nil {
 			return fmt.Errorf("creating the profile: %w", err)
 		}
