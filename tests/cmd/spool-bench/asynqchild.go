@@ -38,9 +38,10 @@ func asynqConsume(ctx context.Context, f consumeFlags, rep *consumeReport) error
 		return nil
 	})
 	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: f.url}, asynq.Config{
-		Concurrency: f.conc,
-		Queues:      map[string]int{asynqQueue: 1},
-		LogLevel:    asynq.WarnLevel,
+		Concurrency:       f.conc,
+		TaskCheckInterval: f.asynqPoll,
+		Queues:            map[string]int{asynqQueue: 1},
+		LogLevel:          asynq.WarnLevel,
 	})
 	var win window
 	if f.task == "drain" {
