@@ -54,25 +54,8 @@ func asynqConsume(ctx context.Context, f consumeFlags, rep *consumeReport) error
 	if f.task != "drain" {
 		win = startWindow()
 	}
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	var last int64
-	progress := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-		n := done.Load()
-		if n >= int64(f.n) {
-			break
-		}
-		if n != last {
-			last, progress = n, time.Now()
-		} else if time.Since(progress) > stallLimit {
-			return fmt.Errorf("asynq: no task handled for %s (%d of %d done)", stallLimit, n, f.n)
-		}
+	if err := awaitCount(ctx, f.n, "handled by asynq", func() uint64 { return uint64(done.Load()) }); err != nil {
+		return err
 	}
 	win.end(rep, f.n)
 	mu.Lock()
@@ -84,4 +67,29 @@ func asynqConsume(ctx context.Context, f consumeFlags, rep *consumeReport) error
 		quantiles(samples, rep)
 	}
 	return nil
+}
+
+// awaitCount polls count every 2ms until it reaches n; it fails when the
+// count stands still for stallLimit (what names the tasks counted).
+func awaitCount(ctx context.Context, n int, what string, count func() uint64) error {
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	var last uint64
+	progress := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		c := count()
+		if c >= uint64(n) {
+			return nil
+		}
+		if c != last {
+			last, progress = c, time.Now()
+		} else if time.Since(progress) > stallLimit {
+			return fmt.Errorf("no task %s for %s (%d of %d done)", what, stallLimit, c, n)
+		}
+	}
 }

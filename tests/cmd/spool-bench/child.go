@@ -425,25 +425,8 @@ func spoolRun(ctx context.Context, nc *nats.Conn, f consumeFlags, rep *consumeRe
 	if f.task != "drain" {
 		win = startWindow()
 	}
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	var last uint64
-	progress := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-		n := w.Stats().Total().Completed
-		if n >= uint64(f.n) {
-			break
-		}
-		if n != last {
-			last, progress = n, time.Now()
-		} else if time.Since(progress) > stallLimit {
-			return fmt.Errorf("no task completed for %s (%d of %d done)", stallLimit, n, f.n)
-		}
+	if err := awaitCount(ctx, f.n, "completed", func() uint64 { return w.Stats().Total().Completed }); err != nil {
+		return err
 	}
 	win.end(rep, f.n)
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)

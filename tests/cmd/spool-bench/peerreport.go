@@ -57,7 +57,7 @@ func peerTable(r *results, mode string) string {
 		return ""
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n### asynq (Redis), %s\n\nasynq %s on redis-server %s with %s.\n\n", mode, r.peer.asynq, r.peer.redis, redisPersistence(mode))
+	fmt.Fprintf(&b, "\n### asynq (Redis), %s\n\nasynq %s on redis-server %s with %s. Spool / asynq above 1: Spool is faster (tasks/s) or costlier (µs, writes).\n\n", mode, r.peer.asynq, r.peer.redis, redisPersistence(mode))
 	b.WriteString("| figure | raw JetStream | Spool | asynq (Redis) | Spool / asynq |\n|---|---:|---:|---:|---:|\n")
 	for _, row := range rows {
 		raw, nr := r.median(mode, row, "raw")
