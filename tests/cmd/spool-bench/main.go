@@ -6,6 +6,9 @@
 // SyncAlways), runs the consumer side in child processes (so their RSS and
 // CPU are their own), runs the producer side itself, repeats every
 // scenario (-runs, default 3) and reports medians and the Spool/raw ratio.
+// The peers scenario runs the same processing, pickup and enqueue work
+// against asynq on a redis-server child (skipped, saying so, when
+// redis-server is not on PATH).
 //
 //	go run ./tests/cmd/spool-bench -out BENCHMARKS.md
 //	BENCH_QUICK=1 go run ./tests/cmd/spool-bench   # tiny counts, a smoke run
