@@ -78,8 +78,21 @@ func redisArgs(port int, dir string, always bool) []string {
 	return append(args, "--appendonly", "no")
 }
 
-// startRedis starts redis-server (path) and waits until it answers PING.
+// startRedis starts redis-server (path) and waits until it answers PING;
+// it tries three ports, since another process may take the free port it
+// picked before redis-server binds it.
 func startRedis(ctx context.Context, path, dir string, always bool) (*redisProc, error) {
+	var err error
+	for range 3 {
+		var rp *redisProc
+		if rp, err = startRedisOnce(ctx, path, dir, always); err == nil || ctx.Err() != nil {
+			return rp, err
+		}
+	}
+	return nil, fmt.Errorf("3 tries: %w", err)
+}
+
+func startRedisOnce(ctx context.Context, path, dir string, always bool) (*redisProc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
