@@ -77,6 +77,9 @@ func TestPeerReport(t *testing.T) {
 	res.add("default sync", both, variantAsynq, 100)
 	res.add("default sync", both, variantAsynq, 120)
 	res.add("default sync", peerOnly, variantAsynq, 5000)
+	const pickup = "pickup at 200 tasks/s: p50 (µs)"
+	res.add("default sync", pickup, "spool", 200)
+	res.add("default sync", pickup, variantAsynq, 600_000)
 	if res.peerOnly("default sync", both) || !res.peerOnly("default sync", peerOnly) {
 		t.Fatal("peerOnly misjudged the rows")
 	}
@@ -100,6 +103,7 @@ func TestPeerReport(t *testing.T) {
 		"asynq v0.26.0 on redis-server 7.0.15",
 		"| " + both + " | 300.0 | 200.0 | 110.0 | 1.82 |", // median of 100 and 120; Spool / asynq
 		"| " + peerOnly + " |  |  | 5000 |  |",
+		"| " + pickup + " |  | 200.0 | 600000 | 0.00033 |",
 	} {
 		if !strings.Contains(peer, want) {
 			t.Errorf("asynq table lacks %q:\n%s", want, peer)

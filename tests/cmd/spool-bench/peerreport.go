@@ -71,10 +71,20 @@ func peerTable(r *results, mode string) string {
 		if ns > 0 {
 			cells[1] = fmtVal(sp)
 			if as != 0 {
-				ratio = fmt.Sprintf("%.2f", sp/as)
+				ratio = fmtRatio(sp / as)
 			}
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", row, cells[0], cells[1], cells[2], ratio)
 	}
 	return b.String()
+}
+
+// fmtRatio prints a ratio with two decimals, or two significant digits
+// below 0.1 (Spool's pickup is thousands of times shorter than asynq's
+// default polling: 0.00 would say nothing).
+func fmtRatio(v float64) string {
+	if v != 0 && v < 0.1 {
+		return fmt.Sprintf("%.2g", v)
+	}
+	return fmt.Sprintf("%.2f", v)
 }
