@@ -21,6 +21,7 @@ type results struct {
 	modes []string
 	rows  map[string][]string // mode → row names in first-seen order
 	vals  map[string][]float64
+	peer  peerInfo // the asynq run (peers scenario)
 }
 
 func newResults() *results {
@@ -99,11 +100,15 @@ func writeReport(cfg config, r *results, wall time.Duration) error {
 	if cfg.cluster {
 		b.WriteString(clusterNote())
 	}
+	b.WriteString(peerMethod(r))
 	for _, mode := range r.modes {
 		fmt.Fprintf(&b, "\n## %s\n\n", mode)
 		b.WriteString("| figure | raw JetStream | raw + Nats-Msg-Id | Spool | Spool / raw |\n|---|---:|---:|---:|---:|\n")
 		var wfRows []string
 		for _, row := range r.rows[mode] {
+			if r.peerOnly(mode, row) {
+				continue // in the asynq table below
+			}
 			if strings.HasPrefix(row, "workflow:") {
 				wfRows = append(wfRows, row)
 				continue
@@ -139,6 +144,7 @@ func writeReport(cfg config, r *results, wall time.Duration) error {
 				fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", strings.TrimPrefix(row, "workflow: "), fmtVal(plain), fmtVal(wf), ratio)
 			}
 		}
+		b.WriteString(peerTable(r, mode))
 	}
 	os.Stdout.Write(b.Bytes())
 	if cfg.out == "" {
