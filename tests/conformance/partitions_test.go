@@ -29,7 +29,14 @@ func TestPartitions(t *testing.T) {
 	t.Parallel()
 	settings := streams.Settings{Storage: "file", Partitions: partitions, AckWait: time.Second, MaxDeliver: 2}
 	env := streamstest.StartCluster(t, 3, settings)
-	s := newStack(t, env, settings, spool.DefaultPrefix)
+	// StartCluster provisioned the partitions under the default prefix,
+	// the one its servers map.
+	client, err := producer.New(env.Connect(t), producer.WithLogger(streamstest.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	s := &stack{t: t, env: env, names: env.Names, client: client}
 	s.router()
 
 	// A task that crashes its worker at every delivery, in a partition
@@ -161,19 +168,25 @@ func (s *stack) enqueueOutsidePartition0(stem string) (string, string, int) {
 	return "", "", 0
 }
 
-// partitionOf is the partition a task was stored in.
+// partitionOf is the partition a task was stored in. A read may be served
+// by a replica that has not stored the task yet (direct get), so it is
+// tried again until one partition shows it.
 func (s *stack) partitionOf(res producer.EnqueueResult) int {
 	s.t.Helper()
-	var errs []error
-	for k := range partitions {
-		m, err := s.env.Stream(s.t, s.names.PartitionStream(k)).GetMsg(streamstest.Context(s.t), res.Sequence)
-		if err == nil && (m.Header.Get(spool.HeaderTaskID) == res.ID || m.Header.Get(spool.HeaderMsgID) == res.ID) {
-			return k
+	found := -1
+	streamstest.WaitFor(s.t, 10*time.Second, func() error {
+		var errs []error
+		for k := range partitions {
+			m, err := s.env.Stream(s.t, s.names.PartitionStream(k)).GetMsg(streamstest.Context(s.t), res.Sequence)
+			if err == nil && (m.Header.Get(spool.HeaderTaskID) == res.ID || m.Header.Get(spool.HeaderMsgID) == res.ID) {
+				found = k
+				return nil
+			}
+			errs = append(errs, err)
 		}
-		errs = append(errs, err)
-	}
-	s.t.Fatalf("task %s (seq %d) in no partition: %v", res.ID, res.Sequence, errors.Join(errs...))
-	return 0
+		return fmt.Errorf("task %s (seq %d) in no partition: %w", res.ID, res.Sequence, errors.Join(errs...))
+	})
+	return found
 }
 
 // queued is the number of messages in partition k's stream.
