@@ -32,7 +32,7 @@ func TestQuickCluster(t *testing.T) {
 	}
 	for mode, rows := range map[string][]string{
 		clusterMode(false): {
-			"enqueue: batch throughput (tasks/s)",
+			"enqueue: streaming (tasks/s)",
 			"processing: 500 queued, concurrency 10 (tasks/s)",
 			"pickup at 200 tasks/s: p99 (µs)",
 			"shares: largest deviation from the weights (pp)",
