@@ -78,6 +78,12 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 			a.attempt = max(1, a.attempt-a.snoozes)
 		}
 	}
+	// A task of a paused type is parked, unrun and uncounted, unless it
+	// was cancelled: that settles it at once, below.
+	if w.parking.Paused(a.typ) && !w.cancels.cancelled(a.id) {
+		w.park(a, meta)
+		return
+	}
 	if ref, ok := workflow.RefOf(hdr, a.id); ok && !w.beginStep(&a, ref) {
 		return
 	}
