@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,9 +12,7 @@ import (
 	"github.com/spoolq/spool/consumer"
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
-	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/admin"
-	"github.com/spoolq/spool/streams/embedded"
 	"github.com/spoolq/spool/streams/streamstest"
 )
 
@@ -41,16 +37,7 @@ func parked(ctx context.Context, adm *admin.Client, typ string) (uint64, bool, e
 // restart; after the resume every task runs once, on attempt 1.
 func TestPauseTaskType(t *testing.T) {
 	t.Parallel()
-	store := t.TempDir()
-	env := streamstest.StartWith(t, embedded.Options{StoreDir: store}, streams.Settings{})
-	u, err := url.Parse(env.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	port, err := strconv.Atoi(u.Port())
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, restart := restartable(t)
 	ctx := streamstest.Context(t)
 	adm, err := admin.New(env.Connect(t), admin.WithLogger(streamstest.Logger(t)))
 	if err != nil {
@@ -129,13 +116,7 @@ func TestPauseTaskType(t *testing.T) {
 	waitParked(35)
 
 	// So does every worker after a server restart.
-	env.Server.Shutdown()
-	env.Server.WaitForShutdown()
-	srv, err := embedded.Start(embedded.Options{StoreDir: store, Port: port})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	restart()
 	reports = append(reports, enqueue("report", 5)...)
 	emails = append(emails, enqueue("email", 5)...)
 	for _, id := range emails {

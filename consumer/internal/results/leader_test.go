@@ -14,12 +14,8 @@ import (
 // than a direct get, and tells a missing document apart.
 func TestGetFromLeader(t *testing.T) {
 	t.Parallel()
-	e := streamstest.Start(t, streams.Settings{})
 	ctx := streamstest.Context(t)
-	s, err := results.New(ctx, e.JS, e.Names, "w1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newStore(t)
 	if _, found, err := s.GetFromLeader(ctx, "missing"); err != nil || found {
 		t.Fatalf("missing document: found %v, err %v", found, err)
 	}
@@ -42,12 +38,8 @@ func TestGetFromLeader(t *testing.T) {
 // is a conflict, and ReadFromLeader returns the revision to write over.
 func TestPutAtRevision(t *testing.T) {
 	t.Parallel()
-	e := streamstest.Start(t, streams.Settings{})
 	ctx := streamstest.Context(t)
-	s, err := results.New(ctx, e.JS, e.Names, "w1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newStore(t)
 	doc := spool.Result{ID: "t2", Type: "a", Priority: spool.High, State: spool.StateProcessing, Attempts: 1}
 	if _, rev, found, err := s.ReadFromLeader(ctx, "t2"); err != nil || found || rev != 0 {
 		t.Fatalf("missing document: rev %d, found %v, err %v", rev, found, err)
@@ -73,4 +65,15 @@ func TestPutAtRevision(t *testing.T) {
 	if err != nil || !found || got.State != spool.StateCompleted {
 		t.Fatalf("after the update: %+v, found %v, err %v", got, found, err)
 	}
+}
+
+// newStore binds a Store (worker "w1") on a server owned by t.
+func newStore(t *testing.T) *results.Store {
+	t.Helper()
+	e := streamstest.Start(t, streams.Settings{})
+	s, err := results.New(streamstest.Context(t), e.JS, e.Names, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

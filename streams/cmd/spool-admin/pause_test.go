@@ -9,21 +9,7 @@ import (
 )
 
 func TestPauseAndResumeCommands(t *testing.T) {
-	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	t.Setenv("SPOOL_LOG_LEVEL", "warn")
-	url := s.ClientURL()
-	cli := func(args ...string) (string, error) {
-		var out, errOut bytes.Buffer
-		err := run(t.Context(), append(args, "--url", url), &out, &errOut)
-		return out.String(), err
-	}
-	if _, err := cli("provision"); err != nil {
-		t.Fatal(err)
-	}
+	cli := provisionedCLI(t)
 	if out, err := cli("pause", "low"); err != nil || out != "paused low until resumed\n" {
 		t.Fatalf("pause: %q, %v", out, err)
 	}
@@ -58,21 +44,7 @@ func TestPauseAndResumeCommands(t *testing.T) {
 }
 
 func TestPauseTypeCommands(t *testing.T) {
-	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	t.Setenv("SPOOL_LOG_LEVEL", "warn")
-	url := s.ClientURL()
-	cli := func(args ...string) (string, error) {
-		var out, errOut bytes.Buffer
-		err := run(t.Context(), append(args, "--url", url), &out, &errOut)
-		return out.String(), err
-	}
-	if _, err := cli("provision"); err != nil {
-		t.Fatal(err)
-	}
+	cli := provisionedCLI(t)
 	if out, err := cli("pause", "type", "email.send", "--reason", "smtp down", "--by", "ops"); err != nil || out != "paused type email.send until resumed\n" {
 		t.Fatalf("pause type: %q, %v", out, err)
 	}
@@ -103,4 +75,26 @@ func TestPauseTypeCommands(t *testing.T) {
 			t.Errorf("%v: %v, want an error containing %q", tc.args, err, tc.want)
 		}
 	}
+}
+
+// provisionedCLI starts a server owned by t, provisions it, and returns a
+// runner of spool-admin commands against it (standard output and error).
+func provisionedCLI(t *testing.T) func(args ...string) (string, error) {
+	t.Helper()
+	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	t.Setenv("SPOOL_LOG_LEVEL", "warn")
+	url := s.ClientURL()
+	cli := func(args ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		err := run(t.Context(), append(args, "--url", url), &out, &errOut)
+		return out.String(), err
+	}
+	if _, err := cli("provision"); err != nil {
+		t.Fatal(err)
+	}
+	return cli
 }
