@@ -125,7 +125,9 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 		pickup = max(0, received.Sub(md.Timestamp))
 	}
 	a.traceParent = meta.TraceParent
-	if w.cancels.cancelled(a.id) {
+	// A redelivery whose document says cancelled was cancelled while it
+	// waited (the cancellation may not have reached this worker yet).
+	if w.cancels.cancelled(a.id) || prior != nil && prior.State == spool.StateCancelled {
 		w.settleCancelled(a, outcome{pickup: -1})
 		return
 	}
@@ -182,8 +184,10 @@ func (w *Worker) priorResult(a attemptInfo) (*spool.Result, uint64) {
 	return &doc, rev
 }
 
+// putProcessing writes the processing state over the revision the attempt
+// read, so it never overwrites a cancellation (see putFinal).
 func (w *Worker) putProcessing(a attemptInfo) {
-	if err := w.results.PutUnacked(a.doc(spool.StateProcessing)); err != nil {
+	if err := w.results.PutUnackedAt(a.doc(spool.StateProcessing), a.rev); err != nil {
 		w.log.Warn("writing processing state", "task_id", a.id, "error", err)
 	}
 }

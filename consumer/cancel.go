@@ -292,6 +292,14 @@ func (w *Worker) putFinal(ctx context.Context, a attemptInfo, doc spool.Result) 
 		if found && cur.State == spool.StateCancelled {
 			return errYield
 		}
+		if found && ownProcessing(cur, doc) {
+			// This attempt's processing state, written over the revision
+			// it read: it replaced no cancellation, so a canceller either
+			// has not written yet (and its write over what it read will
+			// lose to this one or win over it) or wrote after it.
+			rev = curRev
+			continue
+		}
 		cancelled, err := w.cancels.stored(ctx, a.id)
 		if err != nil {
 			return err
@@ -302,6 +310,14 @@ func (w *Worker) putFinal(ctx context.Context, a attemptInfo, doc spool.Result) 
 		rev = curRev
 	}
 	return fmt.Errorf("the result of task %s kept changing (%d writes lost a race)", a.id, maxFinalTries)
+}
+
+// ownProcessing reports whether stored is the processing state of the
+// attempt that finished with doc, as putProcessing writes it (without
+// progress: a progress write is unconditional).
+func ownProcessing(stored, doc spool.Result) bool {
+	return stored.State == spool.StateProcessing && stored.Progress == nil &&
+		stored.Attempts == doc.Attempts && stored.EnqueuedAt.Equal(doc.EnqueuedAt)
 }
 
 // sameFinal reports whether stored is the finished document doc (written

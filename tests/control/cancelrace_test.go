@@ -23,8 +23,21 @@ import (
 // writer. Whenever Cancel reported success the task ends cancelled and no
 // completed state or event follows; whenever it reported the task
 // finished, the task is in the finished state it reported.
+//
+// With a processing delay of 0 every attempt writes its processing state
+// as it starts, so every completion's write meets a changed revision and
+// takes the re-read path.
 func TestCancelRacesCompletion(t *testing.T) {
 	t.Parallel()
+	for name, delay := range map[string]time.Duration{"processing_delay_1s": time.Second, "processing_delay_0": 0} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cancelRace(t, consumer.WithProcessingDelay(delay))
+		})
+	}
+}
+
+func cancelRace(t *testing.T, opts ...consumer.Option) {
 	const rounds = 60
 	env := streamstest.Start(t, streams.Settings{})
 	ctx := streamstest.Context(t)
@@ -73,9 +86,9 @@ func TestCancelRacesCompletion(t *testing.T) {
 		<-r // ignores ctx: the handler finishes whatever the cancel does
 		return []byte(`"done"`), nil
 	})
-	w, err := consumer.New(env.Connect(t), mux, consumer.WithLogger(streamstest.Logger(t)),
+	w, err := consumer.New(env.Connect(t), mux, append([]consumer.Option{consumer.WithLogger(streamstest.Logger(t)),
 		consumer.WithWorkerName("race-worker"), consumer.WithConcurrency(rounds, rounds),
-		consumer.WithPolling(100*time.Millisecond, 50*time.Millisecond))
+		consumer.WithPolling(100*time.Millisecond, 50*time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
@@ -143,6 +144,24 @@ func (r *Store) PutUnacked(doc spool.Result) error {
 		return err
 	}
 	if err := r.js.Conn().Publish(r.putPrefix+doc.ID, b); err != nil {
+		return fmt.Errorf("writing %s result of task %s: %w", doc.State, doc.ID, err)
+	}
+	return nil
+}
+
+// PutUnackedAt is PutUnacked conditional on the key's revision being rev
+// (0: no message): a write that lost the race is dropped by the server,
+// unnoticed. The worker writes the processing state this way, so it never
+// overwrites a cancellation.
+func (r *Store) PutUnackedAt(doc spool.Result, rev uint64) error {
+	b, err := r.encode(&doc)
+	if err != nil {
+		return err
+	}
+	m := &nats.Msg{Subject: r.putPrefix + doc.ID, Data: b, Header: nats.Header{
+		jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(rev, 10)},
+	}}
+	if err := r.js.Conn().PublishMsg(m); err != nil {
 		return fmt.Errorf("writing %s result of task %s: %w", doc.State, doc.ID, err)
 	}
 	return nil
