@@ -545,7 +545,7 @@ func (w *Worker) complete(a attemptInfo, out []byte, o outcome) {
 		w.log.Warn("pipelined result write failed; writing it synchronously", "task_id", a.id, "error", err)
 	}
 	err := w.settleWrite(a, "writing the result of task "+a.id, func(ctx context.Context) error {
-		return w.putFinal(ctx, a, doc)
+		return w.putFinal(ctx, a, doc, false)
 	})
 	if errors.Is(err, errYield) {
 		o.completed = false
@@ -662,7 +662,7 @@ func (w *Worker) deadLetter(a attemptInfo, reason spool.Reason, cause error, o o
 		return
 	}
 	err = w.settleWrite(a, "writing the dead result of task "+a.id, func(ctx context.Context) error {
-		return w.putFinal(ctx, a, w.results.DeadDoc(dm))
+		return w.putFinal(ctx, a, w.results.DeadDoc(dm), false)
 	})
 	if errors.Is(err, errYield) {
 		// Cancelled between the check above and the write: the task ends

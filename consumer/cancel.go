@@ -275,13 +275,19 @@ const maxFinalTries = 8
 // Cancel stores before its document) gives errYield, nothing written;
 // anything else (our own processing state, a stale document) is written
 // over, at the revision read. The document is never recomputed.
-func (w *Worker) putFinal(ctx context.Context, a attemptInfo, doc spool.Result) error {
+//
+// conflicted says a write over a.rev lost already (the pipeline's): the
+// first step is then the read.
+func (w *Worker) putFinal(ctx context.Context, a attemptInfo, doc spool.Result, conflicted bool) error {
 	rev := a.rev
 	for range maxFinalTries {
-		err := w.results.PutAt(ctx, doc, rev)
-		if err == nil || !results.IsConflict(err) {
-			return err
+		if !conflicted {
+			err := w.results.PutAt(ctx, doc, rev)
+			if err == nil || !results.IsConflict(err) {
+				return err
+			}
 		}
+		conflicted = false
 		cur, curRev, found, err := w.results.ReadFromLeader(ctx, a.id)
 		if err != nil {
 			return err
@@ -345,8 +351,11 @@ func (w *Worker) cancelledNow(a attemptInfo) bool {
 // revision and acked, or the task ends cancelled when it was cancelled
 // meanwhile.
 func (w *Worker) finishConflicted(a attemptInfo, o outcome, doc spool.Result) {
+	conflicted := true
 	err := w.settleWrite(a, "writing the result of task "+a.id, func(ctx context.Context) error {
-		return w.putFinal(ctx, a, doc)
+		err := w.putFinal(ctx, a, doc, conflicted)
+		conflicted = false // a retry through an election writes first
+		return err
 	})
 	switch {
 	case errors.Is(err, errYield):
