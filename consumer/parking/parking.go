@@ -68,8 +68,13 @@ type Parking struct {
 	stop       chan struct{}
 	done       sync.WaitGroup
 
-	mu         sync.Mutex
-	paused     map[string]spool.TypePause
+	mu     sync.Mutex
+	paused map[string]spool.TypePause
+	// changes counts the changes heard on the subscription; changed is the
+	// count at each type's last change, so a listing never undoes a
+	// change heard while it ran.
+	changes    uint64
+	changed    map[string]uint64
 	reconnects uint64
 }
 
@@ -83,17 +88,18 @@ func New(ctx context.Context, cfg Config) (*Parking, error) {
 		cfg.DrainEvery = DefaultDrainEvery
 	}
 	p := &Parking{
-		js:     cfg.JS,
-		nc:     cfg.Conn,
-		tasks:  cfg.Tasks,
-		names:  cfg.Names,
-		prefix: strings.TrimSuffix(cfg.Names.PausedFilter(), ">"),
-		perTry: min(max(cfg.IOTimeout, 100*time.Millisecond), jsproto.DefaultPerTry),
-		every:  cfg.DrainEvery,
-		log:    cfg.Logger,
-		kick:   make(chan struct{}, 1),
-		stop:   make(chan struct{}),
-		paused: make(map[string]spool.TypePause),
+		js:      cfg.JS,
+		nc:      cfg.Conn,
+		tasks:   cfg.Tasks,
+		names:   cfg.Names,
+		prefix:  strings.TrimSuffix(cfg.Names.PausedFilter(), ">"),
+		perTry:  min(max(cfg.IOTimeout, 100*time.Millisecond), jsproto.DefaultPerTry),
+		every:   cfg.DrainEvery,
+		log:     cfg.Logger,
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		paused:  make(map[string]spool.TypePause),
+		changed: make(map[string]uint64),
 	}
 	p.base, p.cancelBase = context.WithCancel(context.WithoutCancel(ctx))
 	bind := jsproto.Retry{PerTry: p.perTry, Logger: p.log}
@@ -142,8 +148,12 @@ func (p *Parking) Paused(typ string) bool {
 	return ok && tp.Active(time.Now())
 }
 
-// load replaces the view with the bucket's keys and documents.
+// load replaces the view with the bucket's keys and documents, except for
+// the types whose change was heard while it listed them.
 func (p *Parking) load(ctx context.Context) error {
+	p.mu.Lock()
+	since := p.changes
+	p.mu.Unlock()
 	lister, err := p.kv.ListKeys(ctx)
 	if err != nil {
 		return fmt.Errorf("listing paused types: %w", err)
@@ -173,9 +183,32 @@ func (p *Parking) load(ctx context.Context) error {
 		view[k] = tp
 	}
 	p.mu.Lock()
-	p.paused = view
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	for typ, tp := range view {
+		if p.changed[typ] <= since {
+			p.paused[typ] = tp
+		}
+	}
+	for typ := range p.paused {
+		if _, ok := view[typ]; !ok && p.changed[typ] <= since {
+			delete(p.paused, typ)
+		}
+	}
 	return nil
+}
+
+// heard records a change of typ's pause heard on the subscription (tp nil:
+// resumed).
+func (p *Parking) heard(typ string, tp *spool.TypePause) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.changes++
+	p.changed[typ] = p.changes
+	if tp == nil {
+		delete(p.paused, typ)
+		return
+	}
+	p.paused[typ] = *tp
 }
 
 func (p *Parking) onMsg(m *nats.Msg) {
@@ -184,9 +217,7 @@ func (p *Parking) onMsg(m *nats.Msg) {
 		return
 	}
 	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
-		p.mu.Lock()
-		delete(p.paused, typ)
-		p.mu.Unlock()
+		p.heard(typ, nil)
 		p.log.Info("task type resumed", "type", typ)
 		p.drainSoon()
 		return
@@ -197,9 +228,7 @@ func (p *Parking) onMsg(m *nats.Msg) {
 	if err := json.Unmarshal(m.Data, &tp); err != nil {
 		tp = spool.TypePause{Type: typ}
 	}
-	p.mu.Lock()
-	p.paused[typ] = tp
-	p.mu.Unlock()
+	p.heard(typ, &tp)
 	p.log.Info("task type paused", "type", typ, "by", tp.By, "reason", tp.Reason)
 	if !tp.Active(time.Now()) {
 		p.drainSoon()
