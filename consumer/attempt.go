@@ -345,9 +345,16 @@ func (h *watch) fire() {
 	now := time.Now()
 	if !h.expireAt.IsZero() && !now.Before(h.expireAt) {
 		h.mu.Unlock()
+		// Past the deadline, the context's own timer may not have run yet
+		// on a loaded machine (both timers are due): the attempt timed out
+		// all the same, and must never settle as a success.
+		err := h.ctx.Err()
+		if err == nil {
+			err = context.DeadlineExceeded
+		}
 		h.w.log.Warn("handler still running after its context ended; settling the task now, the slot stays busy until the handler returns",
-			"task_id", h.a.id, "type", h.a.typ, "error", h.ctx.Err())
-		h.finish(handlerResult{err: h.ctx.Err()})
+			"task_id", h.a.id, "type", h.a.typ, "error", err)
+		h.finish(handlerResult{err: err})
 		return
 	}
 	if !h.processingAt.IsZero() && !now.Before(h.processingAt) {
