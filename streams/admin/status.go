@@ -43,6 +43,9 @@ type Status struct {
 	Results uint64 `json:"results"`
 	// StoreBytes is the task stream's size on the server.
 	StoreBytes uint64 `json:"store_bytes"`
+	// Types lists the task types that are paused or have parked tasks
+	// (see Client.Types); empty when none.
+	Types []TypeStatus `json:"types,omitempty"`
 }
 
 // Status reads the queue's status: a few JetStream requests per priority,
@@ -99,6 +102,9 @@ func (c *Client) status(ctx context.Context) (Status, error) {
 		return st, err
 	}
 	if st.Results, err = c.streamMsgs(ctx, "KV_"+names.ResultsBucket()); err != nil {
+		return st, err
+	}
+	if st.Types, err = c.types(ctx); err != nil {
 		return st, err
 	}
 	return st, nil
