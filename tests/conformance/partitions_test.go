@@ -10,10 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/spoolq/spool/consumer"
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/streams/streamstest"
 )
 
@@ -123,6 +126,40 @@ func TestPartitions(t *testing.T) {
 	mu.Unlock()
 	if c, i := mean(rank[spool.Critical]), mean(rank[spool.Idle]); c >= i {
 		t.Errorf("mean start position: critical %.1f, idle %.1f; want critical first", c, i)
+	}
+
+	// Tasks of paused types, whatever their partition, are parked in
+	// SPOOL_TASKS by their partition's worker and, once resumed, go back
+	// through the mapping and complete.
+	adm, err := admin.New(env.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paused []string
+	for i := range 12 {
+		typ := "part.t" + strconv.Itoa(i)
+		if _, err := adm.PauseType(streamstest.Context(t), typ, admin.TypePauseOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		paused = append(paused, s.enqueue(producer.NewTask(typ, nil)).ID)
+	}
+	streamstest.WaitFor(t, 20*time.Second, func() error {
+		info, err := s.env.Stream(t, s.names.TaskStream()).Info(streamstest.Context(t), jetstream.WithSubjectFilter(s.names.ParkedFilter()))
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs < uint64(len(paused)) {
+			return fmt.Errorf("%d tasks parked, want %d", info.State.Msgs, len(paused))
+		}
+		return nil
+	})
+	for i := range 12 {
+		if err := adm.ResumeType(streamstest.Context(t), "part.t"+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range paused {
+		s.wait(id, spool.StateCompleted)
 	}
 
 	// Partition 1's leader steps down; tasks of every partition still
