@@ -14,14 +14,15 @@ const uniqueMarkerTTL = time.Minute
 
 // TaskStreamConfig is SPOOL_TASKS: the five priority filters, the
 // delayed-task schedules (spool.sched.>) and the periodic schedules
-// (spool.cron.>), outside every worker consumer's filter, WorkQueue retention, schedules and direct get on, no
+// (spool.cron.>) and the tasks of ordered keys waiting for their turn
+// (spool.held.>), outside every worker consumer's filter, WorkQueue retention, schedules and direct get on, no
 // message or byte limits (see the package doc).
 func (t Topology) TaskStreamConfig() jetstream.StreamConfig {
-	subjects := make([]string, 0, len(spool.Priorities)+2)
+	subjects := make([]string, 0, len(spool.Priorities)+3)
 	for _, p := range spool.Priorities {
 		subjects = append(subjects, t.Names.PriorityFilter(p))
 	}
-	subjects = append(subjects, t.Names.SchedFilter(), t.Names.CronFilter())
+	subjects = append(subjects, t.Names.SchedFilter(), t.Names.CronFilter(), t.Names.HeldFilter())
 	return jetstream.StreamConfig{
 		Name:              t.Names.TaskStream(),
 		Description:       "Spool queued tasks, one subject tree per priority, and pending schedules",

@@ -33,7 +33,19 @@ type Rule struct {
 	KeyConcurrency int `json:"key_concurrency,omitempty"`
 	// KeyRate caps the starts of each Spool-Key of the type.
 	KeyRate *Rate `json:"key_rate,omitempty"`
+	// Ordered runs the tasks of one Spool-Key of the type one at a time in
+	// enqueue order (see Turns): OrderHold keeps the key's turn with a
+	// failing task until it completes or is dead-lettered, OrderSkip passes
+	// the turn on at its first failure (its retries then run outside the
+	// order). Empty: no ordering. Tasks without a key are not ordered.
+	Ordered string `json:"ordered,omitempty"`
 }
+
+// The values of Rule.Ordered.
+const (
+	OrderHold = "hold"
+	OrderSkip = "skip"
+)
 
 // Rate is a smooth rate limit: Limit starts per Period, spaced evenly
 // (one every Period/Limit), with up to Burst starts at once after an idle
@@ -89,6 +101,9 @@ func (r Rule) Validate() error {
 			return fmt.Errorf("%w: %s %d must be 0 (no limit) to %d", ErrInvalidRule, c.field, c.n, MaxConcurrency)
 		}
 	}
+	if r.Ordered != "" && r.Ordered != OrderHold && r.Ordered != OrderSkip {
+		return fmt.Errorf("%w: ordered %q must be %q, %q or empty (no ordering)", ErrInvalidRule, r.Ordered, OrderHold, OrderSkip)
+	}
 	for _, c := range []struct {
 		field string
 		r     *Rate
@@ -112,7 +127,7 @@ func (r Rule) Validate() error {
 
 // Empty reports whether the rule limits nothing.
 func (r Rule) Empty() bool {
-	return r.Concurrency == 0 && r.KeyConcurrency == 0 && r.Rate == nil && r.KeyRate == nil
+	return r.Concurrency == 0 && r.KeyConcurrency == 0 && r.Rate == nil && r.KeyRate == nil && r.Ordered == ""
 }
 
 // Decode parses and validates a rule document stored under key (the task

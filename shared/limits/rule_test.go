@@ -24,6 +24,9 @@ func TestDecodeValidates(t *testing.T) {
 		{`{"rate":{"limit":10,"period":"1s","burst":11}}`, "rate.burst 11 must be 0 to the limit (10)"},
 		{`{"rate":{"limit":2000000,"period":"1s"}}`, "above 1,000,000 per second"},
 		{`{"concurency":1}`, `unknown field "concurency"`},
+		{`{"ordered":"hold"}`, ""},
+		{`{"ordered":"skip","key_concurrency":2}`, ""},
+		{`{"ordered":"strict"}`, `ordered "strict" must be "hold", "skip" or empty`},
 	} {
 		r, err := limits.Decode("email.send", []byte(tc.doc))
 		if tc.wantErr == "" {

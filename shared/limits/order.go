@@ -1,0 +1,311 @@
+package limits
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	spool "github.com/spoolq/spool/shared"
+)
+
+// Per-key ordering (Rule.Ordered).
+//
+// Enqueue order is the order of the key's tasks on its held subject
+// spool.held.<keytoken>.<type> (Names.HeldSubject) in the task stream: a
+// producer publishes a task of an ordered type that has a Spool-Key there
+// instead of on its task subject, so the stream's sequence on that one
+// subject is the key's enqueue order, and the server's per-subject index
+// finds the key's oldest waiting task with one direct get. A task that
+// reaches its task subject without passing there (enqueued before the
+// rule, fired by a schedule, published by a client that does not know
+// the rule) is moved there by the first worker that receives it: its
+// place is then the order in which workers first saw those tasks.
+//
+// The key's turn is the lease key o.<type>.<key> (TurnKey), a Turn
+// changed only by compare-and-set. Releasing the next task sets the turn
+// to it, publishes a copy on its task subject carrying Spool-Order-Seq
+// (its held sequence), and deletes the held copy, in that order: a crash
+// in between leaves the turn's task on the held subject, which the next
+// Kick of the key (a park, a finish) releases again. The task holding the turn keeps it across retries,
+// hand-backs and worker crashes (a killed worker's task comes back within
+// AckWait and finds the turn its own); the worker that completes or
+// dead-letters it passes the turn on before acking it (Finish). A release
+// and a new task's arrival cannot miss each other: the arriving side
+// parks first and reads the turn after, the finishing side marks the key
+// idle first and looks for parked tasks after.
+//
+// The turn key has no TTL: it holds the key's position, and outlives idle
+// spells (one small key per ordered key ever used).
+
+// Turn is the value of a turn key.
+type Turn struct {
+	// Seq is the held sequence of the last task released.
+	Seq uint64 `json:"seq"`
+	// Running: that task holds the turn (until it completes, dies or, with
+	// OrderSkip, fails once).
+	Running bool `json:"running"`
+	// Task is the id of that task.
+	Task string `json:"task,omitempty"`
+}
+
+// TurnKey is the lease key of the turn of key among the type's tasks.
+func TurnKey(typ, key string) string { return "o." + typ + "." + EncodeKey(key) }
+
+// Decision is what a worker does with a released task of an ordered type.
+type Decision int
+
+const (
+	// RunHead: the task holds its key's turn; run it, and Finish it when it
+	// completes or dies.
+	RunHead Decision = iota
+	// RunFree: the task's turn has passed (a retry after OrderSkip, or a
+	// run again after a crash): run it outside the order.
+	RunFree
+	// WaitTurn: another task of the key holds the turn; hand the task
+	// back and try again later.
+	WaitTurn
+)
+
+// Turns runs the ordering protocol over the task stream and the leases
+// bucket. Its methods are safe for concurrent use.
+type Turns struct {
+	js     jetstream.JetStream
+	tasks  jetstream.Stream
+	leases jetstream.KeyValue
+	names  spool.Names
+}
+
+// NewTurns binds the task stream and the leases bucket.
+func NewTurns(ctx context.Context, js jetstream.JetStream, names spool.Names) (*Turns, error) {
+	tasks, err := js.Stream(ctx, names.TaskStream())
+	if err != nil {
+		return nil, fmt.Errorf("binding stream %q: %w", names.TaskStream(), err)
+	}
+	leases, err := js.KeyValue(ctx, names.LeasesBucket())
+	if err != nil {
+		return nil, fmt.Errorf("binding bucket %q: %w", names.LeasesBucket(), err)
+	}
+	return &Turns{js: js, tasks: tasks, leases: leases, names: names}, nil
+}
+
+// Park publishes msg (a task message for target, its task subject) on the
+// held subject of key among typ's tasks and then starts the key if it is
+// idle. msgID (if not empty) replaces the message's Nats-Msg-Id, which
+// dedups a retried park. It returns the held copy's ack, also when only
+// the start of the key failed (with the error): a retry stores nothing
+// twice.
+func (t *Turns) Park(ctx context.Context, typ, key, target, msgID string, msg *nats.Msg) (*jetstream.PubAck, error) {
+	h := nats.Header{}
+	for k, v := range msg.Header {
+		h[k] = v
+	}
+	h.Del(spool.HeaderOrderSeq)
+	h.Set(spool.HeaderHeldTarget, target)
+	if msgID != "" {
+		h.Set(spool.HeaderMsgID, msgID)
+	}
+	m := &nats.Msg{Subject: t.names.HeldSubject(EncodeKey(key), typ), Header: h, Data: msg.Data}
+	ack, err := t.js.PublishMsg(ctx, m)
+	if err != nil {
+		return nil, fmt.Errorf("parking a task of %q on %s: %w", typ, m.Subject, err)
+	}
+	return ack, t.Kick(ctx, typ, key)
+}
+
+// Kick releases the key's next parked task when no task holds its turn.
+// The turn moves first and the task is released after it, so two kickers
+// never release two tasks: the one whose compare-and-set loses releases
+// nothing. When the turn's task still sits on the held subject (its
+// releaser stopped between the turn and the release), Kick releases it
+// again; its Nats-Msg-Id makes that one message within the duplicate
+// window.
+func (t *Turns) Kick(ctx context.Context, typ, key string) error {
+	held := t.names.HeldSubject(EncodeKey(key), typ)
+	for {
+		turn, rev, err := t.get(ctx, typ, key)
+		if err != nil {
+			return err
+		}
+		if turn.Running {
+			m, err := t.next(ctx, held, turn.Seq)
+			if err != nil || m == nil || m.Sequence != turn.Seq {
+				return err
+			}
+			return t.release(ctx, m)
+		}
+		m, err := t.next(ctx, held, 0)
+		if err != nil || m == nil {
+			return err
+		}
+		if m.Sequence <= turn.Seq {
+			// Released already; a crash kept its held copy.
+			if err := t.delete(ctx, m.Sequence); err != nil {
+				return err
+			}
+			continue
+		}
+		next := Turn{Seq: m.Sequence, Running: true, Task: spool.TaskID(m.Header, m.Sequence)}
+		err = t.put(ctx, typ, key, next, rev)
+		if errors.Is(err, errTurnMoved) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		return t.release(ctx, m)
+	}
+}
+
+// next reads the first message on the held subject from seq on; nil when
+// there is none.
+func (t *Turns) next(ctx context.Context, held string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	m, err := t.tasks.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(held))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the next task on %s: %w", held, err)
+	}
+	return m, nil
+}
+
+// release publishes the held message m on its task subject, carrying its
+// held sequence, and deletes the held copy. Nats-Msg-Id makes a second
+// release of it one message within the duplicate window.
+func (t *Turns) release(ctx context.Context, m *jetstream.RawStreamMsg) error {
+	target := m.Header.Get(spool.HeaderHeldTarget)
+	if target == "" {
+		return fmt.Errorf("held task %d on %s has no %s", m.Sequence, m.Subject, spool.HeaderHeldTarget)
+	}
+	h := nats.Header{}
+	for k, v := range m.Header {
+		h[k] = v
+	}
+	h.Del(spool.HeaderHeldTarget)
+	seq := strconv.FormatUint(m.Sequence, 10)
+	id := spool.TaskID(m.Header, m.Sequence)
+	h.Set(spool.HeaderTaskID, id)
+	h.Set(spool.HeaderOrderSeq, seq)
+	h.Set(spool.HeaderMsgID, id+"-turn-"+seq)
+	if _, err := t.js.PublishMsg(ctx, &nats.Msg{Subject: target, Header: h, Data: m.Data}); err != nil {
+		return fmt.Errorf("releasing held task %d to %s: %w", m.Sequence, target, err)
+	}
+	return t.delete(ctx, m.Sequence)
+}
+
+func (t *Turns) delete(ctx context.Context, seq uint64) error {
+	err := t.tasks.DeleteMsg(ctx, seq)
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) && !errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
+		return fmt.Errorf("deleting held task %d: %w", seq, err)
+	}
+	return nil
+}
+
+// Admit decides whether the released task with held sequence seq and id
+// id runs now.
+func (t *Turns) Admit(ctx context.Context, typ, key, id string, seq uint64) (Decision, error) {
+	for {
+		turn, rev, err := t.get(ctx, typ, key)
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case seq < turn.Seq, seq == turn.Seq && !turn.Running:
+			return RunFree, nil
+		case seq == turn.Seq:
+			return RunHead, nil
+		case turn.Running:
+			return WaitTurn, nil
+		}
+		// Ahead of an idle turn: the turn moves before a release, so only
+		// a turn key deleted by hand gets here; the task takes it.
+		err = t.put(ctx, typ, key, Turn{Seq: seq, Running: true, Task: id}, rev)
+		if errors.Is(err, errTurnMoved) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		return RunHead, nil
+	}
+}
+
+// Finish passes the turn of the task with held sequence seq on to the
+// key's next parked task (or marks the key idle), if the task still holds
+// it.
+func (t *Turns) Finish(ctx context.Context, typ, key string, seq uint64) error {
+	for {
+		turn, rev, err := t.get(ctx, typ, key)
+		if err != nil {
+			return err
+		}
+		if turn.Seq != seq || !turn.Running {
+			return nil
+		}
+		turn.Running = false
+		err = t.put(ctx, typ, key, turn, rev)
+		if errors.Is(err, errTurnMoved) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		return t.Kick(ctx, typ, key)
+	}
+}
+
+var errTurnMoved = errors.New("the turn changed meanwhile")
+
+// get reads the turn of key; rev 0: no turn key yet.
+func (t *Turns) get(ctx context.Context, typ, key string) (Turn, uint64, error) {
+	e, err := t.leases.Get(ctx, TurnKey(typ, key))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Turn{}, 0, nil
+	}
+	if err != nil {
+		return Turn{}, 0, fmt.Errorf("reading the turn of key %q of %q: %w", key, typ, err)
+	}
+	var turn Turn
+	if err := json.Unmarshal(e.Value(), &turn); err != nil {
+		return Turn{}, 0, fmt.Errorf("decoding the turn of key %q of %q: %w", key, typ, err)
+	}
+	return turn, e.Revision(), nil
+}
+
+// put writes the turn of key if it is still at revision rev (0: absent);
+// errTurnMoved when it is not.
+func (t *Turns) put(ctx context.Context, typ, key string, turn Turn, rev uint64) error {
+	b, err := json.Marshal(turn)
+	if err != nil {
+		return fmt.Errorf("encoding a turn: %w", err)
+	}
+	k := TurnKey(typ, key)
+	if rev == 0 {
+		_, err = t.leases.Create(ctx, k, b)
+	} else {
+		_, err = t.leases.Update(ctx, k, b, rev)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return errTurnMoved
+	}
+	if err != nil {
+		return fmt.Errorf("writing the turn of key %q of %q: %w", key, typ, err)
+	}
+	return nil
+}
+
+// OrderSeq reads a released task's held sequence; ok is false for a task
+// that has not passed through a held subject.
+func OrderSeq(h nats.Header) (seq uint64, ok bool) {
+	v := h.Get(spool.HeaderOrderSeq)
+	if v == "" {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	return n, err == nil && n > 0
+}
