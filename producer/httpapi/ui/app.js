@@ -944,6 +944,7 @@
       el("td", { class: "num" }, r.key_concurrency ? fmtInt(u.keys_active) : "—"),
       el("td", {}, fmtRateRule(r.rate)),
       el("td", {}, fmtRateRule(r.key_rate)),
+      el("td", {}, r.ordered || "—"),
       el("td", {}, del));
   }
 
@@ -960,6 +961,7 @@
         key_concurrency: num("#limits-key-concurrency"),
         rate: parseRateInput($("#limits-rate").value, "rate"),
         key_rate: parseRateInput($("#limits-key-rate").value, "per-key rate"),
+        ordered: $("#limits-ordered").value || undefined,
       };
     } catch (e) {
       msg.textContent = e.message;

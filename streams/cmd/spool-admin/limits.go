@@ -30,6 +30,9 @@ limits (set; omitted ones are not limited):
   --key-concurrency N   at most N running tasks per Spool-Key of the type
   --key-rate N/PERIOD   at most N starts per period per Spool-Key of the type
   --key-burst B         burst of the per-key rate (default 1)
+  --ordered MODE        run the tasks of each Spool-Key one at a time in enqueue order;
+                        MODE hold: a failing task keeps its key until it completes or dies,
+                        skip: a failing task lets the next one run (its retries run unordered)
 
 flags:
   --json                print JSON (ls)
@@ -56,6 +59,7 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	keyRate := fs.String("key-rate", "", "N/PERIOD starts per key")
 	burst := fs.Int("burst", 0, "burst of --rate")
 	keyBurst := fs.Int("key-burst", 0, "burst of --key-rate")
+	ordered := fs.String("ordered", "", "hold or skip: per-key order")
 	switch cmd {
 	case "ls", "set", "rm":
 	default:
@@ -81,7 +85,7 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if *typ == "" {
 			return errors.New("--type is required")
 		}
-		rule = limits.Rule{Type: *typ, Concurrency: *conc, KeyConcurrency: *keyConc}
+		rule = limits.Rule{Type: *typ, Concurrency: *conc, KeyConcurrency: *keyConc, Ordered: *ordered}
 		var err error
 		if rule.Rate, err = parseRate("--rate", *rate, *burst); err != nil {
 			return err
@@ -132,10 +136,10 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return enc.Encode(usage)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "type\tconcurrency\trunning\tkey concurrency\tkeys running\trate\tkey rate")
+	fmt.Fprintln(tw, "type\tconcurrency\trunning\tkey concurrency\tkeys running\trate\tkey rate\tordered")
 	for _, u := range usage {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d (%d keys)\t%s\t%s\n", u.Rule.Type, orNone(u.Rule.Concurrency), u.Running,
-			orNone(u.Rule.KeyConcurrency), u.KeysRunning, u.KeysActive, rateText(u.Rule.Rate), rateText(u.Rule.KeyRate))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d (%d keys)\t%s\t%s\t%s\n", u.Rule.Type, orNone(u.Rule.Concurrency), u.Running,
+			orNone(u.Rule.KeyConcurrency), u.KeysRunning, u.KeysActive, rateText(u.Rule.Rate), rateText(u.Rule.KeyRate), orderText(u.Rule.Ordered))
 	}
 	return tw.Flush()
 }
@@ -178,9 +182,16 @@ func rateText(r *limits.Rate) string {
 	return s
 }
 
+func orderText(mode string) string {
+	if mode == "" {
+		return "-"
+	}
+	return mode
+}
+
 func describe(r limits.Rule) string {
-	return fmt.Sprintf("concurrency %s, rate %s, key concurrency %s, key rate %s",
-		orNone(r.Concurrency), rateText(r.Rate), orNone(r.KeyConcurrency), rateText(r.KeyRate))
+	return fmt.Sprintf("concurrency %s, rate %s, key concurrency %s, key rate %s, ordered %s",
+		orNone(r.Concurrency), rateText(r.Rate), orNone(r.KeyConcurrency), rateText(r.KeyRate), orderText(r.Ordered))
 }
 
 // familyHelp answers a command family's help (spool-admin limits,
