@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spoolq/spool/shared/jsproto"
+	"github.com/spoolq/spool/shared/limits"
 )
 
 // BatchResult is the outcome of one task of a batch: its EnqueueResult when
@@ -64,6 +65,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []Task) ([]BatchResult,
 	}
 	now := time.Now()
 	var last lastSubject
+	held := map[heldKey]*limits.Turns{}
 	for i, t := range tasks {
 		if err := ctx.Err(); err != nil {
 			results[i].ID = t.ID
@@ -75,6 +77,21 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []Task) ([]BatchResult,
 		if err != nil {
 			results[i].Err = err
 			continue
+		}
+		if t.Key != "" && !p.scheduled {
+			octx, cancel := c.withTimeout(ctx)
+			turns, ordered, err := c.ordered(octx, t.Type)
+			cancel()
+			if err != nil {
+				results[i].Err = err
+				continue
+			}
+			if ordered {
+				// Parked on its key's held subject, in batch order; the
+				// keys are started once the batch is stored.
+				turns.Hold(t.Type, t.Key, p.msg)
+				held[heldKey{t.Type, t.Key}] = turns
+			}
 		}
 		claimed := false
 		if p.uniqueKey != "" {
@@ -133,6 +150,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []Task) ([]BatchResult,
 			}
 		}
 	}
+	c.kickHeld(retryCtx, held)
 	err = c.batchError(results)
 	c.logger.DebugContext(ctx, "batch enqueued", "tasks", len(tasks), "error", err)
 	return results, err

@@ -90,3 +90,19 @@ func (c *Client) park(ctx context.Context, turns *limits.Turns, typ, key string,
 	})
 	return ack, err
 }
+
+// heldKey is a key of an ordered type a batch parked tasks of.
+type heldKey struct{ typ, key string }
+
+// kickHeld starts the keys a batch parked tasks of. A key left unstarted
+// (its start failed) starts at its next park or finish.
+func (c *Client) kickHeld(ctx context.Context, held map[heldKey]*limits.Turns) {
+	for k, turns := range held {
+		err := c.do(ctx, "starting ordered key "+k.key, func(ctx context.Context) error {
+			return turns.Kick(ctx, k.typ, k.key)
+		})
+		if err != nil {
+			c.logger.WarnContext(ctx, "tasks parked, their key not started yet", "type", k.typ, "key", k.key, "error", err)
+		}
+	}
+}

@@ -100,21 +100,32 @@ func NewTurns(ctx context.Context, js jetstream.JetStream, names spool.Names) (*
 // the start of the key failed (with the error): a retry stores nothing
 // twice.
 func (t *Turns) Park(ctx context.Context, typ, key, target, msgID string, msg *nats.Msg) (*jetstream.PubAck, error) {
-	h := nats.Header{}
+	m := &nats.Msg{Subject: target, Header: nats.Header{}, Data: msg.Data}
 	for k, v := range msg.Header {
-		h[k] = v
+		m.Header[k] = v
 	}
-	h.Del(spool.HeaderOrderSeq)
-	h.Set(spool.HeaderHeldTarget, target)
 	if msgID != "" {
-		h.Set(spool.HeaderMsgID, msgID)
+		m.Header.Set(spool.HeaderMsgID, msgID)
 	}
-	m := &nats.Msg{Subject: t.names.HeldSubject(EncodeKey(key), typ), Header: h, Data: msg.Data}
+	t.Hold(typ, key, m)
 	ack, err := t.js.PublishMsg(ctx, m)
 	if err != nil {
 		return nil, fmt.Errorf("parking a task of %q on %s: %w", typ, m.Subject, err)
 	}
 	return ack, t.Kick(ctx, typ, key)
+}
+
+// Hold turns msg, a task message of typ with key for its task subject,
+// into its parked copy: on the key's held subject, with the task subject
+// in Spool-Held-Target. Publishing it parks the task; Kick then starts the
+// key if it is idle.
+func (t *Turns) Hold(typ, key string, msg *nats.Msg) {
+	if msg.Header == nil {
+		msg.Header = nats.Header{}
+	}
+	msg.Header.Del(spool.HeaderOrderSeq)
+	msg.Header.Set(spool.HeaderHeldTarget, msg.Subject)
+	msg.Subject = t.names.HeldSubject(EncodeKey(key), typ)
 }
 
 // Kick releases the key's next parked task when no task holds its turn.
