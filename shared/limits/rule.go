@@ -125,9 +125,13 @@ func (r Rule) Validate() error {
 	return nil
 }
 
-// Empty reports whether the rule limits nothing.
-func (r Rule) Empty() bool {
-	return r.Concurrency == 0 && r.KeyConcurrency == 0 && r.Rate == nil && r.KeyRate == nil && r.Ordered == ""
+// Empty reports whether the rule limits and orders nothing.
+func (r Rule) Empty() bool { return !r.Limits() && r.Ordered == "" }
+
+// Limits reports whether the rule sets a concurrency or rate limit (leases
+// to take before a task runs).
+func (r Rule) Limits() bool {
+	return r.Concurrency != 0 || r.KeyConcurrency != 0 || r.Rate != nil || r.KeyRate != nil
 }
 
 // Decode parses and validates a rule document stored under key (the task
