@@ -29,7 +29,7 @@ func (e *env) parkOrdered(turns *limits.Turns, typ, key, id string, payload []by
 	h := nats.Header{}
 	h.Set(spool.HeaderMsgID, id)
 	h.Set(spool.HeaderKey, key)
-	if _, err := turns.Park(testCtx(e.t), typ, key, subject, "", &nats.Msg{Header: h, Data: payload}); err != nil {
+	if _, err := turns.Park(testCtx(e.t), typ, key, 1, subject, "", &nats.Msg{Header: h, Data: payload}); err != nil {
 		e.t.Fatal(err)
 	}
 }

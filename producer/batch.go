@@ -80,17 +80,17 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []Task) ([]BatchResult,
 		}
 		if t.Key != "" && !p.scheduled {
 			octx, cancel := c.withTimeout(ctx)
-			turns, ordered, err := c.ordered(octx, t.Type)
+			turns, window, err := c.keyWindow(octx, t.Type, t.Key)
 			cancel()
 			if err != nil {
 				results[i].Err = err
 				continue
 			}
-			if ordered {
+			if window > 0 {
 				// Parked on its key's held subject, in batch order; the
 				// keys are started once the batch is stored.
 				turns.Hold(t.Type, t.Key, p.msg)
-				held[heldKey{t.Type, t.Key}] = turns
+				held[heldKey{t.Type, t.Key, window}] = turns
 			}
 		}
 		claimed := false

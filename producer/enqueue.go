@@ -84,19 +84,20 @@ func (c *Client) Enqueue(ctx context.Context, task Task, opts ...EnqueueOption) 
 }
 
 // publishOrParked publishes the task, or parks it on its key's held
-// subject when its type orders keys (limits.Rule.Ordered).
+// subject when its type orders keys or shares the workers fairly between
+// them (limits.Rule.KeyWindow).
 func (c *Client) publishOrParked(ctx context.Context, task Task, p prepared) (*jetstream.PubAck, error) {
 	if task.Key == "" || p.scheduled {
 		return c.publish(ctx, p.id, p.msg)
 	}
-	turns, ordered, err := c.ordered(ctx, task.Type)
+	turns, window, err := c.keyWindow(ctx, task.Type, task.Key)
 	if err != nil {
 		return nil, err
 	}
-	if !ordered {
+	if window == 0 {
 		return c.publish(ctx, p.id, p.msg)
 	}
-	ack, err := c.park(ctx, turns, task.Type, task.Key, p)
+	ack, err := c.park(ctx, turns, task.Type, task.Key, window, p)
 	if ack != nil {
 		// Stored. A key left unstarted starts at its next park or finish.
 		if err != nil {

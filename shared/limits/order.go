@@ -13,7 +13,7 @@ import (
 	spool "github.com/spoolq/spool/shared"
 )
 
-// Per-key ordering (Rule.Ordered).
+// Per-key ordering (Rule.Ordered) and fairness between keys (Rule.Fair).
 //
 // Enqueue order is the order of the key's tasks on its held subject
 // spool.held.<keytoken>.<type> (Names.HeldSubject) in the task stream: a
@@ -27,17 +27,21 @@ import (
 // place is then the order in which workers first saw those tasks.
 //
 // The key's turn is the lease key o.<type>.<key> (TurnKey), a Turn
-// changed only by compare-and-set. Releasing the next task sets the turn
-// to it, publishes a copy on its task subject carrying Spool-Order-Seq
-// (its held sequence), and deletes the held copy, in that order: a crash
-// in between leaves the turn's task on the held subject, which the next
-// Kick of the key (a park, a finish) releases again. The task holding the turn keeps it across retries,
-// hand-backs and worker crashes (a killed worker's task comes back within
-// AckWait and finds the turn its own); the worker that completes or
-// dead-letters it passes the turn on before acking it (Finish). A release
-// and a new task's arrival cannot miss each other: the arriving side
-// parks first and reads the turn after, the finishing side marks the key
-// idle first and looks for parked tasks after.
+// changed only by compare-and-set: the tasks released from the held
+// subject that hold a place, at most the key's window (Rule.KeyWindow: 1
+// for an ordered type, so one task at a time in order; the fair window for
+// a fair type, so a key never has more than its window queued or running,
+// however deep its backlog). Releasing the next task adds it to the turn,
+// publishes a copy on its task subject carrying Spool-Order-Seq (its held
+// sequence), and deletes the held copy, in that order: a crash in between
+// leaves a task of the turn on the held subject, which the next Kick of
+// the key (a park, a finish) releases again. A task keeps its place
+// across retries, hand-backs and worker crashes (a killed worker's task
+// comes back within AckWait and finds its place); the worker that
+// completes or dead-letters it gives the place up before acking it
+// (Finish). A release and a new task's arrival cannot miss each other:
+// the arriving side parks first and reads the turn after, the finishing
+// side frees its place first and looks for parked tasks after.
 //
 // The turn key has no TTL: it holds the key's position, and outlives idle
 // spells (one small key per ordered key ever used).
@@ -46,33 +50,41 @@ import (
 type Turn struct {
 	// Seq is the held sequence of the last task released.
 	Seq uint64 `json:"seq"`
-	// Running: that task holds the turn (until it completes, dies or, with
-	// OrderSkip, fails once).
-	Running bool `json:"running"`
-	// Task is the id of that task.
-	Task string `json:"task,omitempty"`
+	// Running lists the held sequences of the released tasks that hold a
+	// place (until they complete, die or, with OrderSkip, fail once).
+	Running []uint64 `json:"running,omitempty"`
+}
+
+func (t Turn) holds(seq uint64) bool {
+	for _, s := range t.Running {
+		if s == seq {
+			return true
+		}
+	}
+	return false
 }
 
 // TurnKey is the lease key of the turn of key among the type's tasks.
 func TurnKey(typ, key string) string { return "o." + typ + "." + EncodeKey(key) }
 
-// Decision is what a worker does with a released task of an ordered type.
+// Decision is what a worker does with a released task.
 type Decision int
 
 const (
-	// RunHead: the task holds its key's turn; run it, and Finish it when it
-	// completes or dies.
+	// RunHead: the task holds a place in its key's turn; run it, and
+	// Finish it when it completes or dies.
 	RunHead Decision = iota
-	// RunFree: the task's turn has passed (a retry after OrderSkip, or a
-	// run again after a crash): run it outside the order.
+	// RunFree: the task's place was given up (a retry after OrderSkip, or
+	// a run again after a crash): run it outside the turn.
 	RunFree
-	// WaitTurn: another task of the key holds the turn; hand the task
-	// back and try again later.
+	// WaitTurn: the key's window is full; hand the task back and try
+	// again later.
 	WaitTurn
 )
 
-// Turns runs the ordering protocol over the task stream and the leases
-// bucket. Its methods are safe for concurrent use.
+// Turns runs the turn protocol over the task stream and the leases
+// bucket. Its methods are safe for concurrent use. window is the key's
+// window (Rule.KeyWindow), at least 1.
 type Turns struct {
 	js     jetstream.JetStream
 	tasks  jetstream.Stream
@@ -94,12 +106,12 @@ func NewTurns(ctx context.Context, js jetstream.JetStream, names spool.Names) (*
 }
 
 // Park publishes msg (a task message for target, its task subject) on the
-// held subject of key among typ's tasks and then starts the key if it is
-// idle. msgID (if not empty) replaces the message's Nats-Msg-Id, which
-// dedups a retried park. It returns the held copy's ack, also when only
-// the start of the key failed (with the error): a retry stores nothing
-// twice.
-func (t *Turns) Park(ctx context.Context, typ, key, target, msgID string, msg *nats.Msg) (*jetstream.PubAck, error) {
+// held subject of key among typ's tasks and then releases tasks of the key
+// while its window has room. msgID (if not empty) replaces the message's
+// Nats-Msg-Id, which dedups a retried park. It returns the held copy's
+// ack, also when only the release failed (with the error): a retry stores
+// nothing twice.
+func (t *Turns) Park(ctx context.Context, typ, key string, window int, target, msgID string, msg *nats.Msg) (*jetstream.PubAck, error) {
 	m := &nats.Msg{Subject: target, Header: nats.Header{}, Data: msg.Data}
 	for k, v := range msg.Header {
 		m.Header[k] = v
@@ -112,13 +124,13 @@ func (t *Turns) Park(ctx context.Context, typ, key, target, msgID string, msg *n
 	if err != nil {
 		return nil, fmt.Errorf("parking a task of %q on %s: %w", typ, m.Subject, err)
 	}
-	return ack, t.Kick(ctx, typ, key)
+	return ack, t.Kick(ctx, typ, key, window)
 }
 
 // Hold turns msg, a task message of typ with key for its task subject,
 // into its parked copy: on the key's held subject, with the task subject
-// in Spool-Held-Target. Publishing it parks the task; Kick then starts the
-// key if it is idle.
+// in Spool-Held-Target. Publishing it parks the task; Kick then releases
+// it when the key's window has room.
 func (t *Turns) Hold(typ, key string, msg *nats.Msg) {
 	if msg.Header == nil {
 		msg.Header = nats.Header{}
@@ -128,39 +140,40 @@ func (t *Turns) Hold(typ, key string, msg *nats.Msg) {
 	msg.Subject = t.names.HeldSubject(EncodeKey(key), typ)
 }
 
-// Kick releases the key's next parked task when no task holds its turn.
+// Kick releases the key's next parked tasks while its window has room.
 // The turn moves first and the task is released after it, so two kickers
-// never release two tasks: the one whose compare-and-set loses releases
-// nothing. When the turn's task still sits on the held subject (its
-// releaser stopped between the turn and the release), Kick releases it
-// again; its Nats-Msg-Id makes that one message within the duplicate
-// window.
-func (t *Turns) Kick(ctx context.Context, typ, key string) error {
+// never release one place twice: the one whose compare-and-set loses
+// releases nothing. A task of the turn still on the held subject (its
+// releaser stopped midway) is released again; its Nats-Msg-Id makes that
+// one message within the duplicate window.
+func (t *Turns) Kick(ctx context.Context, typ, key string, window int) error {
+	window = max(1, window)
 	held := t.names.HeldSubject(EncodeKey(key), typ)
 	for {
 		turn, rev, err := t.get(ctx, typ, key)
 		if err != nil {
 			return err
 		}
-		if turn.Running {
-			m, err := t.next(ctx, held, turn.Seq)
-			if err != nil || m == nil || m.Sequence != turn.Seq {
-				return err
-			}
-			return t.release(ctx, m)
-		}
 		m, err := t.next(ctx, held, 0)
 		if err != nil || m == nil {
 			return err
 		}
 		if m.Sequence <= turn.Seq {
-			// Released already; a crash kept its held copy.
-			if err := t.delete(ctx, m.Sequence); err != nil {
+			if turn.holds(m.Sequence) {
+				// Its releaser stopped between the turn and the release.
+				if err := t.release(ctx, m); err != nil {
+					return err
+				}
+			} else if err := t.delete(ctx, m.Sequence); err != nil {
+				// Released already; a crash kept its held copy.
 				return err
 			}
 			continue
 		}
-		next := Turn{Seq: m.Sequence, Running: true, Task: spool.TaskID(m.Header, m.Sequence)}
+		if len(turn.Running) >= window {
+			return nil
+		}
+		next := Turn{Seq: m.Sequence, Running: append(turn.Running[:len(turn.Running):len(turn.Running)], m.Sequence)}
 		err = t.put(ctx, typ, key, next, rev)
 		if errors.Is(err, errTurnMoved) {
 			continue
@@ -168,7 +181,9 @@ func (t *Turns) Kick(ctx context.Context, typ, key string) error {
 		if err != nil {
 			return err
 		}
-		return t.release(ctx, m)
+		if err := t.release(ctx, m); err != nil {
+			return err
+		}
 	}
 }
 
@@ -217,25 +232,27 @@ func (t *Turns) delete(ctx context.Context, seq uint64) error {
 	return nil
 }
 
-// Admit decides whether the released task with held sequence seq and id
-// id runs now.
-func (t *Turns) Admit(ctx context.Context, typ, key, id string, seq uint64) (Decision, error) {
+// Admit decides whether the released task with held sequence seq runs
+// now.
+func (t *Turns) Admit(ctx context.Context, typ, key string, window int, seq uint64) (Decision, error) {
+	window = max(1, window)
 	for {
 		turn, rev, err := t.get(ctx, typ, key)
 		if err != nil {
 			return 0, err
 		}
 		switch {
-		case seq < turn.Seq, seq == turn.Seq && !turn.Running:
-			return RunFree, nil
-		case seq == turn.Seq:
+		case turn.holds(seq):
 			return RunHead, nil
-		case turn.Running:
+		case seq <= turn.Seq:
+			return RunFree, nil
+		case len(turn.Running) >= window:
 			return WaitTurn, nil
 		}
-		// Ahead of an idle turn: the turn moves before a release, so only
-		// a turn key deleted by hand gets here; the task takes it.
-		err = t.put(ctx, typ, key, Turn{Seq: seq, Running: true, Task: id}, rev)
+		// Ahead of the turn: the turn moves before a release, so only a
+		// turn key deleted by hand gets here; the task takes a place.
+		next := Turn{Seq: seq, Running: append(turn.Running[:len(turn.Running):len(turn.Running)], seq)}
+		err = t.put(ctx, typ, key, next, rev)
 		if errors.Is(err, errTurnMoved) {
 			continue
 		}
@@ -246,27 +263,36 @@ func (t *Turns) Admit(ctx context.Context, typ, key, id string, seq uint64) (Dec
 	}
 }
 
-// Finish passes the turn of the task with held sequence seq on to the
-// key's next parked task (or marks the key idle), if the task still holds
-// it.
-func (t *Turns) Finish(ctx context.Context, typ, key string, seq uint64) error {
+// Finish gives up the place of the task with held sequence seq, if it
+// holds one, and releases the key's next parked tasks while its window has
+// room. A worker calls it for every released task before the task's
+// message is acked: a worker killed between the two sees the task again,
+// and its Finish then does the kick the killed one did not.
+func (t *Turns) Finish(ctx context.Context, typ, key string, window int, seq uint64) error {
 	for {
 		turn, rev, err := t.get(ctx, typ, key)
 		if err != nil {
 			return err
 		}
-		if turn.Seq != seq || !turn.Running {
-			return nil
+		if !turn.holds(seq) {
+			// Given up already (by this task's run before a crash, which
+			// may have stopped before the kick): kick anyway.
+			return t.Kick(ctx, typ, key, window)
 		}
-		turn.Running = false
-		err = t.put(ctx, typ, key, turn, rev)
+		next := Turn{Seq: turn.Seq, Running: make([]uint64, 0, len(turn.Running)-1)}
+		for _, s := range turn.Running {
+			if s != seq {
+				next.Running = append(next.Running, s)
+			}
+		}
+		err = t.put(ctx, typ, key, next, rev)
 		if errors.Is(err, errTurnMoved) {
 			continue
 		}
 		if err != nil {
 			return err
 		}
-		return t.Kick(ctx, typ, key)
+		return t.Kick(ctx, typ, key, window)
 	}
 }
 
