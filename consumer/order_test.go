@@ -16,6 +16,7 @@ import (
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/limits"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 // parkOrdered enqueues task id of typ with key the way a producer does for
@@ -228,5 +229,108 @@ func TestOrderedKeysParkedByWorker(t *testing.T) {
 	defer log.mu.Unlock()
 	if got := log.finished["k"]; !slices.Equal(got, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
 		t.Errorf("completed in order %v", got)
+	}
+}
+
+// With "fair", a key with a deep backlog queued first does not starve the
+// keys queued after it: each key has at most its window of tasks queued
+// or running, so the 99 small keys all complete while the big key has
+// done only a small part of its backlog (make test scale, window 1;
+// spool-bench -scenarios fairness runs 100,000 against 99×100).
+func TestFairKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, streams.Settings{})
+	e.putRule(limits.Rule{Type: "fair", Fair: &limits.Fair{Window: 1}})
+	turns, err := limits.NewTurns(testCtx(t), e.js, e.names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const big, small, per = 1_000, 99, 3
+	var mu sync.Mutex
+	done := map[string]int{}
+	var order []string // the key of each completion, in order
+	mux := consumer.NewMux()
+	mux.HandleFunc("fair", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		key := task.Headers.Get(spool.HeaderKey)
+		mu.Lock()
+		done[key]++
+		order = append(order, key)
+		mu.Unlock()
+		return nil, nil
+	})
+	for i := range 2 {
+		e.worker(mux, consumer.WithConcurrency(20, 20), consumer.WithWorkerName(fmt.Sprintf("w%d", i)))
+	}
+	// Parked the way EnqueueBatch parks them: the big key's backlog
+	// first, then the small keys', then each key started once.
+	subject, err := e.names.TaskSubject(spool.Normal, "fair")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	park := func(key string, n int) {
+		for i := range n {
+			h := nats.Header{}
+			h.Set(spool.HeaderMsgID, fmt.Sprintf("%s-%d", key, i))
+			h.Set(spool.HeaderKey, key)
+			m := &nats.Msg{Subject: subject, Header: h}
+			turns.Hold("fair", key, m)
+			if _, err := e.js.PublishMsgAsync(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	park("big", big)
+	keys := []string{"big"}
+	for k := range small {
+		key := fmt.Sprintf("small-%02d", k)
+		park(key, per)
+		keys = append(keys, key)
+	}
+	select {
+	case <-e.js.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal("parking the tasks did not complete")
+	}
+	for _, k := range keys {
+		if err := turns.Kick(testCtx(t), "fair", k, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	streamstest.WaitFor(t, 4*time.Minute, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if n := len(order); n < big+small*per {
+			return fmt.Errorf("%d of %d tasks done", n, big+small*per)
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	// When the last small key completed, how much of the big key's
+	// backlog had run?
+	lastSmall, bigThen := 0, 0
+	for i, k := range order {
+		if k != "big" {
+			lastSmall = i
+		}
+	}
+	for _, k := range order[:lastSmall+1] {
+		if k == "big" {
+			bigThen++
+		}
+	}
+	for _, k := range keys {
+		want := per
+		if k == "big" {
+			want = big
+		}
+		if done[k] != want {
+			t.Errorf("key %s ran %d tasks, want %d", k, done[k], want)
+		}
+	}
+	t.Logf("the last small key completed at task %d of %d; the big key had run %d of its %d by then", lastSmall+1, len(order), bigThen, big)
+	if bigThen > big/4 {
+		t.Errorf("the big key ran %d of its %d tasks before the last small key completed: the small keys waited behind it", bigThen, big)
 	}
 }
