@@ -39,6 +39,8 @@ type bench struct {
 	backlogLoRate map[string]float64
 	// wfRuns numbers the workflow scenario's runs (workflow ids are unique).
 	wfRuns int
+	// fairRuns numbers the fairness scenario's runs (a type per run).
+	fairRuns int
 }
 
 func runMode(ctx context.Context, cfg config, syncAlways bool, res *results, log *slog.Logger) error {
@@ -86,6 +88,7 @@ func runMode(ctx context.Context, cfg config, syncAlways bool, res *results, log
 		{"shares", b.shares},
 		{"workflows", b.workflows},
 		{"limits", b.limits},
+		{"fairness", b.fairness},
 	}
 	for run := 1; run <= cfg.runs; run++ {
 		for _, s := range steps {
