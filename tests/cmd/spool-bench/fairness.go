@@ -24,10 +24,14 @@ import (
 // from the first enqueue to the last small key's completion and to the
 // big key's.
 //
-// Shares: four keys of weights 1, 2, 3 and 4 with equal backlogs; while
-// every key still has a backlog, each key's share of the completions
-// against its weight's share (10%, 20%, 30%, 40%). Row: the largest gap in
-// percentage points.
+// Shares: four keys of weights 1, 2, 3 and 4 (windows 3 to 12, 30 in all,
+// against a worker of 10 slots: the workers are the bottleneck, as
+// fairness needs) with equal backlogs and a handler of 200ms; while every
+// key still has a backlog, each key's share of the completions against
+// its weight's share (10%, 20%, 30%, 40%). Row: the largest gap in
+// percentage points. With a no-op handler the per-key turn's
+// compare-and-set (a few round trips per task, one task at a time per
+// key), not the workers, limits each key, and the shares come out equal.
 func (b *bench) fairness(ctx context.Context) error {
 	big, small := 100_000, 100
 	if b.cfg.quick {
@@ -53,33 +57,46 @@ func (b *bench) fairness(ctx context.Context) error {
 	}
 	var mu sync.Mutex
 	var order []string
-	wnc, err := nats.Connect(b.srv.url, nats.Name("spool-bench-fairness-worker"))
-	if err != nil {
-		return fmt.Errorf("connecting the worker: %w", err)
-	}
-	defer wnc.Close()
-	mux := consumer.NewMux()
-	mux.HandleFunc(typ, func(ctx context.Context, t *consumer.Task) ([]byte, error) {
-		mu.Lock()
-		order = append(order, t.Headers.Get("Spool-Key"))
-		mu.Unlock()
-		return nil, nil
-	})
-	w, err := consumer.New(wnc, mux, consumer.WithConcurrency(100, 100), consumer.WithLogger(slog.New(slog.DiscardHandler)),
-		consumer.WithPolling(100*time.Millisecond, 20*time.Millisecond))
-	if err != nil {
-		return err
-	}
-	if err := w.Start(ctx); err != nil {
-		return err
-	}
-	defer func() {
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := w.Stop(stopCtx); err != nil {
-			b.log.Warn("stopping the fairness worker", "error", err)
+	// startWorker runs a worker of slots slots whose handler sleeps work
+	// and records each completion's key; stop ends it.
+	startWorker := func(slots int, work time.Duration) (stop func(), err error) {
+		wnc, err := nats.Connect(b.srv.url, nats.Name("spool-bench-fairness-worker"))
+		if err != nil {
+			return nil, fmt.Errorf("connecting the worker: %w", err)
 		}
-	}()
+		mux := consumer.NewMux()
+		mux.HandleFunc(typ, func(ctx context.Context, t *consumer.Task) ([]byte, error) {
+			if work > 0 {
+				time.Sleep(work)
+			}
+			mu.Lock()
+			order = append(order, t.Headers.Get("Spool-Key"))
+			mu.Unlock()
+			return nil, nil
+		})
+		w, err := consumer.New(wnc, mux, consumer.WithConcurrency(slots, slots), consumer.WithLogger(slog.New(slog.DiscardHandler)),
+			consumer.WithPolling(100*time.Millisecond, 20*time.Millisecond))
+		if err == nil {
+			err = w.Start(ctx)
+		}
+		if err != nil {
+			wnc.Close()
+			return nil, err
+		}
+		return func() {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if err := w.Stop(stopCtx); err != nil {
+				b.log.Warn("stopping the fairness worker", "error", err)
+			}
+			wnc.Close()
+		}, nil
+	}
+	stop, err := startWorker(100, 0)
+	if err != nil {
+		return err
+	}
+	defer func() { stop() }()
 	client, err := producer.New(b.nc, producer.WithTimeout(30*time.Second))
 	if err != nil {
 		return err
@@ -154,11 +171,21 @@ func (b *bench) fairness(ctx context.Context) error {
 	b.log.Info("fairness: starvation", "big", big, "small", small, "big_run_before_small_done", bigThen,
 		"small_done_s", smallDone.Sub(start).Seconds(), "big_done_s", bigDone.Sub(start).Seconds())
 
-	// Shares.
+	// Shares: windows of 3 per weight (30 in all) against a worker of 10
+	// slots and a handler of 200ms, so the workers, not the turns, are the
+	// bottleneck.
+	stop()
+	if err := st.Put(ctx, limits.Rule{Type: typ, Fair: &limits.Fair{Window: 3, Weights: weights}}); err != nil {
+		return err
+	}
+	if stop, err = startWorker(10, 200*time.Millisecond); err != nil {
+		stop = func() {}
+		return err
+	}
 	mu.Lock()
 	order = order[:0]
 	mu.Unlock()
-	per := big / 10
+	per := max(40, big/100)
 	keys := slices.Sorted(func(yield func(string) bool) {
 		for k := range weights {
 			if !yield(k) {
