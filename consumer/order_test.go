@@ -19,6 +19,19 @@ import (
 	"github.com/spoolq/spool/streams/streamstest"
 )
 
+// newTurnsEnv starts an environment with rule in force, and the turns to
+// park tasks with.
+func newTurnsEnv(t *testing.T, rule limits.Rule) (*env, *limits.Turns) {
+	t.Helper()
+	e := newEnv(t, streams.Settings{})
+	e.putRule(rule)
+	turns, err := limits.NewTurns(testCtx(t), e.js, e.names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, turns
+}
+
 // parkOrdered enqueues task id of typ with key the way a producer does for
 // an ordered type: on the key's held subject (limits.Turns.Park).
 func (e *env) parkOrdered(turns *limits.Turns, typ, key, id string, payload []byte) {
@@ -74,12 +87,7 @@ func (l *orderLog) end(key string, i int, ok bool) {
 // passes the turn on.
 func TestOrderedKeysHold(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, streams.Settings{})
-	e.putRule(limits.Rule{Type: "ord", Ordered: limits.OrderHold})
-	turns, err := limits.NewTurns(testCtx(t), e.js, e.names)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, turns := newTurnsEnv(t, limits.Rule{Type: "ord", Ordered: limits.OrderHold})
 	log := newOrderLog()
 	mux := consumer.NewMux()
 	mux.HandleFunc("ord", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
@@ -144,12 +152,7 @@ func TestOrderedKeysHold(t *testing.T) {
 // them), and it completes last.
 func TestOrderedKeysSkip(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, streams.Settings{})
-	e.putRule(limits.Rule{Type: "ords", Ordered: limits.OrderSkip})
-	turns, err := limits.NewTurns(testCtx(t), e.js, e.names)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, turns := newTurnsEnv(t, limits.Rule{Type: "ords", Ordered: limits.OrderSkip})
 	log := newOrderLog()
 	lastDone := make(chan struct{})
 	const per = 6
@@ -239,12 +242,7 @@ func TestOrderedKeysParkedByWorker(t *testing.T) {
 // spool-bench -scenarios fairness runs 100,000 against 99×100).
 func TestFairKeys(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, streams.Settings{})
-	e.putRule(limits.Rule{Type: "fair", Fair: &limits.Fair{Window: 1}})
-	turns, err := limits.NewTurns(testCtx(t), e.js, e.names)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, turns := newTurnsEnv(t, limits.Rule{Type: "fair", Fair: &limits.Fair{Window: 1}})
 	const big, small, per = 1_000, 99, 3
 	var mu sync.Mutex
 	done := map[string]int{}
