@@ -101,6 +101,7 @@ type consumeFlags struct {
 	url, mode, task string
 	n, conc         int
 	pdelay          time.Duration
+	asynqPoll       time.Duration // asynq: Config.TaskCheckInterval (0: its default, 1s)
 }
 
 // consumeChild runs one consumer-side measurement: raw JetStream or a
@@ -111,11 +112,12 @@ func consumeChild(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
 	var f consumeFlags
 	fs.StringVar(&f.url, "url", "", "server URL")
-	fs.StringVar(&f.mode, "mode", "spool", "raw or spool")
+	fs.StringVar(&f.mode, "mode", "spool", "raw, spool or asynq")
 	fs.StringVar(&f.task, "task", "drain", "drain, pickup or shares")
 	fs.IntVar(&f.n, "n", 1000, "tasks to measure")
 	fs.IntVar(&f.conc, "conc", 10, "concurrency")
 	fs.DurationVar(&f.pdelay, "pdelay", time.Second, "spool: WithProcessingDelay (the worker's default is 1s)")
+	fs.DurationVar(&f.asynqPoll, "asynq-poll", 0, "asynq: TaskCheckInterval (0: asynq's default, 1s)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile of the run to this file")
 	if err := fs.Parse(args); err != nil {
@@ -131,6 +133,13 @@ func consumeChild(ctx context.Context, args []string) error {
 			return fmt.Errorf("starting the profile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if f.mode == "asynq" { // the peer: -url is a Redis address
+		var rep consumeReport
+		if err := asynqConsume(ctx, f, &rep); err != nil {
+			return err
+		}
+		return finishConsume(&rep, *memProfile)
 	}
 	nc, err := nats.Connect(f.url, nats.Name("spool-bench-consume"))
 	if err != nil {
@@ -185,8 +194,14 @@ func consumeChild(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *memProfile != "" {
-		fh, err := os.Create(*memProfile)
+	return finishConsume(&rep, *memProfile)
+}
+
+// finishConsume writes the allocation profile (if asked) and prints the
+// report as the child's last line.
+func finishConsume(rep *consumeReport, memProfile string) error {
+	if memProfile != "" {
+		fh, err := os.Create(memProfile)
 		if err != nil {
 			return fmt.Errorf("creating the profile: %w", err)
 		}
@@ -410,25 +425,8 @@ func spoolRun(ctx context.Context, nc *nats.Conn, f consumeFlags, rep *consumeRe
 	if f.task != "drain" {
 		win = startWindow()
 	}
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	var last uint64
-	progress := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-		n := w.Stats().Total().Completed
-		if n >= uint64(f.n) {
-			break
-		}
-		if n != last {
-			last, progress = n, time.Now()
-		} else if time.Since(progress) > stallLimit {
-			return fmt.Errorf("no task completed for %s (%d of %d done)", stallLimit, n, f.n)
-		}
+	if err := awaitCount(ctx, f.n, "completed", func() uint64 { return w.Stats().Total().Completed }); err != nil {
+		return err
 	}
 	win.end(rep, f.n)
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)

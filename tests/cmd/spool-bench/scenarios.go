@@ -89,6 +89,7 @@ func runMode(ctx context.Context, cfg config, syncAlways bool, res *results, log
 		{"workflows", b.workflows},
 		{"limits", b.limits},
 		{"fairness", b.fairness},
+		{"peers", b.peers},
 	}
 	for run := 1; run <= cfg.runs; run++ {
 		for _, s := range steps {
