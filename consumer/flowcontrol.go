@@ -13,6 +13,7 @@ import (
 	"github.com/spoolq/spool/consumer/flow"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/jsproto"
+	"github.com/spoolq/spool/shared/limits"
 )
 
 // The delay of a task handed back because a concurrency limit was full
@@ -56,6 +57,13 @@ func (w *Worker) startFlow(ctx context.Context) error {
 		return err
 	}
 	w.flow = l
+	err = bind.Do(ctx, "binding the task stream for ordered keys", func(ctx context.Context) (err error) {
+		w.turns, err = limits.NewTurns(ctx, w.js, w.o.Names)
+		return err
+	})
+	if err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -69,16 +77,10 @@ func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta) (*flow.Lease, bool) {
 	}
 	// A type without a rule (the local view of the rules) takes no lease:
 	// no context, no round trip.
-	if rule, ok := w.flow.Rule(a.typ); !ok || rule.Empty() {
+	if rule, ok := w.flow.Rule(a.typ); !ok || !rule.Limits() {
 		return nil, true
 	}
-	// Nothing heartbeats the task before it runs: admission must end well
-	// within the ack wait, or the task would be delivered again meanwhile.
-	admit := w.o.IOTimeout
-	if aw := w.ackWait[a.p]; aw > 0 {
-		admit = min(admit, aw/3)
-	}
-	ctx, cancel := context.WithTimeout(w.ioCtx, admit)
+	ctx, cancel := context.WithTimeout(w.ioCtx, w.admitTimeout(a.p))
 	defer cancel()
 	lease, err := w.flow.Acquire(ctx, a.typ, meta.Key, a.id)
 	if err == nil {
@@ -102,6 +104,17 @@ func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta) (*flow.Lease, bool) {
 	return nil, false
 }
 
+// admitTimeout bounds flow-control admission. Nothing heartbeats the task
+// before it runs: admission must end well within the ack wait, or the
+// task would be delivered again meanwhile.
+func (w *Worker) admitTimeout(p spool.Priority) time.Duration {
+	admit := w.o.IOTimeout
+	if aw := w.ackWait[p]; aw > 0 {
+		admit = min(admit, aw/3)
+	}
+	return admit
+}
+
 // deferTask hands a task back for delay without spending a delivery: it
 // publishes a copy as a one-shot schedule on the task's schedule subject,
 // carrying the attempts used so far (Spool-Prior-Attempts) and the count
@@ -112,16 +125,7 @@ func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta) (*flow.Lease, bool) {
 // once); if the publish fails the task is NAKed with the delay instead,
 // which costs one delivery.
 func (w *Worker) deferTask(a attemptInfo, meta spool.Meta, delay time.Duration) {
-	h := nats.Header{}
-	for k, vs := range a.msg.Headers() {
-		if lk := strings.ToLower(k); strings.HasPrefix(lk, "nats-") ||
-			lk == strings.ToLower(spool.HeaderPriorAttempts) || lk == strings.ToLower(spool.HeaderDeferrals) {
-			continue
-		}
-		h[k] = vs
-	}
-	h.Set(spool.HeaderTaskID, a.id)
-	h.Set(spool.HeaderPriorAttempts, strconv.Itoa(a.attempt-1))
+	h := handBackHeader(a, meta)
 	h.Set(spool.HeaderDeferrals, strconv.Itoa(meta.Deferrals+1))
 	h.Set(spool.HeaderSchedule, spool.FormatScheduleAt(time.Now().Add(delay)))
 	h.Set(spool.HeaderScheduleTarget, a.msg.Subject())
@@ -145,4 +149,25 @@ func (w *Worker) deferTask(a attemptInfo, meta spool.Meta, delay time.Duration) 
 		w.log.Warn("acking a task handed back for flow control", "task_id", a.id, "error", err)
 	}
 	w.log.Debug("task handed back: flow-control limit full", "task_id", a.id, "type", a.typ, "delay", delay)
+}
+
+// handBackHeader is the header of a copy of the task that a worker
+// republishes (a hand-back, a park): the task's own headers without
+// JetStream's, its id, and the attempts it used so far
+// (Spool-Prior-Attempts), so the copy costs none of its retries.
+func handBackHeader(a attemptInfo, meta spool.Meta) nats.Header {
+	h := nats.Header{}
+	for k, vs := range a.msg.Headers() {
+		if lk := strings.ToLower(k); strings.HasPrefix(lk, "nats-") ||
+			lk == strings.ToLower(spool.HeaderPriorAttempts) || lk == strings.ToLower(spool.HeaderDeferrals) {
+			continue
+		}
+		h[k] = vs
+	}
+	h.Set(spool.HeaderTaskID, a.id)
+	h.Set(spool.HeaderPriorAttempts, strconv.Itoa(a.attempt-1))
+	if meta.Deferrals > 0 {
+		h.Set(spool.HeaderDeferrals, strconv.Itoa(meta.Deferrals))
+	}
+	return h
 }

@@ -272,7 +272,7 @@ func (l *Limiter) statsLocked(typ string) *TypeStats {
 // blind).
 func (l *Limiter) Acquire(ctx context.Context, typ, key, taskID string) (*Lease, error) {
 	rule, ok := l.Rule(typ)
-	if !ok || rule.Empty() {
+	if !ok || !rule.Limits() {
 		return nil, nil
 	}
 	value, err := json.Marshal(limits.Holder{Task: taskID, Worker: l.owner})

@@ -984,6 +984,7 @@
       el("td", { class: "num" }, r.key_concurrency ? fmtInt(u.keys_active) : "—"),
       el("td", {}, fmtRateRule(r.rate)),
       el("td", {}, fmtRateRule(r.key_rate)),
+      el("td", {}, r.ordered || (r.fair ? "fair, window " + (r.fair.window || 10) : "—")),
       el("td", {}, del));
   }
 
@@ -1000,6 +1001,8 @@
         key_concurrency: num("#limits-key-concurrency"),
         rate: parseRateInput($("#limits-rate").value, "rate"),
         key_rate: parseRateInput($("#limits-key-rate").value, "per-key rate"),
+        ordered: ["hold", "skip"].includes($("#limits-ordered").value) ? $("#limits-ordered").value : undefined,
+        fair: $("#limits-ordered").value === "fair" ? {} : undefined,
       };
     } catch (e) {
       msg.textContent = e.message;
