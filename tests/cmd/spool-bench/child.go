@@ -101,6 +101,7 @@ type consumeFlags struct {
 	url, mode, task string
 	n, conc         int
 	pdelay          time.Duration
+	countType       string // drain: count the completions of this type only
 }
 
 // consumeChild runs one consumer-side measurement: raw JetStream or a
@@ -116,6 +117,7 @@ func consumeChild(ctx context.Context, args []string) error {
 	fs.IntVar(&f.n, "n", 1000, "tasks to measure")
 	fs.IntVar(&f.conc, "conc", 10, "concurrency")
 	fs.DurationVar(&f.pdelay, "pdelay", time.Second, "spool: WithProcessingDelay (the worker's default is 1s)")
+	fs.StringVar(&f.countType, "count-type", "", "spool drain: count the completions of this task type only (default: all)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile of the run to this file")
 	if err := fs.Parse(args); err != nil {
@@ -389,6 +391,7 @@ func spoolRun(ctx context.Context, nc *nats.Conn, f consumeFlags, rep *consumeRe
 		}
 		return nil, nil
 	})
+	mux.HandleFunc(limitedType, handleLimited)
 	opts := []consumer.Option{consumer.WithConcurrency(f.conc, f.conc), consumer.WithProcessingDelay(f.pdelay)}
 	switch f.task {
 	case "pickup":
@@ -420,7 +423,7 @@ func spoolRun(ctx context.Context, nc *nats.Conn, f consumeFlags, rep *consumeRe
 			return ctx.Err()
 		case <-tick.C:
 		}
-		n := w.Stats().Total().Completed
+		n := completed(w.Stats(), f.countType)
 		if n >= uint64(f.n) {
 			break
 		}
