@@ -27,6 +27,12 @@ const (
 	deferEarly  = 400 * time.Millisecond
 )
 
+// flowWaitShare: at most 1/flowWaitShare of the worker's slots wait for
+// the slots of one concurrency limit (and never more tasks than the limit
+// has slots): enough to hand a released slot on at once, few enough that
+// a full limit leaves the other types the rest of the worker.
+const flowWaitShare = 10
+
 // startFlow binds the flow-control limiter. A deployment provisioned
 // before flow control has no buckets for it: the worker then runs without
 // limits.
@@ -45,6 +51,7 @@ func (w *Worker) startFlow(ctx context.Context) error {
 		l, err = flow.New(ctx, flow.Config{
 			JS: w.js, Conn: w.nc, Names: w.o.Names, Owner: w.o.WorkerName,
 			TTL: ttl, IOTimeout: w.o.IOTimeout, Logger: w.log,
+			Waiters: max(flow.DefaultWaiters, w.o.MaxConcurrency/flowWaitShare),
 		})
 		return err
 	})

@@ -46,12 +46,12 @@ func (l *Limiter) wakeLocked(scope string) {
 	}
 }
 
-// waitSlot waits up to localWait for a slot of scope to be released, when
-// fewer than maxWaiters tasks of this worker wait for it already; false
-// when it did not wait.
-func (l *Limiter) waitSlot(ctx context.Context, scope string) bool {
+// waitSlot waits up to localWait for a slot of scope (a limit of n slots)
+// to be released, when fewer than min(n, Config.Waiters) tasks of this
+// worker wait for it already; false when it did not wait.
+func (l *Limiter) waitSlot(ctx context.Context, scope string, n int) bool {
 	l.mu.Lock()
-	if len(l.waiters[scope]) >= maxWaiters {
+	if len(l.waiters[scope]) >= min(n, l.waitersMax) {
 		l.mu.Unlock()
 		return false
 	}
@@ -95,7 +95,7 @@ func (l *Limiter) takeSlot(ctx context.Context, typ, key string, n int, value []
 		if ok || err != nil {
 			return err
 		}
-		if waited || !l.waitSlot(ctx, scope) {
+		if waited || !l.waitSlot(ctx, scope, n) {
 			return &DeniedError{Limit: limit, Type: typ}
 		}
 	}
