@@ -24,7 +24,7 @@ const (
 	deferBase   = 100 * time.Millisecond
 	deferMax    = 5 * time.Second
 	deferJitter = 0.5
-	deferEarly  = 400 * time.Millisecond
+	deferEarly  = 300 * time.Millisecond
 )
 
 // flowWaitShare: at most 1/flowWaitShare of the worker's slots wait for
@@ -62,7 +62,9 @@ func (w *Worker) startFlow(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	w.mu.Lock()
 	w.flow = l
+	w.mu.Unlock()
 	return nil
 }
 

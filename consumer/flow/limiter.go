@@ -95,6 +95,10 @@ type TypeStats struct {
 	Denied map[string]uint64
 	// Held is the leases this worker holds now.
 	Held int
+	// Waiting is the tasks of the type waiting in this worker now for a
+	// concurrency slot or a rate limit's start (at most 600ms each before
+	// they run or are handed back).
+	Waiting int
 }
 
 // Config is what New needs.
@@ -315,6 +319,14 @@ func (l *Limiter) Acquire(ctx context.Context, typ, key, taskID string) (*Lease,
 	s.Held++
 	l.mu.Unlock()
 	return lease, nil
+}
+
+// waiting counts a task of typ waiting in this worker (d = 1 as it
+// starts waiting, -1 as it stops).
+func (l *Limiter) waiting(typ string, d int) {
+	l.mu.Lock()
+	l.statsLocked(typ).Waiting += d
+	l.mu.Unlock()
 }
 
 func (l *Limiter) acquire(ctx context.Context, rule limits.Rule, key string, lease *Lease) error {

@@ -16,60 +16,100 @@ import (
 
 // Rate limits: GCRA on a KV key, compare-and-set per start.
 
+// overbook is the spacing of the returns booked for tasks a rate limit
+// turned away, in percent of the limit's interval: 80 brings a backlog
+// back at 1.25 times the rate.
+const overbook = 80
+
 // takeRate takes one start from a rate limit (GCRA): the key holds the
 // theoretical arrival time tat in Unix nanoseconds; a start is allowed when
 // max(tat, now) + interval - now <= burst·interval, and moves tat there.
 //
 // A denied start books its return in the limit's queue key (q.<type> or
 // kq.<type>.<key>, the same arithmetic with a burst of 1): waiting tasks
-// come back one interval apart, in the order they were turned away, so a
-// backlog is handed back about once per task instead of polling the limit.
+// come back in the order they were turned away, so a backlog is handed
+// back about once per task instead of polling the limit. They come back a
+// little faster than the rate (overbook): a task booked for a turn may
+// not be there to take it (its worker was killed while it waited, or a
+// schedule fired late), and a turn nobody takes is lost; the few that come
+// back too many wait in their worker for a start or are booked again.
 func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, limit string) error {
 	iv := r.Interval()
+	// A start due within the horizon is reserved at once and waited for
+	// here: it then goes exactly an interval after the one before it, late
+	// wake-ups do not push the limit's later starts back, and a worker
+	// killed meanwhile takes at most the horizon's few turns with it.
+	horizon := min(localWait, max(2*iv, reserveAhead))
 	var wait time.Duration
 	for waited := time.Duration(0); ; waited += wait {
 		var err error
-		wait, err = l.gcra(ctx, limits.RateKey(typ, key), iv, time.Duration(r.BurstOrOne())*iv, 0, false)
+		var taken bool
+		wait, taken, err = l.gcra(ctx, limits.RateKey(typ, key), iv, time.Duration(r.BurstOrOne())*iv, 0, horizon, false)
 		if err != nil {
 			return fmt.Errorf("%s limit of %q: %w", limit, typ, err)
 		}
-		if wait == 0 {
-			return nil
+		if taken {
+			if wait <= 0 {
+				return ctx.Err()
+			}
+			l.waiting(typ, 1)
+			defer l.waiting(typ, -1)
+			return sleep(ctx, wait)
 		}
-		if wait > localWait || waited+wait > localWait {
+		if waited+wait > localWait {
 			break
 		}
-		// The next start is due soon: wait for it here rather than hand
-		// the task back (schedules fire in clumps, so tasks booked an
-		// interval apart often come back together).
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		// The next start is due soon: wait until it is within the horizon
+		// here rather than hand the task back (schedules fire in clumps,
+		// so tasks booked an interval apart often come back together).
+		wait = max(wait-horizon, time.Millisecond)
+		l.waiting(typ, 1)
+		err = sleep(ctx, wait)
+		l.waiting(typ, -1)
+		if err != nil {
+			return err
 		}
 	}
-	back, err := l.gcra(ctx, limits.QueueKey(typ, key), iv, iv, wait, true)
+	qiv := iv * overbook / 100
+	back, _, err := l.gcra(ctx, limits.QueueKey(typ, key), qiv, qiv, wait, 0, true)
 	if err != nil {
 		back = wait
 	}
 	return &DeniedError{Limit: limit, Type: typ, RetryAfter: back}
 }
 
+// reserveAhead is the least horizon within which a rate limit's next
+// start is reserved (takeRate); at least two intervals.
+const reserveAhead = 25 * time.Millisecond
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
 // gcra runs one step of the generic cell-rate algorithm on key k. Without
-// book, it takes a start when one is due (returning 0) and otherwise
-// returns how long until one is, leaving k alone. With book, it always
-// advances k, from no earlier than now+after, and returns how long until
-// the booked time.
-func (l *Limiter) gcra(ctx context.Context, k string, iv, burst, after time.Duration, book bool) (time.Duration, error) {
+// book, it takes a start when one is due within horizon, returning how
+// long until it is and taken, and otherwise returns how long until one is
+// due, leaving k alone. With book, it always advances k, from no earlier
+// than now+after, and returns how long until the booked time.
+func (l *Limiter) gcra(ctx context.Context, k string, iv, burst, after, horizon time.Duration, book bool) (wait time.Duration, taken bool, err error) {
 	h := fnv.New32a()
 	h.Write([]byte(k))
 	lock := l.rateLocks[h.Sum32()%uint32(len(l.rateLocks))]
 	select {
 	case lock <- struct{}{}:
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, false, ctx.Err()
 	}
 	defer func() { <-lock }()
 	for range casTries {
@@ -87,13 +127,13 @@ func (l *Limiter) gcra(ctx context.Context, k string, iv, burst, after time.Dura
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 		default:
 			cancel()
-			return 0, fmt.Errorf("reading %q: %w", k, err)
+			return 0, false, fmt.Errorf("reading %q: %w", k, err)
 		}
 		next := tat.Add(iv)
 		wait := next.Sub(now) - burst
-		if !book && wait > 0 {
+		if !book && wait > horizon {
 			cancel()
-			return wait, nil
+			return wait, false, nil
 		}
 		// The state matters until next; past it the key may go.
 		ttl := max(time.Second, next.Sub(now)+time.Second)
@@ -107,19 +147,21 @@ func (l *Limiter) gcra(ctx context.Context, k string, iv, burst, after time.Dura
 		switch {
 		case err == nil:
 			if book {
-				return tat.Sub(now), nil
+				return tat.Sub(now), true, nil
 			}
-			return 0, nil
+			// The start is due wait after now (measured from before the
+			// round trips, so the caller waits a little less than that).
+			return max(0, wait-time.Since(now)), true, nil
 		case errors.Is(err, jetstream.ErrKeyExists), isWrongLastSeq(err):
 			continue // another worker moved it: read again
 		default:
-			return 0, fmt.Errorf("writing %q: %w", k, err)
+			return 0, false, fmt.Errorf("writing %q: %w", k, err)
 		}
 	}
 	if book {
-		return 0, fmt.Errorf("%q kept changing: gave up after %d tries", k, casTries)
+		return 0, false, fmt.Errorf("%q kept changing: gave up after %d tries", k, casTries)
 	}
-	return iv, nil
+	return iv, false, nil
 }
 
 // put writes k if its last revision is still rev, with a per-key TTL (KV

@@ -49,7 +49,7 @@ func (l *Limiter) wakeLocked(scope string) {
 // waitSlot waits up to localWait for a slot of scope (a limit of n slots)
 // to be released, when fewer than min(n, Config.Waiters) tasks of this
 // worker wait for it already; false when it did not wait.
-func (l *Limiter) waitSlot(ctx context.Context, scope string, n int) bool {
+func (l *Limiter) waitSlot(ctx context.Context, typ, scope string, n int) bool {
 	l.mu.Lock()
 	if len(l.waiters[scope]) >= min(n, l.waitersMax) {
 		l.mu.Unlock()
@@ -57,7 +57,9 @@ func (l *Limiter) waitSlot(ctx context.Context, scope string, n int) bool {
 	}
 	ch := make(chan struct{})
 	l.waiters[scope] = append(l.waiters[scope], ch)
+	l.statsLocked(typ).Waiting++
 	l.mu.Unlock()
+	defer l.waiting(typ, -1)
 	t := time.NewTimer(localWait)
 	defer t.Stop()
 	select {
@@ -95,7 +97,7 @@ func (l *Limiter) takeSlot(ctx context.Context, typ, key string, n int, value []
 		if ok || err != nil {
 			return err
 		}
-		if waited || !l.waitSlot(ctx, scope, n) {
+		if waited || !l.waitSlot(ctx, typ, scope, n) {
 			return &DeniedError{Limit: limit, Type: typ}
 		}
 	}
