@@ -16,11 +16,6 @@ import (
 
 // Rate limits: GCRA on a KV key, compare-and-set per start.
 
-// overbook is the spacing of the returns booked for tasks a rate limit
-// turned away, in percent of the limit's interval: 80 brings a backlog
-// back at 1.25 times the rate.
-const overbook = 80
-
 // takeRate takes one start from a rate limit (GCRA): the key holds the
 // theoretical arrival time tat in Unix nanoseconds; a start is allowed when
 // max(tat, now) + interval - now <= burst·interval, and moves tat there.
@@ -29,7 +24,7 @@ const overbook = 80
 // kq.<type>.<key>, the same arithmetic with a burst of 1): waiting tasks
 // come back in the order they were turned away, so a backlog is handed
 // back about once per task instead of polling the limit. They come back a
-// little faster than the rate (overbook): a task booked for a turn may
+// little faster than the rate (limits.ReturnSpacing): a task booked for a turn may
 // not be there to take it (its worker was killed while it waited, or a
 // schedule fired late), and a turn nobody takes is lost; the few that come
 // back too many wait in their worker for a start or are booked again.
@@ -70,7 +65,7 @@ func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, 
 			return err
 		}
 	}
-	qiv := iv * overbook / 100
+	qiv := iv * limits.ReturnSpacing / 100
 	back, _, err := l.gcra(ctx, limits.QueueKey(typ, key), qiv, qiv, wait, 0, true)
 	if err != nil {
 		back = wait

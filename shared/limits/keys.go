@@ -55,6 +55,12 @@ func RateKey(typ, key string) string {
 // EncodeKey maps a flow-control key to its lease-key token.
 func EncodeKey(key string) string { return base64.RawURLEncoding.EncodeToString([]byte(key)) }
 
+// DecodeKey maps a lease-key token back to its flow-control key.
+func DecodeKey(enc string) (string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(enc)
+	return string(b), err
+}
+
 // ParseSlotKey splits a slot lease key into its type, the encoded
 // flow-control key (empty for a type-wide slot) and the slot number; ok is
 // false for any other key.

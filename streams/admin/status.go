@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/limits"
 	"github.com/spoolq/spool/streams"
 )
 
@@ -43,10 +44,16 @@ type Status struct {
 	Results uint64 `json:"results"`
 	// StoreBytes is the task stream's size on the server.
 	StoreBytes uint64 `json:"store_bytes"`
+	// Limits is every flow-control rule with its use across the fleet
+	// (slots held, busiest keys, rate state); empty when no rule is set
+	// or the deployment has no flow-control buckets. Tasks handed back by
+	// a limit wait as schedules, counted in Scheduled.
+	Limits []limits.Usage `json:"limits,omitempty"`
 }
 
 // Status reads the queue's status: a few JetStream requests per priority,
-// whatever the backlog.
+// whatever the backlog, and a listing of the slots held per flow-control
+// rule.
 func (c *Client) Status(ctx context.Context) (Status, error) {
 	return call(ctx, c, "reading the queue's status", c.status)
 }
@@ -108,6 +115,16 @@ func (c *Client) status(ctx context.Context) (Status, error) {
 		return st, err
 	}
 	if st.Results, err = c.streamMsgs(ctx, "KV_"+names.ResultsBucket()); err != nil {
+		return st, err
+	}
+	store, err := limits.Open(ctx, c.js, names)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return st, nil // provisioned before flow control
+	}
+	if err != nil {
+		return st, err
+	}
+	if st.Limits, err = store.Usage(ctx); err != nil {
 		return st, err
 	}
 	return st, nil

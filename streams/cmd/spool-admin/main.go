@@ -251,7 +251,13 @@ func printStatus(w io.Writer, st admin.Status) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\nscheduled %d · dead letters %d · results %d · task store %d bytes\n",
-		st.Scheduled, st.DeadLetters, st.Results, st.StoreBytes)
-	return err
+	if _, err := fmt.Fprintf(w, "\nscheduled %d · dead letters %d · results %d · task store %d bytes\n",
+		st.Scheduled, st.DeadLetters, st.Results, st.StoreBytes); err != nil {
+		return err
+	}
+	if len(st.Limits) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nflow-control limits (tasks handed back wait among the scheduled):")
+	return printUsage(w, st.Limits)
 }
