@@ -49,6 +49,9 @@ type Status struct {
 	// or the deployment has no flow-control buckets. Tasks handed back by
 	// a limit wait as schedules, counted in Scheduled.
 	Limits []limits.Usage `json:"limits,omitempty"`
+	// LimitsError says why the flow-control usage could not be read; the
+	// queue's figures are still good.
+	LimitsError string `json:"limits_error,omitempty"`
 }
 
 // Status reads the queue's status: a few JetStream requests per priority,
@@ -118,14 +121,11 @@ func (c *Client) status(ctx context.Context) (Status, error) {
 		return st, err
 	}
 	store, err := limits.Open(ctx, c.js, names)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return st, nil // provisioned before flow control
+	if err == nil {
+		st.Limits, err = store.Usage(ctx)
 	}
-	if err != nil {
-		return st, err
-	}
-	if st.Limits, err = store.Usage(ctx); err != nil {
-		return st, err
+	if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) { // not found: provisioned before flow control
+		st.LimitsError = err.Error()
 	}
 	return st, nil
 }

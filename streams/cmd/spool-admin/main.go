@@ -255,6 +255,10 @@ func printStatus(w io.Writer, st admin.Status) error {
 		st.Scheduled, st.DeadLetters, st.Results, st.StoreBytes); err != nil {
 		return err
 	}
+	if st.LimitsError != "" {
+		_, err := fmt.Fprintf(w, "\nflow-control limits: unreadable: %s\n", st.LimitsError)
+		return err
+	}
 	if len(st.Limits) == 0 {
 		return nil
 	}
