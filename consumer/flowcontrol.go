@@ -15,11 +15,11 @@ import (
 	"github.com/spoolq/spool/shared/jsproto"
 )
 
-// The delay of a task handed back because a concurrency limit was full
-// grows with its hand-backs, min(deferBase·2^deferrals, deferMax) plus up
-// to half of it again. A task handed back by a rate limit comes back
-// deferEarly before the turn the limit booked for it (at least deferBase
-// from now).
+// A task handed back by a limit that booked its return (a rate limit, or
+// a concurrency limit whose slots were seen turning over) comes back
+// deferEarly before the booked time (at least deferBase from now). Else
+// the delay grows with its hand-backs, min(deferBase·2^deferrals,
+// deferMax) plus up to half of it again.
 const (
 	deferBase   = 100 * time.Millisecond
 	deferMax    = 5 * time.Second
@@ -97,7 +97,7 @@ func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta) (*flow.Lease, bool) {
 	}
 	delay := jitter(backoff(deferBase, deferMax, meta.Deferrals+1), deferJitter)
 	if wait > 0 {
-		// A rate limit booked the task's turn: come back a little early
+		// The limit booked the task's return: come back a little early
 		// (schedules fire in clumps a few hundred milliseconds apart) and
 		// wait for the turn in the worker.
 		delay = max(deferBase, wait-deferEarly)

@@ -81,6 +81,9 @@ type Limiter struct {
 	// waiters are the tasks waiting in this worker for a slot of a limit
 	// (keyed by the slot keys' prefix), woken when one is released.
 	waiters map[string][]chan struct{}
+	// turnover is, per limit (the slot keys' prefix), how often the view
+	// sees one of its slots released.
+	turnover map[string]*turnover
 	// rateLocks let one task of this worker at a time run the
 	// compare-and-set of a rate key (striped by the key's hash): the others
 	// wait their turn here instead of colliding on the server.
@@ -152,7 +155,7 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 		waitersMax: c.Waiters,
 		rules:      map[string]limits.Rule{}, taken: map[string]time.Time{},
 		mine: map[*Lease]struct{}{}, stats: map[string]*TypeStats{},
-		waiters: map[string][]chan struct{}{},
+		waiters: map[string][]chan struct{}{}, turnover: map[string]*turnover{},
 	}
 	for i := range l.rateLocks {
 		l.rateLocks[i] = make(chan struct{}, 1)
@@ -374,6 +377,11 @@ func (l *Limiter) renewLoop(ctx context.Context) {
 		for k, until := range l.taken {
 			if now.After(until) {
 				delete(l.taken, k)
+			}
+		}
+		for scope, t := range l.turnover {
+			if now.Sub(t.last) > turnoverForget {
+				delete(l.turnover, scope)
 			}
 		}
 		held := make([]*Lease, 0, len(l.mine))

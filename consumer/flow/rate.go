@@ -24,40 +24,34 @@ import (
 // kq.<type>.<key>, the same arithmetic with a burst of 1): waiting tasks
 // come back in the order they were turned away, so a backlog is handed
 // back about once per task instead of polling the limit. They come back a
-// little faster than the rate (limits.ReturnSpacing): a task booked for a turn may
-// not be there to take it (its worker was killed while it waited, or a
-// schedule fired late), and a turn nobody takes is lost; the few that come
-// back too many wait in their worker for a start or are booked again.
+// little faster than the rate (limits.ReturnSpacing): a task booked for a
+// turn may not be there to take it (its worker was killed while it
+// waited, or a schedule fired late), and a turn nobody takes is lost; the
+// few that come back too many wait in their worker for a start or are
+// booked again.
 func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, limit string) error {
 	iv := r.Interval()
-	// A start due within the horizon is reserved at once and waited for
-	// here: it then goes exactly an interval after the one before it, late
-	// wake-ups do not push the limit's later starts back, and a worker
-	// killed meanwhile takes at most the horizon's few turns with it.
-	horizon := min(localWait, max(2*iv, reserveAhead))
 	var wait time.Duration
 	for waited := time.Duration(0); ; waited += wait {
 		var err error
 		var taken bool
-		wait, taken, err = l.gcra(ctx, limits.RateKey(typ, key), iv, time.Duration(r.BurstOrOne())*iv, 0, horizon, false)
+		wait, taken, err = l.gcra(ctx, limits.RateKey(typ, key), iv, time.Duration(r.BurstOrOne())*iv, 0, false)
 		if err != nil {
 			return fmt.Errorf("%s limit of %q: %w", limit, typ, err)
 		}
 		if taken {
-			if wait <= 0 {
-				return ctx.Err()
-			}
-			l.waiting(typ, 1)
-			defer l.waiting(typ, -1)
-			return sleep(ctx, wait)
+			return nil
 		}
 		if waited+wait > localWait {
 			break
 		}
-		// The next start is due soon: wait until it is within the horizon
-		// here rather than hand the task back (schedules fire in clumps,
-		// so tasks booked an interval apart often come back together).
-		wait = max(wait-horizon, time.Millisecond)
+		// The next start is due soon: wait for it here rather than hand
+		// the task back (schedules fire in clumps, so tasks booked an
+		// interval apart often come back together). The start is taken
+		// when it is due, not reserved ahead: a task that wakes late
+		// then starts late, and never closer to the next start than an
+		// interval.
+		wait = max(wait, time.Millisecond)
 		l.waiting(typ, 1)
 		err = sleep(ctx, wait)
 		l.waiting(typ, -1)
@@ -66,16 +60,12 @@ func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, 
 		}
 	}
 	qiv := iv * limits.ReturnSpacing / 100
-	back, _, err := l.gcra(ctx, limits.QueueKey(typ, key), qiv, qiv, wait, 0, true)
+	back, _, err := l.gcra(ctx, limits.QueueKey(typ, key), qiv, qiv, wait, true)
 	if err != nil {
 		back = wait
 	}
 	return &DeniedError{Limit: limit, Type: typ, RetryAfter: back}
 }
-
-// reserveAhead is the least horizon within which a rate limit's next
-// start is reserved (takeRate); at least two intervals.
-const reserveAhead = 25 * time.Millisecond
 
 // sleep waits d, or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) error {
@@ -93,11 +83,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // gcra runs one step of the generic cell-rate algorithm on key k. Without
-// book, it takes a start when one is due within horizon, returning how
-// long until it is and taken, and otherwise returns how long until one is
-// due, leaving k alone. With book, it always advances k, from no earlier
-// than now+after, and returns how long until the booked time.
-func (l *Limiter) gcra(ctx context.Context, k string, iv, burst, after, horizon time.Duration, book bool) (wait time.Duration, taken bool, err error) {
+// book, it takes a start when one is due (taken), and otherwise returns
+// how long until one is, leaving k alone. With book, it always advances
+// k, from no earlier than now+after, and returns how long until the
+// booked time.
+func (l *Limiter) gcra(ctx context.Context, k string, iv, burst, after time.Duration, book bool) (wait time.Duration, taken bool, err error) {
 	h := fnv.New32a()
 	h.Write([]byte(k))
 	lock := l.rateLocks[h.Sum32()%uint32(len(l.rateLocks))]
@@ -126,7 +116,7 @@ func (l *Limiter) gcra(ctx context.Context, k string, iv, burst, after, horizon 
 		}
 		next := tat.Add(iv)
 		wait := next.Sub(now) - burst
-		if !book && wait > horizon {
+		if !book && wait > 0 {
 			cancel()
 			return wait, false, nil
 		}
@@ -144,9 +134,7 @@ func (l *Limiter) gcra(ctx context.Context, k string, iv, burst, after, horizon 
 			if book {
 				return tat.Sub(now), true, nil
 			}
-			// The start is due wait after now (measured from before the
-			// round trips, so the caller waits a little less than that).
-			return max(0, wait-time.Since(now)), true, nil
+			return 0, true, nil
 		case errors.Is(err, jetstream.ErrKeyExists), isWrongLastSeq(err):
 			continue // another worker moved it: read again
 		default:
