@@ -101,7 +101,8 @@ type consumeFlags struct {
 	url, mode, task string
 	n, conc         int
 	pdelay          time.Duration
-	countType       string // drain: count the completions of this type only
+	countType       string        // drain: count the completions of this type only
+	asynqPoll       time.Duration // asynq: Config.TaskCheckInterval (0: its default, 1s)
 }
 
 // consumeChild runs one consumer-side measurement: raw JetStream or a
@@ -112,12 +113,13 @@ func consumeChild(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
 	var f consumeFlags
 	fs.StringVar(&f.url, "url", "", "server URL")
-	fs.StringVar(&f.mode, "mode", "spool", "raw or spool")
+	fs.StringVar(&f.mode, "mode", "spool", "raw, spool or asynq")
 	fs.StringVar(&f.task, "task", "drain", "drain, pickup or shares")
 	fs.IntVar(&f.n, "n", 1000, "tasks to measure")
 	fs.IntVar(&f.conc, "conc", 10, "concurrency")
 	fs.DurationVar(&f.pdelay, "pdelay", time.Second, "spool: WithProcessingDelay (the worker's default is 1s)")
 	fs.StringVar(&f.countType, "count-type", "", "spool drain: count the completions of this task type only (default: all)")
+	fs.DurationVar(&f.asynqPoll, "asynq-poll", 0, "asynq: TaskCheckInterval (0: asynq's default, 1s)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile of the run to this file")
 	if err := fs.Parse(args); err != nil {
@@ -133,6 +135,13 @@ func consumeChild(ctx context.Context, args []string) error {
 			return fmt.Errorf("starting the profile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if f.mode == "asynq" { // the peer: -url is a Redis address
+		var rep consumeReport
+		if err := asynqConsume(ctx, f, &rep); err != nil {
+			return err
+		}
+		return finishConsume(&rep, *memProfile)
 	}
 	nc, err := nats.Connect(f.url, nats.Name("spool-bench-consume"))
 	if err != nil {
@@ -187,8 +196,14 @@ func consumeChild(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *memProfile != "" {
-		fh, err := os.Create(*memProfile)
+	return finishConsume(&rep, *memProfile)
+}
+
+// finishConsume writes the allocation profile (if asked) and prints the
+// report as the child's last line.
+func finishConsume(rep *consumeReport, memProfile string) error {
+	if memProfile != "" {
+		fh, err := os.Create(memProfile)
 		if err != nil {
 			return fmt.Errorf("creating the profile: %w", err)
 		}
@@ -413,25 +428,8 @@ func spoolRun(ctx context.Context, nc *nats.Conn, f consumeFlags, rep *consumeRe
 	if f.task != "drain" {
 		win = startWindow()
 	}
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	var last uint64
-	progress := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-		n := completed(w.Stats(), f.countType)
-		if n >= uint64(f.n) {
-			break
-		}
-		if n != last {
-			last, progress = n, time.Now()
-		} else if time.Since(progress) > stallLimit {
-			return fmt.Errorf("no task completed for %s (%d of %d done)", stallLimit, n, f.n)
-		}
+	if err := awaitCount(ctx, f.n, "completed", func() uint64 { return completed(w.Stats(), f.countType) }); err != nil {
+		return err
 	}
 	win.end(rep, f.n)
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)

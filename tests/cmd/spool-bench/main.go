@@ -6,6 +6,9 @@
 // SyncAlways), runs the consumer side in child processes (so their RSS and
 // CPU are their own), runs the producer side itself, repeats every
 // scenario (-runs, default 3) and reports medians and the Spool/raw ratio.
+// The peers scenario runs the same processing, pickup and enqueue work
+// against asynq on a redis-server child (skipped, saying so, when
+// redis-server is not on PATH).
 //
 //	go run ./tests/cmd/spool-bench -out BENCHMARKS.md
 //	BENCH_QUICK=1 go run ./tests/cmd/spool-bench   # tiny counts, a smoke run
@@ -123,7 +126,7 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.runs, "runs", c.runs, "repetitions of every scenario (medians are reported)")
 	fs.StringVar(&c.out, "out", c.out, "report file (empty: stdout only)")
 	fs.StringVar(&c.only, "sync", c.only, "run one sync mode only: default or always")
-	fs.StringVar(&c.scenarios, "scenarios", c.scenarios, "run only these scenarios (comma-separated: enqueue,processing,pickup,shares,limits,workflows,backlog)")
+	fs.StringVar(&c.scenarios, "scenarios", c.scenarios, "run only these scenarios (comma-separated: enqueue,processing,pickup,shares,limits,workflows,backlog,peers)")
 	fs.StringVar(&c.profileDir, "profile", c.profileDir, "write CPU profiles of the processing consumers to this directory")
 	fs.IntVar(&c.queued, "queued", c.queued, "queued tasks of the processing scenario")
 	fs.IntVar(&c.processN, "processed", c.processN, "tasks processed per processing run with default sync (at most -queued)")

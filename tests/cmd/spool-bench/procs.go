@@ -77,26 +77,35 @@ func (s *serverProc) stop() error {
 // cpu returns the server child's user+sys CPU time so far.
 func (s *serverProc) cpu() time.Duration { return procCPU(s.cmd.Process.Pid) }
 
-// procCPU reads utime+stime of a live process from /proc/<pid>/stat.
+// procCPU reads the CPU time of a live process from /proc/<pid>/stat.
 func procCPU(pid int) time.Duration {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
 	}
-	s := string(b)
+	return statCPU(string(b))
+}
+
+// statCPU is utime+stime+cutime+cstime of a /proc/<pid>/stat line: the
+// process's own CPU and that of the children it has waited for (none for
+// the JetStream server; redis-server's snapshot children).
+func statCPU(s string) time.Duration {
 	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
+	if i < 0 || i+2 > len(s) {
 		return 0
 	}
 	f := strings.Fields(s[i+2:])
-	// fields after the command: state(0) ... utime(11) stime(12), in
-	// clock ticks (100 per second on Linux).
-	if len(f) < 13 {
+	// fields after the command: state(0) ... utime(11) stime(12)
+	// cutime(13) cstime(14), in clock ticks (100 per second on Linux).
+	if len(f) < 15 {
 		return 0
 	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u+st) * (time.Second / 100)
+	var ticks int64
+	for _, v := range f[11:15] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * (time.Second / 100)
 }
 
 // consumeResult is a consume child's report plus the server's CPU over the

@@ -21,6 +21,7 @@ type results struct {
 	modes []string
 	rows  map[string][]string // mode → row names in first-seen order
 	vals  map[string][]float64
+	peer  peerInfo // the asynq run (peers scenario)
 }
 
 func newResults() *results {
@@ -96,11 +97,15 @@ func writeReport(cfg config, r *results, wall time.Duration) error {
 	fmt.Fprintf(&b, "| storage | file, in a temporary directory; one server per sync mode, topology from `streams.Provision` with default settings (R1) |\n")
 	fmt.Fprintf(&b, "| runs | every figure is the median of %d runs; raw and Spool run back to back in each run |\n\n", cfg.runs)
 	b.WriteString(methodNotes(cfg))
+	b.WriteString(peerMethod(r))
 	for _, mode := range r.modes {
 		fmt.Fprintf(&b, "\n## %s\n\n", mode)
 		b.WriteString("| figure | raw JetStream | raw + Nats-Msg-Id | Spool | Spool / raw |\n|---|---:|---:|---:|---:|\n")
 		var wfRows []string
 		for _, row := range r.rows[mode] {
+			if r.peerOnly(mode, row) {
+				continue // in the asynq table below
+			}
 			if strings.HasPrefix(row, "workflow:") {
 				wfRows = append(wfRows, row)
 				continue
@@ -136,6 +141,7 @@ func writeReport(cfg config, r *results, wall time.Duration) error {
 				fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", strings.TrimPrefix(row, "workflow: "), fmtVal(plain), fmtVal(wf), ratio)
 			}
 		}
+		b.WriteString(peerTable(r, mode))
 	}
 	os.Stdout.Write(b.Bytes())
 	if cfg.out == "" {

@@ -86,6 +86,7 @@ func runMode(ctx context.Context, cfg config, syncAlways bool, res *results, log
 		{"shares", b.shares},
 		{"workflows", b.workflows},
 		{"limits", b.limits},
+		{"peers", b.peers},
 	}
 	for run := 1; run <= cfg.runs; run++ {
 		for _, s := range steps {

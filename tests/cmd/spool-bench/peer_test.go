@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestStatCPU(t *testing.T) {
+	// pid (comm) state ppid ... utime stime cutime cstime ...: the command
+	// may hold spaces and parentheses.
+	line := "4242 (redis-server (x) 1) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 7 3 20 0 5 0 123 456 789"
+	if got, want := statCPU(line), 310*10*time.Millisecond; got != want {
+		t.Errorf("statCPU = %v, want %v (utime+stime+cutime+cstime)", got, want)
+	}
+	for _, bad := range []string{"", "4242 (cut", "4242 (x) S 1 2"} {
+		if got := statCPU(bad); got != 0 {
+			t.Errorf("statCPU(%q) = %v, want 0", bad, got)
+		}
+	}
+}
+
+func TestRedisVersion(t *testing.T) {
+	for in, want := range map[string]string{
+		"Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64 build=ae4d7c971a948f0\n": "7.0.15",
+		"something else\n": "something else",
+	} {
+		if got := redisVersion(in); got != want {
+			t.Errorf("redisVersion(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestRedisArgs(t *testing.T) {
+	def := strings.Join(redisArgs(6390, "/d", false), " ")
+	always := strings.Join(redisArgs(6390, "/d", true), " ")
+	for _, want := range []string{"--bind 127.0.0.1", "--port 6390", "--dir /d", "--save " + redisSave} {
+		if !strings.Contains(def, want) || !strings.Contains(always, want) {
+			t.Errorf("args lack %q:\n%s\n%s", want, def, always)
+		}
+	}
+	if !strings.Contains(def, "--appendonly no") || strings.Contains(def, "appendfsync") {
+		t.Errorf("default persistence args: %s", def)
+	}
+	if !strings.Contains(always, "--appendonly yes --appendfsync always") {
+		t.Errorf("always persistence args: %s", always)
+	}
+}
+
+func TestStampPayload(t *testing.T) {
+	at := time.Unix(1_700_000_000, 123456789)
+	got, err := stampTime(stampPayload(at))
+	if err != nil || !got.Equal(at) {
+		t.Fatalf("stampTime(stampPayload(%v)) = %v, %v", at, got, err)
+	}
+	if _, err := stampTime([]byte(`{"n":1}`)); err == nil {
+		t.Error("stampTime accepted a 7-byte payload")
+	}
+}
+
+// TestPeerReport renders asynq figures beside Spool's: rows with Spool and
+// asynq figures go to both tables, a row with asynq figures only to the
+// asynq table, and a skipped run says why.
+func TestPeerReport(t *testing.T) {
+	res := newResults()
+	res.modes = []string{"default sync"}
+	res.peer = peerInfo{redis: "7.0.15", asynq: "v0.26.0"}
+	const both, peerOnly = "processing: 10 queued, concurrency 10 (tasks/s)", "pickup at 200 tasks/s: p99 (µs)"
+	res.add("default sync", both, "raw", 300)
+	res.add("default sync", both, "spool", 200)
+	res.add("default sync", both, variantAsynq, 100)
+	res.add("default sync", both, variantAsynq, 120)
+	res.add("default sync", peerOnly, variantAsynq, 5000)
+	const pickup = "pickup at 200 tasks/s: p50 (µs)"
+	res.add("default sync", pickup, "spool", 200)
+	res.add("default sync", pickup, variantAsynq, 600_000)
+	if res.peerOnly("default sync", both) || !res.peerOnly("default sync", peerOnly) {
+		t.Fatal("peerOnly misjudged the rows")
+	}
+	cfg := defaultConfig(true)
+	cfg.out = filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	if err := writeReport(cfg, res, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(cfg.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	main, peer, ok := strings.Cut(string(b), "### asynq (Redis), default sync")
+	if !ok {
+		t.Fatalf("no asynq table:\n%s", b)
+	}
+	if !strings.Contains(main, "| "+both+" | 300.0 |  | 200.0 | 0.67 |") || strings.Contains(main, "| "+peerOnly) {
+		t.Errorf("main table:\n%s", main)
+	}
+	for _, want := range []string{
+		"asynq v0.26.0 on redis-server 7.0.15",
+		"| " + both + " | 300.0 | 200.0 | 110.0 | 1.82 |", // median of 100 and 120; Spool / asynq
+		"| " + peerOnly + " |  |  | 5000 |  |",
+		"| " + pickup + " |  | 200.0 | 600000 | 0.00033 |",
+	} {
+		if !strings.Contains(peer, want) {
+			t.Errorf("asynq table lacks %q:\n%s", want, peer)
+		}
+	}
+	if !strings.Contains(main, "**peers (asynq on Redis)**: asynq v0.26.0") {
+		t.Errorf("no method note for the peers:\n%s", main)
+	}
+
+	skipped := newResults()
+	skipped.modes = []string{"default sync"}
+	skipped.peer.skipped = redisInstallHint
+	if m := peerMethod(skipped); !strings.Contains(m, "skipped: redis-server is not installed") || !strings.Contains(m, "apt-get install redis-server") {
+		t.Errorf("skip note: %q", m)
+	}
+	if tbl := peerTable(skipped, "default sync"); tbl != "" {
+		t.Errorf("a skipped run has an asynq table: %q", tbl)
+	}
+}
+
+// TestPeersRedis runs the peers scenario with tiny counts against a real
+// redis-server; it needs redis-server on PATH.
+func TestPeersRedis(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server is not installed (apt-get install redis-server): the asynq peer rows cannot run")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cfg := defaultConfig(true)
+	cfg.only, cfg.scenarios = "default", "peers"
+	cfg.out = filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	res := newResults()
+	if err := runMode(ctx, cfg, false, res, slog.New(slog.NewTextHandler(t.Output(), nil))); err != nil {
+		t.Fatal(err)
+	}
+	if res.peer.skipped != "" || res.peer.redis == "" || res.peer.asynq == "" {
+		t.Fatalf("peer info %+v", res.peer)
+	}
+	for _, row := range []string{
+		"enqueue: batch throughput (tasks/s)",
+		"processing: 500 queued, concurrency 10 (tasks/s)",
+		"pickup at 200 tasks/s: p50 (µs)",
+		"pickup at 200 tasks/s, asynq TaskCheckInterval 10ms: p99 (µs)",
+	} {
+		if !slices.Contains(res.rows["default sync"], row) {
+			t.Errorf("no row %q", row)
+			continue
+		}
+		if v, n := res.median("default sync", row, variantAsynq); n != 1 || v <= 0 {
+			t.Errorf("%s: asynq figure %v from %d runs", row, v, n)
+		}
+	}
+}
