@@ -76,6 +76,11 @@ func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta) (*flow.Lease, bool) {
 	if w.flow == nil {
 		return nil, true
 	}
+	// A type without a rule (the local view of the rules) takes no lease:
+	// no context, no round trip.
+	if rule, ok := w.flow.Rule(a.typ); !ok || rule.Empty() {
+		return nil, true
+	}
 	// Nothing heartbeats the task before it runs: admission must end well
 	// within the ack wait, or the task would be delivered again meanwhile.
 	admit := w.o.IOTimeout

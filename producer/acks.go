@@ -28,6 +28,16 @@ type acks struct {
 	pub     *jsproto.Publisher
 	next    uint64
 	batches map[uint64]*batch
+	// inFlight counts the flights awaiting their acknowledgement; idle,
+	// when made, is closed as it reaches zero (EnqueueAsyncComplete).
+	inFlight int
+	idle     chan struct{}
+	// stored, when set, is called for each publish the stream acknowledged
+	// (on the subscription's goroutine, without a.mu).
+	stored func(p prepared, dup bool)
+	// stopSweep ends the sweep goroutine, which runs while flights are
+	// in flight (nil when it does not).
+	stopSweep chan struct{}
 }
 
 // token is the publisher token of task i of batch bid: the batch in the
@@ -98,7 +108,7 @@ func (a *acks) open(n int) (*batch, error) {
 // publish sends task i of b once the window has room. An error means it
 // was not published; a failure of the publish itself settles the flight.
 func (a *acks) publish(ctx context.Context, b *batch, i int, p prepared, claimed bool) error {
-	if err := a.acquire(ctx, b); err != nil {
+	if err := a.acquire(ctx); err != nil {
 		return err
 	}
 	a.mu.Lock()
@@ -110,6 +120,11 @@ func (a *acks) publish(ctx context.Context, b *batch, i int, p prepared, claimed
 	}
 	b.flights[i] = flight{p: p, claimed: claimed, deadline: time.Now().Add(a.timeout), outcome: outcome{state: inFlight}}
 	b.waiting++
+	a.inFlight++
+	if a.stopSweep == nil {
+		a.stopSweep = make(chan struct{})
+		go a.sweep(a.stopSweep)
+	}
 	a.mu.Unlock()
 	if err := pub.PublishMsg(p.msg, token(b.id, i)); err != nil {
 		a.settle(b, i, outcome{state: failed, err: err})
@@ -118,9 +133,9 @@ func (a *acks) publish(ctx context.Context, b *batch, i int, p prepared, claimed
 }
 
 // acquire takes a token of the window. When none frees up within the
-// timeout, b's own flights that are overdue are given up as lost, and
+// timeout, the flights that are overdue are given up as lost, and
 // without any it fails with jetstream.ErrTooManyStalledMsgs.
-func (a *acks) acquire(ctx context.Context, b *batch) error {
+func (a *acks) acquire(ctx context.Context) error {
 	select {
 	case a.room <- struct{}{}:
 		return nil
@@ -135,8 +150,13 @@ func (a *acks) acquire(ctx context.Context, b *batch) error {
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		case now := <-t.C:
-			if a.expire(b, now, jetstream.ErrAsyncPublishTimeout) == 0 {
-				return jetstream.ErrTooManyStalledMsgs
+			if a.expireOverdue(now) == 0 {
+				select {
+				case a.room <- struct{}{}: // freed meanwhile (the sweep)
+					return nil
+				default:
+					return jetstream.ErrTooManyStalledMsgs
+				}
 			}
 			t.Reset(a.timeout)
 		}
@@ -205,9 +225,13 @@ func (a *acks) onAck(tok uint64, ack jsproto.PubAck, err error) {
 	if err != nil {
 		o = outcome{state: failed, err: err}
 	}
+	p := b.flights[i].p
 	a.settleLocked(b, i, o)
 	a.mu.Unlock()
 	<-a.room
+	if err == nil && a.stored != nil {
+		a.stored(p, ack.Duplicate)
+	}
 }
 
 // republish sends flight i of b again, unless it was settled meanwhile.
@@ -244,6 +268,22 @@ func (a *acks) settle(b *batch, i int, o outcome) {
 func (a *acks) settleLocked(b *batch, i int, o outcome) {
 	b.flights[i].outcome = o
 	b.waiting--
+	a.inFlight--
+	if a.inFlight == 0 {
+		if a.idle != nil {
+			close(a.idle)
+			a.idle = nil
+		}
+		if a.stopSweep != nil {
+			close(a.stopSweep)
+			a.stopSweep = nil
+		}
+	}
+	if b.waiting == 0 && len(b.flights) == 1 {
+		// Nothing else can come for it: unregistered now, so a Pending
+		// nobody waits for leaves nothing behind.
+		delete(a.batches, b.id)
+	}
 	if b.waiting == 0 {
 		select {
 		case b.wake <- struct{}{}:
@@ -270,12 +310,76 @@ func (a *acks) expire(b *batch, now time.Time, err error) int {
 	return n
 }
 
+// drop unregisters b, which published nothing.
+func (a *acks) drop(b *batch) {
+	a.mu.Lock()
+	delete(a.batches, b.id)
+	a.mu.Unlock()
+}
+
+// idleCh returns a channel closed once no flight awaits its
+// acknowledgement.
+func (a *acks) idleCh() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.inFlight == 0 {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	if a.idle == nil {
+		a.idle = make(chan struct{})
+	}
+	return a.idle
+}
+
+// sweep gives up overdue flights as lost, for publishes nobody waits for
+// yet (EnqueueAsync without Wait): their window tokens come back, and
+// EnqueueAsyncComplete fires. It runs while flights are in flight.
+func (a *acks) sweep(stop chan struct{}) {
+	t := time.NewTicker(max(a.timeout/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			a.expireOverdue(now)
+		}
+	}
+}
+
+// expireOverdue gives up, as lost, every flight whose deadline is not
+// after now, and returns how many.
+func (a *acks) expireOverdue(now time.Time) int {
+	a.mu.Lock()
+	var late []*batch
+	for _, b := range a.batches {
+		for i := range b.flights {
+			if f := &b.flights[i]; f.state == inFlight && !f.deadline.After(now) {
+				late = append(late, b)
+				break
+			}
+		}
+	}
+	a.mu.Unlock()
+	n := 0
+	for _, b := range late {
+		n += a.expire(b, now, jetstream.ErrAsyncPublishTimeout)
+	}
+	return n
+}
+
 // close ends the subscription; the acknowledgements still awaited are
 // lost, and open batches publish no more.
 func (a *acks) close() {
 	a.mu.Lock()
 	pub := a.pub
 	a.pub = nil
+	if a.stopSweep != nil {
+		close(a.stopSweep)
+		a.stopSweep = nil
+	}
 	open := make([]*batch, 0, len(a.batches))
 	for _, b := range a.batches {
 		b.closed = true

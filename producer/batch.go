@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/spoolq/spool/shared/jsproto"
 )
 
 // BatchResult is the outcome of one task of a batch: its EnqueueResult when
@@ -34,8 +32,8 @@ func (e *BatchError) Error() string {
 // Unwrap returns the first task's error.
 func (e *BatchError) Unwrap() error { return e.First }
 
-// EnqueueBatch enqueues tasks with asynchronous publishes, keeping at most
-// the client's publish window (WithPublishWindow) in flight, and reports
+// EnqueueBatch enqueues tasks with EnqueueAsync, keeping at most the
+// client's publish window (WithPublishWindow) in flight, and reports
 // every task's outcome in input order: results has one entry per task, and
 // err is a *BatchError when any task failed. Each task is validated and has
 // its unique key claimed on its own: one bad task fails alone. Steps are
@@ -54,83 +52,24 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []Task) ([]BatchResult,
 		return results, c.batchError(results)
 	}
 
-	b, err := c.acks.open(len(tasks))
-	if err != nil {
-		for i := range results {
-			results[i].ID = tasks[i].ID
-			results[i].Err = err
-		}
-		return results, c.batchError(results)
-	}
 	now := time.Now()
 	var last lastSubject
+	pending := make([]*Pending, len(tasks))
 	for i, t := range tasks {
-		if err := ctx.Err(); err != nil {
-			results[i].ID = t.ID
-			results[i].Err = fmt.Errorf("task %d not published: %w", i, context.Cause(ctx))
-			continue
-		}
-		p, err := c.prepare(t, now, limit, &last)
-		results[i].ID = p.id
+		p, err := c.enqueueAsync(ctx, t, now, limit, &last)
 		if err != nil {
-			results[i].Err = err
+			results[i].ID = t.ID
+			if p != nil {
+				results[i].ID = p.id
+			}
+			results[i].Err = fmt.Errorf("task %d: %w", i, err)
 			continue
 		}
-		claimed := false
-		if p.uniqueKey != "" {
-			uctx, cancel := c.withTimeout(ctx)
-			claimed, err = c.claimUnique(uctx, p)
-			cancel()
-			if err != nil {
-				results[i].Err = err
-				continue
-			}
-		}
-		if err := c.acks.publish(ctx, b, i, p, claimed); err != nil {
-			if ctx.Err() != nil {
-				results[i].Err = fmt.Errorf("task %d not published: %w", i, err)
-			} else {
-				results[i].Err = fmt.Errorf("publishing task %q to %s: %w", p.id, p.msg.Subject, translate(err))
-			}
-			if claimed {
-				c.releaseUnique(ctx, p.uniqueKey, p.id)
-			}
-		}
+		pending[i] = p
 	}
-
-	c.acks.wait(ctx, b)
-	// A publish an election swallowed (no ack in time, no stream to
-	// answer) is sent again, one at a time, within the caller's deadline
-	// (the client's timeout when ctx has none): it keeps its Nats-Msg-Id,
-	// so a first copy that was stored after all makes it a Duplicate.
-	retryCtx, cancelRetry := c.withTimeout(ctx)
-	defer cancelRetry()
-	for i := range b.flights {
-		f := &b.flights[i]
-		if (f.state != lost && f.state != failed) || !jsproto.Retryable(f.err) || ctx.Err() != nil {
-			continue
-		}
-		ack, err := c.publish(retryCtx, f.p.id, f.p.msg)
-		if err == nil {
-			f.outcome = outcome{state: acked, seq: ack.Sequence, dup: ack.Duplicate}
-		} else {
-			f.err = fmt.Errorf("%w; sent again: %w", f.err, err)
-		}
-	}
-	for i := range b.flights {
-		f := &b.flights[i]
-		switch f.state {
-		case acked:
-			results[i].EnqueueResult = f.p.result(f.seq, f.dup)
-			c.enqueued(f.p, f.dup)
-		case lost:
-			results[i].Err = fmt.Errorf("waiting for the ack of task %q (it may be stored; enqueue it again with the same id): %w",
-				f.p.id, f.err)
-		case failed:
-			results[i].Err = fmt.Errorf("publishing task %q to %s: %w", f.p.id, f.p.msg.Subject, translate(f.err))
-			if f.claimed {
-				c.releaseUnique(ctx, f.p.uniqueKey, f.p.id)
-			}
+	for i, p := range pending {
+		if p != nil {
+			results[i].EnqueueResult, results[i].Err = p.Wait(ctx)
 		}
 	}
 	err = c.batchError(results)

@@ -148,3 +148,29 @@ func rawBatches(b *testing.B, e *env, raw jetstream.JetStream, decorate func(*na
 	}
 	reportRate(b, n)
 }
+
+// BenchmarkEnqueueAsync streams tasks with EnqueueAsync (the window
+// bounding what is in flight) and waits for all of them.
+func BenchmarkEnqueueAsync(b *testing.B) {
+	e, client, _ := benchEnv(b)
+	ctx := context.Background()
+	purge(b, e)
+	n := 0
+	pending := make([]*producer.Pending, 0, benchBatch)
+	for b.Loop() {
+		p, err := client.EnqueueAsync(ctx, producer.Task{Type: "bench.batch", Payload: benchPayload})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if pending = append(pending, p); len(pending) == cap(pending) {
+			for _, p := range pending {
+				if _, err := p.Wait(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			pending = pending[:0]
+		}
+		n++
+	}
+	reportRate(b, n)
+}

@@ -56,7 +56,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening JetStream: %w", err)
 	}
-	return &Client{
+	c := &Client{
 		nc:      nc,
 		js:      js,
 		names:   o.names,
@@ -64,7 +64,11 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 		timeout: o.timeout,
 		acks:    newAcks(nc, o.timeout, o.window),
 		retry:   jsproto.Retry{PerTry: min(jsproto.DefaultPerTry, o.timeout)},
-	}, nil
+	}
+	// The enqueued event goes out as the acknowledgement arrives, whether
+	// or not anybody waits for the Pending.
+	c.acks.stored = c.enqueued
+	return c, nil
 }
 
 // Close releases what the client holds on the connection (the reply

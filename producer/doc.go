@@ -13,6 +13,24 @@
 //	res, err := c.Enqueue(ctx, producer.NewTask("email.send", body),
 //		producer.ProcessIn(10*time.Second), producer.Unique("user-42", time.Hour))
 //
+// Many tasks stream with EnqueueAsync: it publishes without waiting for the
+// stream's acknowledgement, keeping at most the publish window
+// (WithPublishWindow, default DefaultPublishWindow) in flight, and returns a
+// *Pending whose Wait gives the task's outcome, as nats.go's PublishAsync
+// futures do; EnqueueAsyncComplete tells when nothing awaits its
+// acknowledgement. EnqueueBatch is EnqueueAsync for each task of a slice,
+// then Wait for each.
+//
+//	for _, t := range tasks {
+//		p, err := c.EnqueueAsync(ctx, t) // err: not published (invalid, unique conflict, no room)
+//		...
+//		pending = append(pending, p)
+//	}
+//	for _, p := range pending {
+//		res, err := p.Wait(ctx)
+//		...
+//	}
+//
 // Everything the client adds is optional for other publishers: any NATS
 // client publishing to spool.tasks.<priority>.<type> enqueues a task.
 //

@@ -46,7 +46,7 @@ func AppendEvent(b []byte, kind EventKind, at time.Time, doc []byte) []byte {
 	b = append(b, `{"event":"`...)
 	b = append(b, kind...)
 	b = append(b, `","at":"`...)
-	b = at.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = AppendTime(b, at.UTC())
 	b = append(b, `","task":`...)
 	b = append(b, doc...)
 	return append(b, '}')
@@ -54,6 +54,9 @@ func AppendEvent(b []byte, kind EventKind, at time.Time, doc []byte) []byte {
 
 // EncodeEvent encodes an event of kind about doc at at.
 func EncodeEvent(kind EventKind, at time.Time, doc Result) ([]byte, error) {
+	if d, ok := AppendResult(make([]byte, 0, 384), &doc); ok {
+		return AppendEvent(make([]byte, 0, len(d)+80), kind, at, d), nil
+	}
 	d, err := json.Marshal(doc)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the %s event of task %s: %w", kind, doc.ID, err)

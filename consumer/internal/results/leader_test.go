@@ -14,12 +14,8 @@ import (
 // than a direct get, and tells a missing document apart.
 func TestGetFromLeader(t *testing.T) {
 	t.Parallel()
-	e := streamstest.Start(t, streams.Settings{})
+	_, s := newStore(t)
 	ctx := streamstest.Context(t)
-	s, err := results.New(ctx, e.JS, e.Names, "w1")
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, found, err := s.GetFromLeader(ctx, "missing"); err != nil || found {
 		t.Fatalf("missing document: found %v, err %v", found, err)
 	}
@@ -36,4 +32,16 @@ func TestGetFromLeader(t *testing.T) {
 	if got.State != want.State || got.Attempts != 2 || string(got.Result) != `{"ok":true}` || !got.EnqueuedAt.Equal(enq) || got.Worker != "w1" {
 		t.Fatalf("read %+v, want %+v", got, want)
 	}
+}
+
+// newStore starts a server with the topology and opens a Store of worker
+// w1 on it.
+func newStore(t *testing.T) (*streamstest.Env, *results.Store) {
+	t.Helper()
+	e := streamstest.Start(t, streams.Settings{})
+	s, err := results.New(streamstest.Context(t), e.JS, e.Names, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, s
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -72,7 +72,7 @@ func serveChild(ctx context.Context, args []string) error {
 	fmt.Println(st.URL)
 	done := make(chan struct{})
 	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
+		serverCommands(os.Stdin)
 		close(done)
 	}()
 	select {
@@ -80,6 +80,43 @@ func serveChild(ctx context.Context, args []string) error {
 	case <-ctx.Done():
 	}
 	return nil
+}
+
+// serverCommands reads the harness's commands from r until it closes:
+// "profile <file>" starts a CPU profile of the server child, "stop" ends
+// it (the processing scenario profiles the server over a consumer's
+// measured window).
+func serverCommands(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	var prof *os.File
+	stop := func() {
+		if prof != nil {
+			pprof.StopCPUProfile()
+			_ = prof.Close()
+			prof = nil
+		}
+	}
+	defer stop()
+	for sc.Scan() {
+		cmd, arg, _ := strings.Cut(sc.Text(), " ")
+		switch cmd {
+		case "profile":
+			stop()
+			fh, err := os.Create(arg)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "spool-bench server: creating the profile:", err)
+				continue
+			}
+			if err := pprof.StartCPUProfile(fh); err != nil {
+				fmt.Fprintln(os.Stderr, "spool-bench server: starting the profile:", err)
+				_ = fh.Close()
+				continue
+			}
+			prof = fh
+		case "stop":
+			stop()
+		}
+	}
 }
 
 // consumeReport is what a consume child prints as its last line.
@@ -156,7 +193,11 @@ func consumeChild(ctx context.Context, args []string) error {
 	var rep consumeReport
 	switch {
 	case f.task == "drain" && f.mode == "raw":
-		err = rawDrain(ctx, js, names, f, &rep)
+		err = rawConsume(ctx, js, names, f, &rep, false)
+	case f.task == "drain" && f.mode == "raw-bounded":
+		err = rawConsume(ctx, js, names, f, &rep, true)
+	case f.task == "drain" && f.mode == "raw-acksync":
+		err = rawAckSync(ctx, js, names, f, &rep)
 	case f.task == "drain":
 		err = spoolRun(ctx, nc, f, &rep, nil)
 	case f.task == "pickup" && f.mode == "raw":
@@ -289,40 +330,108 @@ func procStatus() (rss, hwm int64) {
 // stallLimit fails a measurement that makes no progress.
 const stallLimit = time.Minute
 
-// rawBatchMax is the largest fetch of the raw baseline: on nats.go 1.55 a
-// Fetch+Ack loop is fastest with batches of up to 32.
-const rawBatchMax = 32
-
-// rawDrain is the raw baseline: Fetch(min(conc, 32)) and Ack each message.
-func rawDrain(ctx context.Context, js jetstream.JetStream, names spool.Names, f consumeFlags, rep *consumeReport) error {
+// rawAckSync is the raw baseline of the durable mode: Consume with pulls
+// of conc messages, each acked with DoubleAck (the server confirms the
+// ack is applied, which on a WorkQueue stream removes the message and,
+// under SyncAlways, fsyncs the removal) by one of conc goroutines: as many
+// in flight as the worker's slots, each waiting for its ack to be durable
+// as a Spool attempt waits for its result to be.
+func rawAckSync(ctx context.Context, js jetstream.JetStream, names spool.Names, f consumeFlags, rep *consumeReport) error {
 	cons, err := js.Consumer(ctx, names.TaskStream(), names.Consumer(spool.Normal))
 	if err != nil {
 		return fmt.Errorf("binding consumer: %w", err)
 	}
-	batch := min(f.conc, rawBatchMax)
-	w := startWindow()
-	got := 0
-	progress := time.Now()
-	for got < f.n {
-		if time.Since(progress) > stallLimit {
-			return fmt.Errorf("no task fetched for %s (%d of %d done)", stallLimit, got, f.n)
-		}
-		before := got
-		b, err := cons.Fetch(min(batch, f.n-got), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return fmt.Errorf("fetching: %w", err)
-		}
-		for m := range b.Messages() {
-			if err := m.Ack(); err != nil {
-				return fmt.Errorf("acking: %w", err)
+	msgs := make(chan jetstream.Msg, f.conc)
+	var got atomic.Int64
+	var ackErr atomic.Value
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range f.conc {
+		wg.Go(func() {
+			for m := range msgs {
+				actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				if err := m.DoubleAck(actx); err != nil {
+					ackErr.CompareAndSwap(nil, err)
+				}
+				cancel()
+				if got.Add(1) == int64(f.n) {
+					close(done)
+				}
 			}
-			got++
+		})
+	}
+	defer wg.Wait()
+	defer close(msgs)
+	w := startWindow()
+	cc, err := cons.Consume(func(m jetstream.Msg) { msgs <- m }, jetstream.PullMaxMessages(f.conc))
+	if err != nil {
+		return fmt.Errorf("consuming: %w", err)
+	}
+	defer cc.Stop()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(10 * time.Minute):
+		return fmt.Errorf("%d of %d acked in 10 minutes", got.Load(), f.n)
+	}
+	w.end(rep, f.n)
+	cc.Drain()
+	<-cc.Closed()
+	if err, _ := ackErr.Load().(error); err != nil {
+		return fmt.Errorf("acking: %w", err)
+	}
+	return nil
+}
+
+// rawConsume is the raw baseline a user writes first with nats.go:
+// Consume with its defaults (pulls of up to 500 messages, the next pull
+// once half of them are handled, heartbeats) and Ack in the callback.
+// bounded limits the pulls to conc messages (PullMaxMessages), the same
+// number in flight as a worker's slots. Every message delivered is acked
+// (those past n too, until the drained consumer closes: unacked ones would
+// come back to a later run), the window ends at n.
+func rawConsume(ctx context.Context, js jetstream.JetStream, names spool.Names, f consumeFlags, rep *consumeReport, bounded bool) error {
+	cons, err := js.Consumer(ctx, names.TaskStream(), names.Consumer(spool.Normal))
+	if err != nil {
+		return fmt.Errorf("binding consumer: %w", err)
+	}
+	var opts []jetstream.PullConsumeOpt
+	if bounded {
+		opts = append(opts, jetstream.PullMaxMessages(f.conc))
+	}
+	var got atomic.Int64
+	var ackErr atomic.Value
+	done := make(chan struct{})
+	w := startWindow()
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if err := m.Ack(); err != nil {
+			ackErr.CompareAndSwap(nil, err)
 		}
-		if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return fmt.Errorf("fetching: %w", err)
+		if got.Add(1) == int64(f.n) {
+			close(done)
 		}
-		if got != before {
-			progress = time.Now()
+	}, opts...)
+	if err != nil {
+		return fmt.Errorf("consuming: %w", err)
+	}
+	defer cc.Stop() // a no-op once drained
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	last, progress := int64(0), time.Now()
+wait:
+	for {
+		select {
+		case <-done:
+			break wait
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		if n := got.Load(); n != last {
+			last, progress = n, time.Now()
+		} else if time.Since(progress) > stallLimit {
+			return fmt.Errorf("no task consumed for %s (%d of %d done)", stallLimit, n, f.n)
 		}
 	}
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -330,7 +439,18 @@ func rawDrain(ctx context.Context, js jetstream.JetStream, names spool.Names, f 
 	if err := js.Conn().FlushWithContext(fctx); err != nil {
 		return fmt.Errorf("flushing: %w", err)
 	}
-	w.end(rep, got)
+	w.end(rep, f.n)
+	cc.Drain()
+	select {
+	case <-cc.Closed():
+	case <-fctx.Done():
+	}
+	if err := js.Conn().FlushWithContext(fctx); err != nil {
+		return fmt.Errorf("flushing: %w", err)
+	}
+	if err, _ := ackErr.Load().(error); err != nil {
+		return fmt.Errorf("acking: %w", err)
+	}
 	return nil
 }
 

@@ -42,7 +42,10 @@ func TestQuickRun(t *testing.T) {
 	report := string(b)
 	for _, want := range []string{
 		"## default sync",
-		"enqueue: batch throughput (tasks/s)",
+		"enqueue: streaming (tasks/s)",
+		"enqueue: batches waited one by one (tasks/s)",
+		"| raw, bounded |",
+		"## Targets",
 		"processing: 500 queued, concurrency 10 (tasks/s)",
 		"pickup at 200 tasks/s: p99 (µs)",
 		"shares: largest deviation from the weights (pp)",

@@ -96,7 +96,7 @@ func TestPeerReport(t *testing.T) {
 	if !ok {
 		t.Fatalf("no asynq table:\n%s", b)
 	}
-	if !strings.Contains(main, "| "+both+" | 300.0 |  | 200.0 | 0.67 |") || strings.Contains(main, "| "+peerOnly) {
+	if !strings.Contains(main, "| "+both+" | 300.0 | 200.0 | 0.67 |") || strings.Contains(main, "| "+peerOnly) {
 		t.Errorf("main table:\n%s", main)
 	}
 	for _, want := range []string{

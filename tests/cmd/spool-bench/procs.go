@@ -18,6 +18,9 @@ type serverProc struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	url   string
+	// profile, when set, is the file the next consume child's measured
+	// window is CPU-profiled to on the server's side.
+	profile string
 }
 
 func childCmd(ctx context.Context, args ...string) (*exec.Cmd, error) {
@@ -138,12 +141,19 @@ func runConsume(ctx context.Context, srv *serverProc, onReady func() error, args
 		line := sc.Text()
 		switch {
 		case line == "start":
+			if srv.profile != "" {
+				fmt.Fprintf(srv.stdin, "profile %s\n", srv.profile)
+			}
 			cpu0 = srv.cpu()
 			if onReady != nil {
 				readyErr = onReady()
 			}
 		case strings.HasPrefix(line, "{"):
 			res.ServerCPUus = float64((srv.cpu() - cpu0).Microseconds())
+			if srv.profile != "" {
+				fmt.Fprintln(srv.stdin, "stop")
+				srv.profile = ""
+			}
 			if err := json.Unmarshal([]byte(line), &res.consumeReport); err != nil {
 				return res, fmt.Errorf("decoding the consume report: %w", err)
 			}

@@ -100,7 +100,21 @@ func writeReport(cfg config, r *results, wall time.Duration) error {
 	b.WriteString(peerMethod(r))
 	for _, mode := range r.modes {
 		fmt.Fprintf(&b, "\n## %s\n\n", mode)
-		b.WriteString("| figure | raw JetStream | raw + Nats-Msg-Id | Spool | Spool / raw |\n|---|---:|---:|---:|---:|\n")
+		// The raw columns this mode has, after "raw".
+		var cols []rawColumn
+		for _, c := range rawColumns {
+			for _, row := range r.rows[mode] {
+				if _, n := r.median(mode, row, c.variant); n > 0 {
+					cols = append(cols, c)
+					break
+				}
+			}
+		}
+		b.WriteString("| figure | raw JetStream |")
+		for _, c := range cols {
+			b.WriteString(" " + c.title + " |")
+		}
+		b.WriteString(" Spool | Spool / raw |\n|---|---:|" + strings.Repeat("---:|", len(cols)) + "---:|---:|\n")
 		var wfRows []string
 		for _, row := range r.rows[mode] {
 			if r.peerOnly(mode, row) {
@@ -111,23 +125,32 @@ func writeReport(cfg config, r *results, wall time.Duration) error {
 				continue
 			}
 			raw, _ := r.median(mode, row, "raw")
-			rawH, nh := r.median(mode, row, "raw+headers")
 			sp, ns := r.median(mode, row, "spool")
-			hcell := ""
-			if nh > 0 {
-				hcell = fmtVal(rawH)
-			}
-			ratio := ""
+			var ratios []string
 			if ns > 0 && raw != 0 {
-				ratio = fmt.Sprintf("%.2f", sp/raw)
-				if nh > 0 && rawH != 0 {
-					ratio += fmt.Sprintf(" (%.2f of raw+Nats-Msg-Id)", sp/rawH)
-				}
+				ratios = append(ratios, fmt.Sprintf("%.2f", sp/raw))
 			}
+			cells := ""
+			for _, c := range cols {
+				v, n := r.median(mode, row, c.variant)
+				cell := ""
+				if n > 0 {
+					cell = fmtVal(v)
+					if ns > 0 && v != 0 {
+						ratios = append(ratios, fmt.Sprintf("%.2f of %s", sp/v, c.short))
+					}
+				}
+				cells += " " + cell + " |"
+			}
+			ratio := strings.Join(ratios, "; ")
 			if strings.HasPrefix(row, "shares:") {
 				ratio = "" // a share is compared with its weight, not with raw
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", row, fmtVal(raw), hcell, fmtVal(sp), ratio)
+			spCell := ""
+			if ns > 0 {
+				spCell = fmtVal(sp)
+			}
+			fmt.Fprintf(&b, "| %s | %s |%s %s | %s |\n", row, fmtVal(raw), cells, spCell, ratio)
 		}
 		if len(wfRows) > 0 {
 			b.WriteString("\n| workflows | plain Spool tasks | workflow | workflow / plain |\n|---|---:|---:|---:|\n")
@@ -143,11 +166,71 @@ func writeReport(cfg config, r *results, wall time.Duration) error {
 		}
 		b.WriteString(peerTable(r, mode))
 	}
+	b.WriteString(targetTable(cfg, r))
 	os.Stdout.Write(b.Bytes())
 	if cfg.out == "" {
 		return nil
 	}
 	return writeKeepingNotes(cfg.out, b.Bytes())
+}
+
+// target is one row of the target table: Spool's figure of row over the
+// variant's, at most (atMost) or at least bound.
+type target struct {
+	what, mode, row, variant string
+	bound                    float64
+	atMost                   bool
+}
+
+// targetTable renders the targets of the performance issue with a verdict
+// each, from this run's medians.
+func targetTable(cfg config, r *results) string {
+	var ts []target
+	for _, c := range cfg.concs {
+		if c < 50 {
+			continue
+		}
+		proc := fmt.Sprintf("processing: %d queued, concurrency %d (tasks/s)", cfg.queued, c)
+		cpu := fmt.Sprintf("CPU per task: consumer + server, concurrency %d (µs)", c)
+		ts = append(ts,
+			target{fmt.Sprintf("processing with results, concurrency %d, ≥ 0.5× raw (nats.go defaults)", c), "default sync", proc, "raw", 0.5, false},
+			target{fmt.Sprintf("processing with results, concurrency %d, ≥ 0.7× raw with as many in flight", c), "default sync", proc, "raw-bounded", 0.7, false},
+			target{fmt.Sprintf("CPU per task (consumer + server), concurrency %d, ≤ 1.8× raw (nats.go defaults)", c), "default sync", cpu, "raw", 1.8, true},
+			target{fmt.Sprintf("SyncAlways processing, concurrency %d, ≥ 0.8× raw with acks confirmed", c), "SyncAlways", proc, "raw-acksync", 0.8, false},
+		)
+	}
+	ts = append(ts,
+		target{"streaming enqueue ≥ 0.8× raw PublishAsync", "default sync", "enqueue: streaming (tasks/s)", "raw", 0.8, false},
+		target{"streaming enqueue ≥ 0.8× raw PublishAsync with Nats-Msg-Id", "default sync", "enqueue: streaming (tasks/s)", "raw+headers", 0.8, false},
+		target{"SyncAlways streaming enqueue ≥ 0.8× raw PublishAsync", "SyncAlways", "enqueue: streaming (tasks/s)", "raw", 0.8, false},
+		target{"pickup p99 ≤ 2× raw", "default sync", fmt.Sprintf("pickup at %d tasks/s: p99 (µs)", cfg.pickupRate), "raw", 2, true},
+	)
+	var b strings.Builder
+	b.WriteString("\n## Targets\n\n| target | Spool / baseline | verdict |\n|---|---:|---|\n")
+	for _, t := range ts {
+		sp, ns := r.median(t.mode, t.row, "spool")
+		base, nb := r.median(t.mode, t.row, t.variant)
+		if ns == 0 || nb == 0 || base == 0 {
+			fmt.Fprintf(&b, "| %s | | not measured in this run |\n", t.what)
+			continue
+		}
+		v := sp / base
+		verdict := "met"
+		if (t.atMost && v > t.bound) || (!t.atMost && v < t.bound) {
+			verdict = "not met"
+		}
+		fmt.Fprintf(&b, "| %s | %.2f | %s |\n", t.what, v, verdict)
+	}
+	return b.String()
+}
+
+// rawColumn is a raw variant shown beside "raw" (nats.go's defaults).
+type rawColumn struct{ variant, title, short string }
+
+var rawColumns = []rawColumn{
+	{"raw+headers", "raw + Nats-Msg-Id", "raw+Nats-Msg-Id"},
+	{"raw-bounded", "raw, bounded", "bounded"},
+	{"raw-acksync", "raw, acks confirmed", "acks confirmed"},
 }
 
 // notesMarker starts the hand-written part of BENCHMARKS.md, which a new
@@ -171,7 +254,7 @@ func methodNotes(c config) string {
 	return fmt.Sprintf(`How each figure is made:
 
 - **enqueue**: single task = %d sequential publishes waiting for the ack (raw `+"`js.Publish`"+`, Spool `+"`Client.Enqueue`"+`), 128-byte payload; batch = %d tasks in batches of %d with %d publishes in flight (raw `+"`PublishMsgAsync`"+` without headers, raw with the header the contract needs on an immediate task, `+"`Nats-Msg-Id`"+` (dedup; Spool's client sends the same), Spool `+"`EnqueueBatch`"+`), waiting for every ack. Each variant starts on a freshly created stream.
-- **processing**: the normal priority holds %d queued tasks; the consumer (a child process) processes %d of them (%d with SyncAlways) with a no-op handler. Raw = `+"`Fetch(min(concurrency, 32))`"+` + `+"`Ack`"+` (batches over 32 are slower on nats.go 1.55); Spool = a `+"`consumer.Worker`"+` with that many slots, writing the result states to `+"`spool_results`"+` (completed stored before the ack).
+- **processing**: the normal priority holds %d queued tasks; the consumer (a child process) processes %d of them (%d with SyncAlways) with a no-op handler. Raw = `+"`Consume`"+` with nats.go's defaults (pulls of up to 500, the next once 250 are handled, heartbeats) + `+"`Ack`"+` in the callback, what a user writes first; raw, bounded = the same with `+"`PullMaxMessages(concurrency)`"+`, as many tasks in flight as the worker has slots; Spool = a `+"`consumer.Worker`"+` with that many slots, writing the result states to `+"`spool_results`"+` (completed stored before the ack).
 - **pickup**: an idle consumer; %d tasks published one at a time at %d tasks/s; stream timestamp → handler start (raw: delivery of a waiting `+"`Fetch(1)`"+`).
 - **shares**: %d tasks queued in each of the five priorities, %d slots, boost off; the share of the first %d tasks started per priority, against the configured weights (raw round-robins the five consumers). The longest wait of idle is the longest time without an idle task starting.
 - **backlog**: %d drains of %d tasks at concurrency %d, each after a top-up to %d and then to %d queued tasks; throughput over all drains; RSS is the consumer children's peak (VmHWM).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -86,6 +87,7 @@ func runMode(ctx context.Context, cfg config, syncAlways bool, res *results, log
 		{"shares", b.shares},
 		{"workflows", b.workflows},
 		{"limits", b.limits},
+		{"natsbench", b.natsBench},
 		{"peers", b.peers},
 	}
 	for run := 1; run <= cfg.runs; run++ {
@@ -240,7 +242,9 @@ func (b *bench) enqueue(ctx context.Context) error {
 		return fmt.Errorf("spool enqueue: %w", err)
 	}
 
-	batch := func(variant string, oneBatch func() error) error {
+	// measure times one way of enqueueing total tasks (run) on a fresh
+	// stream, under row.
+	measure := func(variant, row string, run func(total int) error) error {
 		if err := b.recreate(ctx); err != nil {
 			return err
 		}
@@ -250,59 +254,122 @@ func (b *bench) enqueue(ctx context.Context) error {
 		if b.mode == "SyncAlways" {
 			total = b.cfg.batchNAlw
 		}
-		for done := 0; done < total; done += b.cfg.batchSize {
-			if err := oneBatch(); err != nil {
-				return err
-			}
+		if err := run(total); err != nil {
+			return err
 		}
 		wall := time.Since(t0)
 		n := float64(total)
-		b.add("enqueue: batch throughput (tasks/s)", variant, n/wall.Seconds())
-		b.add("CPU per task: producer, batch enqueue (µs)", variant, us(selfCPU()-cpu0)/n)
-		b.add("CPU per task: server, batch enqueue (µs)", variant, us(b.srv.cpu()-srv0)/n)
+		b.add("enqueue: "+row+" (tasks/s)", variant, n/wall.Seconds())
+		b.add("CPU per task: producer, "+row+" (µs)", variant, us(selfCPU()-cpu0)/n)
+		b.add("CPU per task: server, "+row+" (µs)", variant, us(b.srv.cpu()-srv0)/n)
 		return nil
 	}
-	futures := make([]jetstream.PubAckFuture, b.cfg.batchSize)
-	rawBatch := func(headers bool) func() error {
-		return func() error {
-			for i := range futures {
-				m := &nats.Msg{Subject: subject, Data: payload}
-				if headers {
-					m.Header = nats.Header{spool.HeaderMsgID: {spool.NewID()}}
+	rawMsg := func(headers bool) *nats.Msg {
+		m := &nats.Msg{Subject: subject, Data: payload}
+		if headers {
+			m.Header = nats.Header{spool.HeaderMsgID: {spool.NewID()}}
+		}
+		return m
+	}
+	// Streaming: every task published without waiting, the window (4096)
+	// bounding what is in flight, then every outcome checked: raw is
+	// PublishMsgAsync + PublishAsyncComplete as a user writes it, Spool
+	// EnqueueAsync + EnqueueAsyncComplete.
+	rawStream := func(headers bool) func(int) error {
+		return func(total int) error {
+			futures := make([]jetstream.PubAckFuture, 0, total)
+			for range total {
+				f, err := b.js.PublishMsgAsync(rawMsg(headers), jetstream.WithStallWait(time.Minute))
+				if err != nil {
+					return err
 				}
-				f, err := b.js.PublishMsgAsync(m)
+				futures = append(futures, f)
+			}
+			if err := b.filled(ctx); err != nil {
+				return err
+			}
+			return awaitFutures(futures)
+		}
+	}
+	// Batches: batchSize tasks at a time, each batch waited for before the
+	// next (raw bounded: PublishMsgAsync and every future; Spool
+	// EnqueueBatch).
+	futures := make([]jetstream.PubAckFuture, b.cfg.batchSize)
+	rawBatches := func(total int) error {
+		for done := 0; done < total; done += len(futures) {
+			for i := range futures {
+				f, err := b.js.PublishMsgAsync(rawMsg(true))
 				if err != nil {
 					return err
 				}
 				futures[i] = f
 			}
-			for _, f := range futures {
-				select {
-				case <-f.Ok():
-				case err := <-f.Err():
+			if err := awaitFutures(futures); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	const streamRow, batchRow = "streaming", "batches waited one by one"
+	for _, v := range []struct {
+		variant, row string
+		run          func(int) error
+	}{
+		{"raw", streamRow, rawStream(false)},
+		{"raw+headers", streamRow, rawStream(true)},
+		{"spool", streamRow, func(total int) error {
+			pending := make([]*producer.Pending, 0, total)
+			for range total {
+				p, err := client.EnqueueAsync(ctx, producer.Task{Type: "bench", Payload: payload})
+				if err != nil {
+					return err
+				}
+				pending = append(pending, p)
+			}
+			select {
+			case <-client.EnqueueAsyncComplete():
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			for _, p := range pending {
+				if _, err := p.Wait(ctx); err != nil {
 					return err
 				}
 			}
 			return nil
+		}},
+		{"raw-bounded", batchRow, rawBatches},
+		{"spool", batchRow, func(total int) error {
+			tasks := make([]producer.Task, b.cfg.batchSize)
+			for i := range tasks {
+				tasks[i] = producer.Task{Type: "bench", Payload: payload}
+			}
+			for done := 0; done < total; done += len(tasks) {
+				if _, err := client.EnqueueBatch(ctx, tasks); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	} {
+		if err := measure(v.variant, v.row, v.run); err != nil {
+			return fmt.Errorf("%s enqueue, %s: %w", v.variant, v.row, err)
 		}
 	}
-	if err := batch("raw", rawBatch(false)); err != nil {
-		return fmt.Errorf("raw batch: %w", err)
-	}
-	if err := batch("raw+headers", rawBatch(true)); err != nil {
-		return fmt.Errorf("raw batch with headers: %w", err)
-	}
-	tasks := make([]producer.Task, b.cfg.batchSize)
-	for i := range tasks {
-		tasks[i] = producer.Task{Type: "bench", Payload: payload}
-	}
-	if err := batch("spool", func() error {
-		_, err := client.EnqueueBatch(ctx, tasks)
-		return err
-	}); err != nil {
-		return fmt.Errorf("spool batch: %w", err)
-	}
 	return b.recreate(ctx)
+}
+
+// awaitFutures waits for every publish acknowledgement; the first error
+// ends it.
+func awaitFutures(futures []jetstream.PubAckFuture) error {
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return err
+		}
+	}
+	return nil
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
@@ -316,6 +383,7 @@ func (b *bench) drain(ctx context.Context, prefix, variant, mode string, n, conc
 		name := fmt.Sprintf("%s-%s-c%d-%d.pprof", strings.ReplaceAll(b.mode, " ", "-"), mode, conc, b.profiles)
 		args = append(args, "-cpuprofile", filepath.Join(b.cfg.profileDir, name),
 			"-memprofile", filepath.Join(b.cfg.profileDir, "mem-"+name))
+		b.srv.profile = filepath.Join(b.cfg.profileDir, "server-"+name)
 	}
 	r, err := runConsume(ctx, b.srv, nil, args...)
 	if err != nil {
@@ -326,7 +394,8 @@ func (b *bench) drain(ctx context.Context, prefix, variant, mode string, n, conc
 }
 
 // processing: 100,000 queued tasks, a no-op handler, concurrency 10 and
-// 100; raw is Fetch+Ack. Spool writes the completed result before the
+// 100; raw is Consume+Ack with nats.go's defaults, raw bounded the same
+// with pulls of the concurrency (as many in flight as the worker's slots). Spool writes the completed result before the
 // ack (and, with its default ProcessingDelay, the processing state only
 // for attempts still running after 1s, so a fast task gets one write);
 // a second variant writes the processing state as every attempt starts.
@@ -342,14 +411,22 @@ func (b *bench) processing(ctx context.Context) error {
 		srvRow := fmt.Sprintf("CPU per task: server, processing at concurrency %d", conc)
 		writesRow := fmt.Sprintf("network writes per task: consumer, concurrency %d", conc)
 		totalRow := fmt.Sprintf("CPU per task: consumer + server, concurrency %d", conc)
-		for _, v := range []struct {
+		type variant struct {
 			name, mode, rowSuffix string
 			extra                 []string
-		}{
+		}
+		variants := []variant{
 			{"raw", "raw", "", nil},
+			{"raw-bounded", "raw-bounded", "", nil},
 			{"spool", "spool", "", nil},
 			{"spool", "spool", eager, []string{"-pdelay", "0s"}},
-		} {
+		}
+		if b.mode == "SyncAlways" {
+			// The durable mode's baseline: acks the server confirms
+			// (each removal fsynced), as many in flight as slots.
+			variants = append(variants, variant{"raw-acksync", "raw-acksync", "", nil})
+		}
+		for _, v := range variants {
 			if v.rowSuffix != "" && b.cfg.quick {
 				continue // the same code path as spool: spare the smoke run a child
 			}
@@ -367,12 +444,12 @@ func (b *bench) processing(ctx context.Context) error {
 			b.add(srvRow+v.rowSuffix+" (µs)", v.name, srv)
 			b.add(totalRow+v.rowSuffix+" (µs)", v.name, cpu+srv)
 			b.add(writesRow+v.rowSuffix, v.name, writes)
-			if v.name == "raw" && !b.cfg.quick { // the same baseline for the eager rows
-				b.add(row+eager+" (tasks/s)", "raw", tasks/r.Seconds)
-				b.add(cpuRow+eager+" (µs)", "raw", cpu)
-				b.add(srvRow+eager+" (µs)", "raw", srv)
-				b.add(totalRow+eager+" (µs)", "raw", cpu+srv)
-				b.add(writesRow+eager, "raw", writes)
+			if v.name != "spool" && v.name != "raw-acksync" && !b.cfg.quick { // the same baselines for the eager rows
+				b.add(row+eager+" (tasks/s)", v.name, tasks/r.Seconds)
+				b.add(cpuRow+eager+" (µs)", v.name, cpu)
+				b.add(srvRow+eager+" (µs)", v.name, srv)
+				b.add(totalRow+eager+" (µs)", v.name, cpu+srv)
+				b.add(writesRow+eager, v.name, writes)
 			}
 		}
 	}
@@ -483,4 +560,72 @@ func (b *bench) backlog(ctx context.Context, queued, run int) error {
 		}
 	}
 	return nil
+}
+
+// natsBench cross-checks the raw baselines with the nats CLI's own
+// benchmark against the same server (skipped when the CLI is not built:
+// make tools): asynchronous publishes in batches of 500 (its default),
+// and a durable consumer's callback with pulls of 500 and explicit acks,
+// then the same with every ack confirmed (--doubleack). Its stream is the
+// CLI's own (limits retention), created for the run and deleted after.
+func (b *bench) natsBench(ctx context.Context) error {
+	cli, err := exec.LookPath("bin/nats")
+	if err != nil {
+		if cli, err = exec.LookPath("nats"); err != nil {
+			b.log.Warn("nats CLI not found (make tools); skipping the nats bench cross-check")
+			return nil
+		}
+	}
+	n := strconv.Itoa(b.cfg.batchN)
+	if b.mode == "SyncAlways" {
+		n = strconv.Itoa(b.cfg.batchNAlw)
+	}
+	const stream = "spool_bench_natsbench"
+	defer func() { _ = b.js.DeleteStream(context.WithoutCancel(ctx), stream) }()
+	run := func(row string, args ...string) error {
+		csv := filepath.Join(os.TempDir(), fmt.Sprintf("spool-bench-natsbench-%d.csv", os.Getpid()))
+		defer os.Remove(csv)
+		args = append([]string{"-s", b.srv.url, "bench", "js"}, args...)
+		args = append(args, "--stream", stream, "--msgs", n, "--size", "128B", "--no-progress", "--csv", csv)
+		out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("nats %s: %w: %s", strings.Join(args, " "), err, out)
+		}
+		rate, err := csvRate(csv)
+		if err != nil {
+			return err
+		}
+		b.add(row, "raw", rate)
+		return nil
+	}
+	if err := run("cross-check: nats bench js pub async, batches of 500 (msgs/s)", "pub", "async", "spool-bench.natsbench", "--create", "--purge"); err != nil {
+		return err
+	}
+	if err := run("cross-check: nats bench js consume, pulls of 500, explicit acks (msgs/s)", "consume"); err != nil {
+		return err
+	}
+	if err := run("cross-check: nats bench js pub async, batches of 500, again (msgs/s)", "pub", "async", "spool-bench.natsbench", "--purge"); err != nil {
+		return err
+	}
+	return run("cross-check: nats bench js consume, pulls of 500, acks confirmed (msgs/s)", "consume", "--doubleack")
+}
+
+// csvRate reads the messages per second of a nats bench CSV file (the
+// MsgsPerSec column of its first data row).
+func csvRate(path string) (float64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("reading the nats bench figures: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) < 2 {
+		return 0, fmt.Errorf("nats bench wrote no figures to %s", path)
+	}
+	head, row := strings.Split(lines[0], ","), strings.Split(lines[1], ",")
+	for i, h := range head {
+		if h == "MsgsPerSec" && i < len(row) {
+			return strconv.ParseFloat(row[i], 64)
+		}
+	}
+	return 0, fmt.Errorf("no MsgsPerSec in %s", path)
 }
