@@ -72,11 +72,17 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 	// means the ack was lost (storedAlready).
 	var prior *spool.Result
 	if md.NumDelivered > 1 {
-		prior = w.priorResult(a)
+		prior, a.rev = w.priorResult(a)
 		if prior != nil && prior.EnqueuedAt.Equal(a.enq) {
 			a.snoozes = prior.Snoozes
 			a.attempt = max(1, a.attempt-a.snoozes)
 		}
+	}
+	// A task of a paused type is parked, unrun and uncounted, unless it
+	// was cancelled: that settles it at once, below.
+	if w.parking.Paused(a.typ) && !w.cancels.cancelled(a.id) {
+		w.park(a, meta)
+		return
 	}
 	if ref, ok := workflow.RefOf(hdr, a.id); ok && !w.beginStep(&a, ref) {
 		return
@@ -119,7 +125,9 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 		pickup = max(0, received.Sub(md.Timestamp))
 	}
 	a.traceParent = meta.TraceParent
-	if w.cancels.cancelled(a.id) {
+	// A redelivery whose document says cancelled was cancelled while it
+	// waited (the cancellation may not have reached this worker yet).
+	if w.cancels.cancelled(a.id) || prior != nil && prior.State == spool.StateCancelled {
 		w.settleCancelled(a, outcome{pickup: -1})
 		return
 	}
@@ -156,24 +164,30 @@ func (w *Worker) storedAlready(a attemptInfo, doc spool.Result) bool {
 // priorResult reads the result document of a redelivered task from the
 // bucket's leader (a lagging replica could miss it), retried through an
 // election for up to a quarter of the AckWait; nil when there is none or
-// the read still fails.
-func (w *Worker) priorResult(a attemptInfo) *spool.Result {
+// the read still fails. rev is the document's revision (0 when unknown).
+func (w *Worker) priorResult(a attemptInfo) (*spool.Result, uint64) {
 	ctx, cancel := context.WithTimeout(w.ioCtx, max(w.ackWait[a.p]/4, w.pipe.timeout))
 	defer cancel()
 	var doc spool.Result
+	var rev uint64
 	found := false
 	err := jsproto.Retry{PerTry: w.pipe.timeout}.Do(ctx, "reading the result of task "+a.id, func(ctx context.Context) (err error) {
-		doc, found, err = w.results.GetFromLeader(ctx, a.id)
+		doc, rev, found, err = w.results.ReadFromLeader(ctx, a.id)
 		return err
 	})
-	if err != nil || !found {
-		return nil
+	if err != nil {
+		return nil, 0
 	}
-	return &doc
+	if !found {
+		return nil, rev
+	}
+	return &doc, rev
 }
 
+// putProcessing writes the processing state over the revision the attempt
+// read, so it never overwrites a cancellation (see putFinal).
 func (w *Worker) putProcessing(a attemptInfo) {
-	if err := w.results.PutUnacked(a.doc(spool.StateProcessing)); err != nil {
+	if err := w.results.PutUnackedAt(a.doc(spool.StateProcessing), a.rev); err != nil {
 		w.log.Warn("writing processing state", "task_id", a.id, "error", err)
 	}
 }
@@ -194,6 +208,10 @@ type attemptInfo struct {
 	started     time.Time
 	// wf is the workflow step the task runs, nil for a plain task.
 	wf *workflow.Ref
+	// rev is the revision of the task's result document as the attempt
+	// read it (0: none, or not read): its completed or dead document is
+	// written over that revision only (see putFinal).
+	rev uint64
 }
 
 func (a attemptInfo) doc(state spool.State) spool.Result {
@@ -327,9 +345,16 @@ func (h *watch) fire() {
 	now := time.Now()
 	if !h.expireAt.IsZero() && !now.Before(h.expireAt) {
 		h.mu.Unlock()
+		// Past the deadline, the context's own timer may not have run yet
+		// on a loaded machine (both timers are due): the attempt timed out
+		// all the same, and must never settle as a success.
+		err := h.ctx.Err()
+		if err == nil {
+			err = context.DeadlineExceeded
+		}
 		h.w.log.Warn("handler still running after its context ended; settling the task now, the slot stays busy until the handler returns",
-			"task_id", h.a.id, "type", h.a.typ, "error", h.ctx.Err())
-		h.finish(handlerResult{err: h.ctx.Err()})
+			"task_id", h.a.id, "type", h.a.typ, "error", err)
+		h.finish(handlerResult{err: err})
 		return
 	}
 	if !h.processingAt.IsZero() && !now.Before(h.processingAt) {
@@ -527,8 +552,13 @@ func (w *Worker) complete(a attemptInfo, out []byte, o outcome) {
 		w.log.Warn("pipelined result write failed; writing it synchronously", "task_id", a.id, "error", err)
 	}
 	err := w.settleWrite(a, "writing the result of task "+a.id, func(ctx context.Context) error {
-		return w.results.Put(ctx, doc)
+		return w.putFinal(ctx, a, doc, false)
 	})
+	if errors.Is(err, errYield) {
+		o.completed = false
+		w.settleCancelled(a, o)
+		return
+	}
 	if err != nil {
 		w.resultLost(a, o, err)
 		return
@@ -618,6 +648,13 @@ func (w *Worker) deadLetter(a attemptInfo, reason spool.Reason, cause error, o o
 		EnqueuedAt: a.enq,
 		StartedAt:  a.started,
 	}
+	// A task cancelled meanwhile ends cancelled, not in the dead-letter
+	// stream (putFinal below settles the race that remains).
+	if w.cancelledNow(a) {
+		o.failed = false
+		w.settleCancelled(a, o)
+		return
+	}
 	w.logFailure(a, cause, "task dead-lettered", "reason", string(reason))
 	// The dead letter's Nats-Msg-Id (dlq.MsgID) makes a retried publish
 	// store it once.
@@ -632,8 +669,21 @@ func (w *Worker) deadLetter(a attemptInfo, reason spool.Reason, cause error, o o
 		return
 	}
 	err = w.settleWrite(a, "writing the dead result of task "+a.id, func(ctx context.Context) error {
-		return w.results.Dead(ctx, dm)
+		return w.putFinal(ctx, a, w.results.DeadDoc(dm), false)
 	})
+	if errors.Is(err, errYield) {
+		// Cancelled between the check above and the write: the task ends
+		// cancelled, as its canceller was told; its dead letter stays.
+		w.log.Warn("task cancelled while it was dead-lettered: it ends cancelled, its dead letter stays in the DLQ", "task_id", a.id)
+		o.failed = false
+		w.settleCancelled(a, o)
+		return
+	}
+	if err == nil {
+		err = w.settleWrite(a, "releasing the unique key of task "+a.id, func(ctx context.Context) error {
+			return w.results.ReleaseUnique(ctx, a.uniqueKey, a.id)
+		})
+	}
 	if err != nil {
 		w.log.Warn("writing dead result or releasing unique key", "task_id", a.id, "error", err)
 	}

@@ -5,9 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spoolq/spool/consumer/internal/results"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/jsproto"
 )
@@ -63,6 +68,9 @@ type pipeline struct {
 	// lost NAKs a completed task whose result could not be stored, for a
 	// retry.
 	lost func(a attemptInfo, o outcome, err error)
+	// conflicted settles a completion whose conditional write lost a race
+	// (the task's result changed since the attempt read it).
+	conflicted func(a attemptInfo, o outcome, doc spool.Result)
 
 	mu      sync.Mutex
 	next    uint64
@@ -94,6 +102,7 @@ type pipeline struct {
 type resultWrite struct {
 	tok  uint64
 	id   string
+	rev  uint64 // the revision the write expects (see putFinal)
 	data []byte
 	buf  *[]byte // from bufs
 }
@@ -126,24 +135,25 @@ type completion struct {
 
 func newPipeline(w *Worker) (*pipeline, error) {
 	p := &pipeline{
-		log:       w.log,
-		timeout:   writePerTry(w.o.IOTimeout),
-		budget:    w.o.IOTimeout,
-		ackWait:   w.ackWait,
-		subject:   w.results.Subject,
-		encode:    w.results.Encode,
-		event:     w.results.EventMsg,
-		publish:   w.nc.Publish,
-		attempts:  &w.attempts,
-		rec:       w.rec,
-		lost:      w.resultLost,
-		room:      make(chan struct{}, pipelineDepth(w.o.MaxConcurrency)),
-		pending:   make(map[uint64]*completion),
-		kick:      make(chan struct{}, 1),
-		stopSweep: make(chan struct{}),
-		swept:     make(chan struct{}),
-		stopWrite: make(chan struct{}),
-		written:   make(chan struct{}),
+		log:        w.log,
+		timeout:    writePerTry(w.o.IOTimeout),
+		budget:     w.o.IOTimeout,
+		ackWait:    w.ackWait,
+		subject:    w.results.Subject,
+		encode:     w.results.Encode,
+		event:      w.results.EventMsg,
+		publish:    w.nc.Publish,
+		attempts:   &w.attempts,
+		rec:        w.rec,
+		lost:       w.resultLost,
+		conflicted: w.finishConflicted,
+		room:       make(chan struct{}, pipelineDepth(w.o.MaxConcurrency)),
+		pending:    make(map[uint64]*completion),
+		kick:       make(chan struct{}, 1),
+		stopSweep:  make(chan struct{}),
+		swept:      make(chan struct{}),
+		stopWrite:  make(chan struct{}),
+		written:    make(chan struct{}),
 	}
 	p.bufs.New = func() any {
 		b := make([]byte, 0, 512)
@@ -181,7 +191,7 @@ func (p *pipeline) put(a attemptInfo, o outcome, doc spool.Result) error {
 	tok := p.next
 	c.tok = tok
 	p.pending[tok] = c
-	p.queue = append(p.queue, resultWrite{tok: tok, id: doc.ID, data: data, buf: buf})
+	p.queue = append(p.queue, resultWrite{tok: tok, id: doc.ID, rev: a.rev, data: data, buf: buf})
 	first := len(p.queue) == 1
 	p.mu.Unlock()
 	if first {
@@ -223,7 +233,12 @@ func (p *pipeline) writeLoop() {
 		p.queue = p.spare
 		p.mu.Unlock()
 		for i, wr := range q {
-			if err := p.pub.Publish(p.subject(wr.id), wr.data, wr.tok); err != nil {
+			// Conditional on the revision the attempt read, so a
+			// cancellation stored meanwhile is never overwritten.
+			m := &nats.Msg{Subject: p.subject(wr.id), Data: wr.data, Header: nats.Header{
+				jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(wr.rev, 10)},
+			}}
+			if err := p.pub.PublishMsg(m, wr.tok); err != nil {
 				p.failTry(wr.tok, err)
 			}
 			if wr.buf != nil && cap(wr.data) <= maxPooledBuf {
@@ -284,6 +299,18 @@ func (p *pipeline) failTry(tok uint64, err error) {
 	if c == nil {
 		p.mu.Unlock()
 		return // settled already (an earlier try's acknowledgement)
+	}
+	if results.IsConflict(err) {
+		// The task's result changed since the attempt read it (its own
+		// processing state, a cancellation, an earlier try of this very
+		// write): settled off the subscription's goroutine.
+		delete(p.pending, tok)
+		p.mu.Unlock()
+		go func() {
+			p.conflicted(c.a, c.o, c.doc)
+			p.done()
+		}()
+		return
 	}
 	if jsproto.Retryable(err) && now.Before(c.until) {
 		if c.retryAt.IsZero() {
@@ -420,7 +447,7 @@ func (p *pipeline) resend(again []*completion) {
 			p.failTry(c.tok, err)
 			continue
 		}
-		writes = append(writes, resultWrite{tok: c.tok, id: c.a.id, data: data})
+		writes = append(writes, resultWrite{tok: c.tok, id: c.a.id, rev: c.a.rev, data: data})
 	}
 	p.mu.Lock()
 	p.queue = append(p.queue, writes...)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spoolq/spool/consumer/flow"
 	"github.com/spoolq/spool/consumer/internal/results"
+	"github.com/spoolq/spool/consumer/parking"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/shared/lifecycle"
@@ -53,10 +54,11 @@ type Worker struct {
 	ackWait    [numPriorities]time.Duration
 	results    *results.Store
 	cancels    *cancels
-	reconnects uint64          // the connection's reconnect count at the last cancel load
-	wf         *workflow.Store // nil without a workflows bucket
-	flow       *flow.Limiter   // nil: flow control off
-	ioCtx      context.Context // values of Start's ctx, never cancelled
+	reconnects uint64           // the connection's reconnect count at the last cancel load
+	wf         *workflow.Store  // nil without a workflows bucket
+	flow       *flow.Limiter    // nil: flow control off
+	parking    *parking.Parking // nil: type pauses off
+	ioCtx      context.Context  // values of Start's ctx, never cancelled
 
 	// life runs Start and Stop; stopping is its Stopping channel, closed
 	// by Stop: no more pulls.
@@ -232,12 +234,18 @@ func (w *Worker) start(ctx context.Context) error {
 	if err := w.startFlow(ctx); err != nil {
 		return err
 	}
+	if err := w.startParking(ctx); err != nil {
+		w.flow.Close()
+		return err
+	}
 	if w.pipe, err = newPipeline(w); err != nil {
+		w.parking.Close()
 		w.flow.Close()
 		return err
 	}
 	if w.pl, err = newPuller(w); err != nil {
 		w.pipe.close()
+		w.parking.Close()
 		w.flow.Close()
 		return err
 	}
@@ -319,6 +327,7 @@ func (w *Worker) shutdown() {
 	w.pl.close()
 	w.runners.Wait()
 	w.flow.Close()
+	w.parking.Close()
 	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
 	if err := w.nc.FlushWithContext(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		w.log.Warn("flushing acks at shutdown", "error", err)

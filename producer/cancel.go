@@ -150,6 +150,20 @@ func (c *Client) locate(ctx context.Context, id string) (doc spool.Result, rev u
 		return doc, 0, "", err
 	}
 	if msg == nil {
+		// A worker stores a task's result before its ack removes it from
+		// the stream: a task that finished after the first read of its
+		// result has it now.
+		err = c.do(ctx, "reading the result of task "+id, func(ctx context.Context) (err error) {
+			entry, err = kv.Get(ctx, id)
+			return err
+		})
+		if err == nil {
+			doc, err = decodeResult(id, entry)
+			return doc, entry.Revision(), "", err
+		}
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return doc, 0, "", fmt.Errorf("reading the result of task %q: %w", id, err)
+		}
 		return doc, 0, "", fmt.Errorf("%w: task %q has no result, no pending schedule and is not queued (never enqueued, or its result expired)", ErrTaskNotFound, id)
 	}
 	doc = spool.Result{ID: id, State: spool.StatePending, EnqueuedAt: msg.Time, TraceParent: msg.Header.Get(spool.HeaderTraceParent)}

@@ -49,7 +49,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology, logger *
 	if err := ensureConsumer(ctx, js, t.Names.AdvisoryStream(), t.RouterConsumerConfig(), logger); err != nil {
 		return err
 	}
-	for _, cfg := range []jetstream.KeyValueConfig{t.ResultsConfig(), t.UniqueConfig(), t.CancelConfig(), t.LimitsConfig(), t.LeasesConfig(), t.WorkflowsConfig()} {
+	for _, cfg := range []jetstream.KeyValueConfig{t.ResultsConfig(), t.UniqueConfig(), t.CancelConfig(), t.PausedConfig(), t.LimitsConfig(), t.LeasesConfig(), t.WorkflowsConfig()} {
 		if err := ensureBucket(ctx, js, cfg, logger); err != nil {
 			return err
 		}

@@ -14,14 +14,15 @@ const uniqueMarkerTTL = time.Minute
 
 // TaskStreamConfig is SPOOL_TASKS: the five priority filters, the
 // delayed-task schedules (spool.sched.>) and the periodic schedules
-// (spool.cron.>), outside every worker consumer's filter, WorkQueue retention, schedules and direct get on, no
+// (spool.cron.>) and the tasks parked while their type is paused
+// (spool.parked.>), outside every worker consumer's filter, WorkQueue retention, schedules and direct get on, no
 // message or byte limits (see the package doc).
 func (t Topology) TaskStreamConfig() jetstream.StreamConfig {
-	subjects := make([]string, 0, len(spool.Priorities)+2)
+	subjects := make([]string, 0, len(spool.Priorities)+3)
 	for _, p := range spool.Priorities {
 		subjects = append(subjects, t.Names.PriorityFilter(p))
 	}
-	subjects = append(subjects, t.Names.SchedFilter(), t.Names.CronFilter())
+	subjects = append(subjects, t.Names.SchedFilter(), t.Names.CronFilter(), t.Names.ParkedFilter())
 	return jetstream.StreamConfig{
 		Name:              t.Names.TaskStream(),
 		Description:       "Spool queued tasks, one subject tree per priority, and pending schedules",
@@ -146,6 +147,19 @@ func (t Topology) CancelConfig() jetstream.KeyValueConfig {
 		Description: "Spool cancelled tasks, key = task id, value = who, why and when",
 		History:     1,
 		TTL:         t.Settings.ResultTTL,
+		Storage:     t.Settings.storage(),
+		Replicas:    t.Settings.Replicas,
+	}
+}
+
+// PausedConfig is the spool_paused bucket: one spool.TypePause per paused
+// task type, watched by every worker. It has no TTL: a pause lasts until
+// resumed (or its until passes).
+func (t Topology) PausedConfig() jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      t.Names.PausedBucket(),
+		Description: "Spool paused task types, key = task type, value = who, why, when, until",
+		History:     1,
 		Storage:     t.Settings.storage(),
 		Replicas:    t.Settings.Replicas,
 	}

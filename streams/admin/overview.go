@@ -63,6 +63,7 @@ func (o Overview) MarshalJSON() ([]byte, error) {
 		DeadLetters: o.Status.DeadLetters,
 		Results:     o.Status.Results,
 		StoreBytes:  o.Status.StoreBytes,
+		Types:       o.Status.Types,
 		Fleet:       make([]memberDoc, 0, len(o.Fleet.Workers)),
 		FleetError:  o.FleetError,
 		Totals:      totalsDocOf(o.Fleet.Totals),
@@ -94,6 +95,7 @@ type (
 		DeadLetters uint64        `json:"dead_letters"`
 		Results     uint64        `json:"results"`
 		StoreBytes  uint64        `json:"store_bytes"`
+		Types       []TypeStatus  `json:"types,omitempty"`
 		Fleet       []memberDoc   `json:"fleet"`
 		FleetError  string        `json:"fleet_error,omitempty"`
 		Totals      totalsDoc     `json:"totals"`

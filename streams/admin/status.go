@@ -44,6 +44,9 @@ type Status struct {
 	Results uint64 `json:"results"`
 	// StoreBytes is the task stream's size on the server.
 	StoreBytes uint64 `json:"store_bytes"`
+	// Types lists the task types that are paused or have parked tasks
+	// (see Client.Types); empty when none.
+	Types []TypeStatus `json:"types,omitempty"`
 	// Limits is every flow-control rule with its use across the fleet
 	// (slots held, busiest keys, rate state); empty when no rule is set
 	// or the deployment has no flow-control buckets. Tasks handed back by
@@ -118,6 +121,9 @@ func (c *Client) status(ctx context.Context) (Status, error) {
 		return st, err
 	}
 	if st.Results, err = c.streamMsgs(ctx, "KV_"+names.ResultsBucket()); err != nil {
+		return st, err
+	}
+	if st.Types, err = c.types(ctx); err != nil {
 		return st, err
 	}
 	store, err := limits.Open(ctx, c.js, names)

@@ -39,13 +39,12 @@ func (k *ticks) count() int {
 	return len(k.at)
 }
 
-// A schedule @every 1s fires once per tick for the whole system, across
-// three consumer processes and through a server restart: as many tasks as
-// seconds the server was up, each run once.
-func TestPeriodicScheduleOncePerTick(t *testing.T) {
-	t.Parallel()
+// restartable starts a server whose restart (restart) keeps its port and
+// store, so clients reconnect to it.
+func restartable(t *testing.T) (env *streamstest.Env, restart func()) {
+	t.Helper()
 	store := t.TempDir()
-	env := streamstest.StartWith(t, embedded.Options{StoreDir: store}, streams.Settings{})
+	env = streamstest.StartWith(t, embedded.Options{StoreDir: store}, streams.Settings{})
 	u, err := url.Parse(env.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +53,24 @@ func TestPeriodicScheduleOncePerTick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return env, func() {
+		t.Helper()
+		env.Server.Shutdown()
+		env.Server.WaitForShutdown()
+		srv, err := embedded.Start(embedded.Options{StoreDir: store, Port: port})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	}
+}
+
+// A schedule @every 1s fires once per tick for the whole system, across
+// three consumer processes and through a server restart: as many tasks as
+// seconds the server was up, each run once.
+func TestPeriodicScheduleOncePerTick(t *testing.T) {
+	t.Parallel()
+	env, restart := restartable(t)
 	ctx := streamstest.Context(t)
 	adm, err := admin.New(env.Connect(t), admin.WithLogger(streamstest.Logger(t)))
 	if err != nil {
@@ -85,13 +102,7 @@ func TestPeriodicScheduleOncePerTick(t *testing.T) {
 	})
 	// Restart the server on the same port and store.
 	down := time.Now()
-	env.Server.Shutdown()
-	env.Server.WaitForShutdown()
-	srv, err := embedded.Start(embedded.Options{StoreDir: store, Port: port})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	restart()
 	downtime := time.Since(down)
 	before := k.count()
 	streamstest.WaitFor(t, 20*time.Second, func() error {

@@ -172,6 +172,7 @@ func TestRolesDenyByConstruction(t *testing.T) {
 			"$JS.API.CONSUMER.CREATE.KV_spool_unique.x",
 			// Cancelling, pausing and periodic schedules are operators' actions.
 			"$KV.spool_cancel.task-1", "$JS.API.STREAM.MSG.DELETE.SPOOL_TASKS", "spool.cron.nightly",
+			"$KV.spool_paused.email", "spool.parked.high.email",
 		}, changeTopology...),
 		// A worker publishes tasks and schedules: the steps of a workflow
 		// that became ready, and a task waiting for a flow-control limit,
@@ -180,6 +181,8 @@ func TestRolesDenyByConstruction(t *testing.T) {
 			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_DLQ.x", "$JS.API.DIRECT.GET.SPOOL_DLQ",
 			"$JS.API.CONSUMER.CREATE.KV_spool_results.x",
 			"$KV.spool_cancel.task-1", "spool.cron.nightly",
+			// It reads type pauses, never writes them.
+			"$KV.spool_paused.email",
 		}, changeTopology...),
 		"spool-handler": {"spool.tasks.high.x", "$JS.API.INFO", "spool.remote.x", "_INBOX.x"},
 		// The broker purges the DLQ and pauses priorities; nothing else of
@@ -225,6 +228,8 @@ func TestRolesDenyByConstruction(t *testing.T) {
 		// Cancellations of the tasks it runs; remote handlers' progress.
 		"$KV.spool_cancel.>",
 		"spool.progress.>",
+		// Pauses and resumes of task types.
+		"$KV.spool_paused.>",
 		// Flow control: changes of the concurrency slots.
 		"$KV.spool_leases.c.>", "$KV.spool_leases.kc.>",
 	}

@@ -9,13 +9,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/tests/checker"
 )
 
-// TestControlsUnderKills issues pauses, resumes and cancels while worker
+// TestControlsUnderKills issues pauses (of priorities and of the task
+// type), resumes and cancels while worker
 // processes are killed with SIGKILL and replaced: nothing is lost, every
 // task ends completed or cancelled, and a task whose cancel was
 // acknowledged never completes afterwards.
@@ -57,6 +60,7 @@ func TestControlsUnderKills(t *testing.T) {
 	cancelled := map[string]time.Time{} // id → when its cancel was acknowledged
 	var paused *spool.Priority
 	pauses, notFound, finished := 0, 0, 0
+	typePaused, typePauses := false, 0
 	ticker := time.NewTicker(every)
 	defer ticker.Stop()
 	producing := true
@@ -80,6 +84,12 @@ func TestControlsUnderKills(t *testing.T) {
 			}
 			paused = nil
 		}
+		if typePaused {
+			if err := adm.ResumeType(ctx, "fault.task"); err != nil {
+				t.Fatalf("resuming type fault.task: %v", err)
+			}
+			typePaused = false
+		}
 		if producing || round < 30 {
 			p := spool.Priorities[rand.IntN(len(spool.Priorities))]
 			if _, err := adm.PausePriority(ctx, p, time.Now().Add(time.Minute)); err != nil {
@@ -87,6 +97,15 @@ func TestControlsUnderKills(t *testing.T) {
 			}
 			paused = &p
 			pauses++
+			// Every third round pause the task type too: the workers
+			// park what they pull of it until the next round resumes it.
+			if round%3 == 0 {
+				if _, err := adm.PauseType(ctx, "fault.task", admin.TypePauseOptions{By: "faults", Until: time.Now().Add(time.Minute)}); err != nil {
+					t.Fatalf("pausing type fault.task: %v", err)
+				}
+				typePaused = true
+				typePauses++
+			}
 			// Cancel a few tasks, queued or running.
 			for range 3 {
 				id := tasks[rand.IntN(n)].ID
@@ -105,7 +124,7 @@ func TestControlsUnderKills(t *testing.T) {
 				}
 			}
 		}
-		if !producing && paused == nil && idle(ctx, js) == nil {
+		if !producing && paused == nil && !typePaused && idle(ctx, js) == nil && noneParked(ctx, js) == nil {
 			break
 		}
 		if round%2 == 0 {
@@ -119,10 +138,10 @@ func TestControlsUnderKills(t *testing.T) {
 	collect(t, js, chk)
 	lines, torn := fl.readLogs()
 	t.Logf("%d execution lines, %d torn by SIGKILL, %d workers started", lines, torn, workers+fl.kills)
-	r := report(t, "pauses and cancels under SIGKILL", fmt.Sprintf("%d SIGKILL, %d pauses, %d cancels", fl.kills, pauses, len(cancelled)), start, chk, left)
+	r := report(t, "pauses and cancels under SIGKILL", fmt.Sprintf("%d SIGKILL, %d pauses, %d type pauses, %d cancels", fl.kills, pauses, typePauses, len(cancelled)), start, chk, left)
 	t.Logf("cancels: %d acknowledged, %d too late (finished), %d before the enqueue", len(cancelled), finished, notFound)
-	if len(cancelled) < 5 || fl.kills < 3 {
-		t.Errorf("only %d cancels and %d kills: the scenario proves little", len(cancelled), fl.kills)
+	if len(cancelled) < 5 || fl.kills < 3 || typePauses < 3 {
+		t.Errorf("only %d cancels, %d type pauses and %d kills: the scenario proves little", len(cancelled), typePauses, fl.kills)
 	}
 	if r.Completed+r.Cancelled != r.Tasks {
 		t.Errorf("%d completed + %d cancelled of %d tasks; dead: %s", r.Completed, r.Cancelled, r.Tasks, r.DeadSummary())
@@ -140,4 +159,27 @@ func TestControlsUnderKills(t *testing.T) {
 			t.Errorf("task %s, cancelled, ended %+v (%v)", id, doc, err)
 		}
 	}
+}
+
+// noneParked reports an error while tasks are parked (their type paused,
+// or being moved back).
+func noneParked(ctx context.Context, js jetstream.JetStream) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, names.TaskStream())
+	if err != nil {
+		return err
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(names.ParkedFilter()))
+	if err != nil {
+		return err
+	}
+	n := uint64(0)
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	if n > 0 {
+		return fmt.Errorf("%d tasks parked", n)
+	}
+	return nil
 }

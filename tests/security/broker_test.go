@@ -101,6 +101,10 @@ func TestBrokerRole(t *testing.T) {
 	check("GET", "/v1/dlq/"+seq, "", 200, `"dead-0"`)
 	check("POST", "/v1/dlq/"+seq+"/replay", "", 200, `"result_written":true`)
 	check("DELETE", "/v1/dlq?all=true", "", 200, `"purged":1`)
+	check("POST", "/v1/types/report/pause?reason=audit", "", 200, `"paused":true`)
+	check("GET", "/v1/types", "", 200, `"type":"report","paused":true`)
+	check("GET", "/v1/overview", "", 200, `"type":"report","paused":true`)
+	check("POST", "/v1/types/report/resume", "", 200, `"paused":false`)
 	b.noViolation(t)
 	cons.noViolation(t)
 }

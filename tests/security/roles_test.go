@@ -106,6 +106,12 @@ func wantStream(ack *jetstream.PubAck, stream string) error {
 	return nil
 }
 
+// pauseType puts a type pause, an operator's action.
+func pauseType(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+	_, err := c.js.Publish(ctx, "$KV."+names.PausedBucket()+".report", []byte(`{"type":"report","by":"intruder"}`))
+	return err
+}
+
 // setCronSchedule publishes a periodic schedule, an operator's action.
 func setCronSchedule(ctx context.Context, t *testing.T, f *fixture, c *client) error {
 	m := nats.NewMsg("spool.cron.nightly")
@@ -154,6 +160,8 @@ func TestProducerRole(t *testing.T) {
 			}},
 		{name: "set a periodic schedule", user: p, denied: `Publish to "spool.cron.nightly"`,
 			do: setCronSchedule},
+		{name: "pause a task type", user: p, denied: `Publish to "$KV.spool_paused.report"`,
+			do: pauseType},
 		{name: "pause a priority", user: p, denied: `Publish to "$JS.API.CONSUMER.PAUSE.SPOOL_TASKS.spool-high"`,
 			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
 				_, err := c.js.PauseConsumer(ctx, names.TaskStream(), names.Consumer(spool.High), time.Now().Add(time.Hour))
@@ -476,6 +484,71 @@ func TestConsumerRole(t *testing.T) {
 			}},
 		{name: "set a periodic schedule", user: cons, denied: `Publish to "spool.cron.nightly"`,
 			do: setCronSchedule},
+		{name: "pause a task type", user: cons, denied: `Publish to "$KV.spool_paused.report"`,
+			do: pauseType},
+		{name: "resume a task type", user: cons, denied: `Publish to "$KV.spool_paused.invoice"`,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				akv, err := f.admin.js.KeyValue(ctx, names.PausedBucket())
+				if err != nil {
+					return err
+				}
+				if _, err := akv.Put(ctx, "invoice", []byte(`{"type":"invoice","by":"ops"}`)); err != nil {
+					return err
+				}
+				kv, err := c.js.KeyValue(ctx, names.PausedBucket())
+				if err != nil {
+					return err
+				}
+				return kv.Delete(ctx, "invoice")
+			}},
+		// A worker reads the pauses, hears their changes and parks a task
+		// of a paused type.
+		{name: "read type pauses and park a task", user: cons,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				sub, err := c.nc.SubscribeSync(names.PausedFilter())
+				if err != nil {
+					return err
+				}
+				defer func() { _ = sub.Unsubscribe() }()
+				c.noViolation(t)
+				akv, err := f.admin.js.KeyValue(ctx, names.PausedBucket())
+				if err != nil {
+					return err
+				}
+				if _, err := akv.Put(ctx, "export", []byte(`{"type":"export","by":"ops"}`)); err != nil {
+					return err
+				}
+				if _, err := sub.NextMsgWithContext(ctx); err != nil {
+					return fmt.Errorf("hearing the pause: %w", err)
+				}
+				kv, err := c.js.KeyValue(ctx, names.PausedBucket())
+				if err != nil {
+					return err
+				}
+				keys, err := kv.ListKeys(ctx)
+				if err != nil {
+					return err
+				}
+				n := 0
+				for range keys.Keys() {
+					n++
+				}
+				if n == 0 {
+					return errors.New("listed no paused type")
+				}
+				if _, err := kv.Get(ctx, "export"); err != nil {
+					return err
+				}
+				subj, err := names.ParkedSubject(spool.High, "export")
+				if err != nil {
+					return err
+				}
+				ack, err := c.js.Publish(ctx, subj, []byte("parked"))
+				if err != nil {
+					return err
+				}
+				return wantStream(ack, names.TaskStream())
+			}},
 		{name: "pause a priority", user: cons, denied: `Publish to "$JS.API.CONSUMER.PAUSE.SPOOL_TASKS.spool-high"`,
 			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
 				_, err := c.js.PauseConsumer(ctx, names.TaskStream(), names.Consumer(spool.High), time.Now().Add(time.Hour))

@@ -196,6 +196,30 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("the cancelled task ended %q after the resume", got)
 	}
 
+	// 4b'. Pause a task type from the types panel: its task is parked, not
+	// run; resume from its row: the task runs on its first attempt.
+	b.do("asking to pause type demo.echo", 10*time.Second,
+		chromedp.SendKeys(chromedp.CSS("#type-pause-type"), "demo.echo"),
+		chromedp.SendKeys(chromedp.CSS("#type-pause-reason"), "ui check"),
+		chromedp.Click(chromedp.CSS("#type-pause-submit")),
+	)
+	b.waitJS("the type pause confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("Pause task type demo.echo")`, 5*time.Second)
+	b.do("confirming the type pause", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	typeRow := `document.querySelector('#types-table tr[data-type="demo.echo"]')`
+	b.waitJS("demo.echo shown paused", typeRow+`?.querySelector(".type-state").textContent === "until resumed" && `+typeRow+`.textContent.includes("ui check")`, 10*time.Second)
+	post(t, ctx, st.BrokerURL+"/v1/tasks", `{"type":"demo.echo","priority":"high","id":"ui-typepaused-1","payload":{"n":2}}`)
+	b.waitJS("the task parked", typeRow+`?.querySelector(".parked").textContent === "1"`, 15*time.Second)
+	b.do("asking to resume demo.echo", 10*time.Second, chromedp.Click(chromedp.CSS(`#types-table tr[data-type="demo.echo"] .type-resume`)))
+	b.waitJS("the type resume confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("Resume task type demo.echo")`, 5*time.Second)
+	b.do("confirming the type resume", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.waitJS("no type paused or parked", typeRow+` === null && !document.querySelector("#types-empty").hidden`, 15*time.Second)
+	b.do("looking the parked task up", 10*time.Second,
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("#lookup-id").value = ""`),
+		chromedp.SendKeys(chromedp.CSS("#lookup-id"), "ui-typepaused-1"),
+		chromedp.Click(chromedp.CSS("#lookup-go")),
+	)
+	b.waitJS("the resumed task completed on attempt 1", `document.querySelector("#lookup-state").textContent === "completed" && document.querySelector("#lookup-doc").textContent.includes('"attempts": 1')`, 15*time.Second)
+
 	// 4c. A periodic task created, paused, resumed and deleted from the
 	// schedules panel; while active it fires demo.echo tasks.
 	resultsBefore := eval[float64](b, numberIn("#results-count"))

@@ -34,6 +34,39 @@ func TestGetFromLeader(t *testing.T) {
 	}
 }
 
+// PutAt writes only over the revision given: 0 creates, a stale revision
+// is a conflict, and ReadFromLeader returns the revision to write over.
+func TestPutAtRevision(t *testing.T) {
+	t.Parallel()
+	ctx := streamstest.Context(t)
+	_, s := newStore(t)
+	doc := spool.Result{ID: "t2", Type: "a", Priority: spool.High, State: spool.StateProcessing, Attempts: 1}
+	if _, rev, found, err := s.ReadFromLeader(ctx, "t2"); err != nil || found || rev != 0 {
+		t.Fatalf("missing document: rev %d, found %v, err %v", rev, found, err)
+	}
+	if err := s.PutAt(ctx, doc, 0); err != nil {
+		t.Fatalf("create over revision 0: %v", err)
+	}
+	if err := s.PutAt(ctx, doc, 0); !results.IsConflict(err) {
+		t.Fatalf("second create over revision 0: %v, want a conflict", err)
+	}
+	_, rev, found, err := s.ReadFromLeader(ctx, "t2")
+	if err != nil || !found || rev == 0 {
+		t.Fatalf("stored document: rev %d, found %v, err %v", rev, found, err)
+	}
+	doc.State = spool.StateCompleted
+	if err := s.PutAt(ctx, doc, rev+1); !results.IsConflict(err) {
+		t.Fatalf("write over a wrong revision: %v, want a conflict", err)
+	}
+	if err := s.PutAt(ctx, doc, rev); err != nil {
+		t.Fatalf("write over the revision read: %v", err)
+	}
+	got, found, err := s.GetFromLeader(ctx, "t2")
+	if err != nil || !found || got.State != spool.StateCompleted {
+		t.Fatalf("after the update: %+v, found %v, err %v", got, found, err)
+	}
+}
+
 // newStore starts a server with the topology and opens a Store of worker
 // w1 on it.
 func newStore(t *testing.T) (*streamstest.Env, *results.Store) {

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
@@ -158,6 +160,24 @@ func (r *Store) PutUnacked(doc spool.Result) error {
 	return nil
 }
 
+// PutUnackedAt is PutUnacked conditional on the key's revision being rev
+// (0: no message): a write that lost the race is dropped by the server,
+// unnoticed. The worker writes the processing state this way, so it never
+// overwrites a cancellation.
+func (r *Store) PutUnackedAt(doc spool.Result, rev uint64) error {
+	b, err := r.encode(&doc)
+	if err != nil {
+		return err
+	}
+	m := &nats.Msg{Subject: r.putPrefix + doc.ID, Data: b, Header: nats.Header{
+		jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(rev, 10)},
+	}}
+	if err := r.js.Conn().PublishMsg(m); err != nil {
+		return fmt.Errorf("writing %s result of task %s: %w", doc.State, doc.ID, err)
+	}
+	return nil
+}
+
 func (r *Store) encode(doc *spool.Result) ([]byte, error) {
 	return r.Encode(make([]byte, 0, 384+len(doc.Result)+len(doc.Error)), doc)
 }
@@ -197,37 +217,71 @@ func (r *Store) Get(ctx context.Context, id string) (spool.Result, error) {
 // replica answers, a lagging one included (a node catching up after a
 // restart). found is false when there is none (or it was deleted).
 func (r *Store) GetFromLeader(ctx context.Context, id string) (doc spool.Result, found bool, err error) {
+	doc, _, found, err = r.ReadFromLeader(ctx, id)
+	return doc, found, err
+}
+
+// ReadFromLeader is GetFromLeader with the key's revision: the stream
+// sequence of its last message (a delete marker's too), 0 when the key
+// never had one. A write conditional on that revision (PutAt) succeeds only
+// if nobody wrote the key since.
+func (r *Store) ReadFromLeader(ctx context.Context, id string) (doc spool.Result, rev uint64, found bool, err error) {
 	req, err := json.Marshal(struct {
 		LastBySubj string `json:"last_by_subj"`
 	}{r.Subject(id)})
 	if err != nil {
-		return doc, false, err
+		return doc, 0, false, err
 	}
 	m, err := r.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+r.names.ResultsBucket(), req)
 	if err != nil {
-		return doc, false, fmt.Errorf("reading result of task %s: %w", id, err)
+		return doc, 0, false, fmt.Errorf("reading result of task %s: %w", id, err)
 	}
 	var resp struct {
 		Message *struct {
+			Seq  uint64 `json:"seq"`
 			Data []byte `json:"data"`
 		} `json:"message"`
 		Error *jetstream.APIError `json:"error"`
 	}
 	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return doc, false, fmt.Errorf("reading result of task %s: decoding the answer: %w", id, err)
+		return doc, 0, false, fmt.Errorf("reading result of task %s: decoding the answer: %w", id, err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return doc, false, nil
+		return doc, 0, false, nil
 	case resp.Error != nil:
-		return doc, false, fmt.Errorf("reading result of task %s: %w", id, resp.Error)
-	case resp.Message == nil || len(resp.Message.Data) == 0:
-		return doc, false, nil // a delete marker
+		return doc, 0, false, fmt.Errorf("reading result of task %s: %w", id, resp.Error)
+	case resp.Message == nil:
+		return doc, 0, false, nil
+	case len(resp.Message.Data) == 0:
+		return doc, resp.Message.Seq, false, nil // a delete marker
 	}
 	if err := json.Unmarshal(resp.Message.Data, &doc); err != nil {
-		return doc, false, fmt.Errorf("decoding result of task %s: %w", id, err)
+		return doc, resp.Message.Seq, false, fmt.Errorf("decoding result of task %s: %w", id, err)
 	}
-	return doc, true, nil
+	return doc, resp.Message.Seq, true, nil
+}
+
+// PutAt stores doc under doc.ID only if the key's revision is still rev
+// (0: the key has no message at all), and waits for the acknowledgement.
+// A write that lost the race fails with an error IsConflict reports.
+func (r *Store) PutAt(ctx context.Context, doc spool.Result, rev uint64) error {
+	b, err := r.encode(&doc)
+	if err != nil {
+		return err
+	}
+	if _, err := r.results.Update(ctx, doc.ID, b, rev); err != nil {
+		return fmt.Errorf("writing %s result of task %s over revision %d: %w", doc.State, doc.ID, rev, err)
+	}
+	r.stateEvent(&doc, b)
+	return nil
+}
+
+// IsConflict reports the error of a conditional write (PutAt, or a
+// published write with Nats-Expected-Last-Subject-Sequence) that lost a
+// race: another writer changed the key since its revision was read.
+func IsConflict(err error) bool {
+	return isWrongLastSequence(err) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }
 
 // Dead records a task that went to the dead-letter stream: it writes the
@@ -235,6 +289,15 @@ func (r *Store) GetFromLeader(ctx context.Context, id string) (doc spool.Result,
 // Call it after dlq.Publish succeeded and before removing the
 // original. The type and priority come from m.Subject when it parses.
 func (r *Store) Dead(ctx context.Context, m dlq.Message) error {
+	doc := r.DeadDoc(m)
+	if err := r.Put(ctx, doc); err != nil {
+		return err
+	}
+	return r.ReleaseUnique(ctx, m.Header.Get(spool.HeaderUniqueKey), doc.ID)
+}
+
+// DeadDoc is the dead result document of a task dead-lettered as m.
+func (r *Store) DeadDoc(m dlq.Message) spool.Result {
 	id := spool.TaskID(m.Header, m.Seq)
 	finished := m.FailedAt
 	if finished.IsZero() {
@@ -257,10 +320,7 @@ func (r *Store) Dead(ctx context.Context, m dlq.Message) error {
 	if p, typ, err := r.names.ParseTaskSubject(m.Subject); err == nil {
 		doc.Priority, doc.Type = p, typ
 	}
-	if err := r.Put(ctx, doc); err != nil {
-		return err
-	}
-	return r.ReleaseUnique(ctx, m.Header.Get(spool.HeaderUniqueKey), id)
+	return doc
 }
 
 // ReleaseUnique deletes the unique key key (the Spool-Unique-Key value,

@@ -173,6 +173,45 @@
       $("#pause-message").textContent = (on ? "Resume" : "Pause") + " of " + p + " failed: " + e.message;
     }
   }
+  // renderTypes shows the paused task types and their parked tasks.
+  function renderTypes(types) {
+    const tbody = $("#types-table tbody");
+    tbody.replaceChildren(...types.map((x) => el("tr", { "data-type": x.type },
+      el("th", {}, x.type),
+      el("td", { class: "parked num" }, fmtInt(x.parked)),
+      el("td", { class: "type-state" }, x.paused ? (x.pause && x.pause.until ? "until " + fmtDateTime(x.pause.until) : "until resumed") : "resumed: moving back"),
+      el("td", {}, (x.pause && x.pause.by) || "—"),
+      el("td", {}, (x.pause && x.pause.reason) || "—"),
+      el("td", {}, x.paused ? el("button", { type: "button", class: "type-resume", onclick: () => resumeType(x.type) }, "Resume") : ""))));
+    $("#types-empty").hidden = types.length > 0;
+  }
+
+  async function resumeType(typ) {
+    if (!(await confirmAction("Resume task type " + typ + "? The workers run its tasks again and move its parked tasks back."))) return;
+    try {
+      await api("POST", "/v1/types/" + encodeURIComponent(typ) + "/resume");
+      $("#type-pause-message").textContent = "Resumed type " + typ + ".";
+      tick();
+    } catch (e) {
+      $("#type-pause-message").textContent = "Resume of type " + typ + " failed: " + e.message;
+    }
+  }
+
+  $("#type-pause-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const typ = $("#type-pause-type").value.trim();
+    const reason = $("#type-pause-reason").value.trim();
+    if (!(await confirmAction("Pause task type " + typ + " for the whole fleet, until resumed? Its tasks are parked without running; running ones finish; other types go on."))) return;
+    try {
+      await api("POST", "/v1/types/" + encodeURIComponent(typ) + "/pause" + (reason ? "?reason=" + encodeURIComponent(reason) : ""));
+      $("#type-pause-message").textContent = "Paused type " + typ + ".";
+      $("#type-pause-form").reset();
+      tick();
+    } catch (e) {
+      $("#type-pause-message").textContent = "Pause of type " + typ + " failed: " + e.message;
+    }
+  });
+
   function svgEl(cls) {
     const s = document.createElementNS(SVGNS, "svg");
     s.setAttribute("viewBox", "0 0 220 28");
@@ -296,6 +335,7 @@
       spark(row.querySelector(".backlog-chart"), samples.map((x) => ({ t: x.t, v: x.prio[p.priority] ? x.prio[p.priority].pending + x.prio[p.priority].inflight : null })), now);
       spark(row.querySelector(".rate-chart"), samples.map((x) => ({ t: x.t, v: x.rates[p.priority] })), now);
     }
+    renderTypes(ov.types || []);
     $("#total-rate").textContent = fmtRate(last.totalRate);
     spark($("#total-chart"), samples.map((x) => ({ t: x.t, v: x.totalRate })), now);
     $("#rate-source").textContent = !last.rateFromFleet

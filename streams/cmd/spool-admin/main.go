@@ -6,6 +6,8 @@
 //	spool-admin dlq list|show|replay|purge   manage dead letters
 //	spool-admin pause <priority> [--for D | --until T]   pause a priority fleet-wide
 //	spool-admin resume <priority>                        resume it
+//	spool-admin pause type <type> [--for D | --until T]  pause a task type fleet-wide
+//	spool-admin resume type <type>                       resume it
 //	spool-admin schedule list|set|pause|resume|delete    periodic tasks
 //	spool-admin workflows list|show|cancel|retry   manage workflows
 //	spool-admin limits ls|set|rm   flow-control rules and their usage
@@ -64,6 +66,8 @@ commands:
   dlq         list, show, replay and purge dead letters (spool-admin dlq help)
   pause P     pause priority P for the whole fleet (--for D or --until T; default until resumed)
   resume P    resume priority P
+  pause type T   pause task type T for the whole fleet (its tasks are parked; --for, --until, --reason, --by)
+  resume type T  resume task type T (the workers move its parked tasks back)
   schedule    list, set, pause, resume and delete periodic tasks (spool-admin schedule help)
   workflows   list, show, cancel and retry workflows (spool-admin workflows help)
   limits      flow-control rules: ls, set, rm (spool-admin limits help)
@@ -255,6 +259,25 @@ func printStatus(w io.Writer, st admin.Status) error {
 		st.Scheduled, st.DeadLetters, st.Results, st.StoreBytes); err != nil {
 		return err
 	}
+	if len(st.Types) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "type\tparked\tpaused\tby\treason\t")
+		for _, ts := range st.Types {
+			paused, by, reason := "-", "-", "-"
+			if ts.Pause != nil {
+				paused = "until resumed"
+				if ts.Pause.Until != nil {
+					paused = "until " + ts.Pause.Until.UTC().Format(time.RFC3339)
+				}
+				by, reason = orDash(ts.Pause.By), orDash(ts.Pause.Reason)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t\n", ts.Type, ts.Parked, paused, by, reason)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	if st.LimitsError != "" {
 		_, err := fmt.Fprintf(w, "\nflow-control limits: unreadable: %s\n", st.LimitsError)
 		return err
@@ -264,4 +287,11 @@ func printStatus(w io.Writer, st admin.Status) error {
 	}
 	fmt.Fprintln(w, "\nflow-control limits (tasks handed back wait among the scheduled):")
 	return printUsage(w, st.Limits)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
