@@ -16,17 +16,23 @@ import (
 	"github.com/spoolq/spool/shared/limits"
 )
 
-// The delay of a task handed back because a concurrency limit was full
-// grows with its hand-backs, min(deferBase·2^deferrals, deferMax) plus up
-// to half of it again. A task handed back by a rate limit comes back
-// deferEarly before the turn the limit booked for it (at least deferBase
-// from now).
+// A task handed back by a limit that booked its return (a rate limit, or
+// a concurrency limit whose slots were seen turning over) comes back
+// deferEarly before the booked time (at least deferBase from now). Else
+// the delay grows with its hand-backs, min(deferBase·2^deferrals,
+// deferMax) plus up to half of it again.
 const (
 	deferBase   = 100 * time.Millisecond
 	deferMax    = 5 * time.Second
 	deferJitter = 0.5
-	deferEarly  = 400 * time.Millisecond
+	deferEarly  = 300 * time.Millisecond
 )
+
+// flowWaitShare: at most 1/flowWaitShare of the worker's slots wait for
+// the slots of one concurrency limit (and never more tasks than the limit
+// has slots): enough to hand a released slot on at once, few enough that
+// a full limit leaves the other types the rest of the worker.
+const flowWaitShare = 10
 
 // startFlow binds the flow-control limiter. A deployment provisioned
 // before flow control has no buckets for it: the worker then runs without
@@ -46,6 +52,7 @@ func (w *Worker) startFlow(ctx context.Context) error {
 		l, err = flow.New(ctx, flow.Config{
 			JS: w.js, Conn: w.nc, Names: w.o.Names, Owner: w.o.WorkerName,
 			TTL: ttl, IOTimeout: w.o.IOTimeout, Logger: w.log,
+			Waiters: max(flow.DefaultWaiters, w.o.MaxConcurrency/flowWaitShare),
 		})
 		return err
 	})
@@ -56,7 +63,9 @@ func (w *Worker) startFlow(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	w.mu.Lock()
 	w.flow = l
+	w.mu.Unlock()
 	err = bind.Do(ctx, "binding the task stream for ordered keys", func(ctx context.Context) (err error) {
 		w.turns, err = limits.NewTurns(ctx, w.js, w.o.Names)
 		return err
@@ -95,7 +104,7 @@ func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta) (*flow.Lease, bool) {
 	}
 	delay := jitter(backoff(deferBase, deferMax, meta.Deferrals+1), deferJitter)
 	if wait > 0 {
-		// A rate limit booked the task's turn: come back a little early
+		// The limit booked the task's return: come back a little early
 		// (schedules fire in clumps a few hundred milliseconds apart) and
 		// wait for the turn in the worker.
 		delay = max(deferBase, wait-deferEarly)

@@ -367,6 +367,13 @@ func (w *Worker) stateLocked() WorkerState {
 // Stats returns a snapshot of the counters and the pool.
 func (w *Worker) Stats() Stats {
 	prio, types := w.rec.snapshot()
+	w.mu.Lock()
+	limiter := w.flow // set during Start
+	w.mu.Unlock()
+	var flowStats map[string]flow.TypeStats
+	if limiter != nil {
+		flowStats = limiter.Stats()
+	}
 	now := w.o.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -381,6 +388,7 @@ func (w *Worker) Stats() Stats {
 		ScaleUps:   w.slots.scaleUps,
 		ScaleDowns: w.slots.scaleDowns,
 		Types:      types,
+		Flow:       flowStats,
 	}
 	for _, p := range spool.Priorities {
 		ps := PriorityStats{

@@ -27,10 +27,10 @@ import (
 // every run it checks that no moment ever had more runs of the limited
 // type, or of one key, than the limit (a run cut by a kill counts until
 // the kill), that no second held more starts of the paced type than its
-// rate (and reports the rate the paced backlog reached), that no task of
-// the ordered type (25 keys, "hold") started before every task enqueued
-// before it under its key had completed, and, as every fault scenario
-// does, that nothing was lost.
+// rate (and reports in the fault table the fraction of the rate the paced
+// backlog reached), that no task of the ordered type (25 keys, "hold")
+// started before every task enqueued before it under its key had
+// completed, and, as every fault scenario does, that nothing was lost.
 func TestFlowControlUnderCrash(t *testing.T) {
 	const (
 		workers    = 3
@@ -113,17 +113,6 @@ func TestFlowControlUnderCrash(t *testing.T) {
 	collect(t, js, chk)
 	lines, torn := fl.readLogs()
 	t.Logf("%d execution lines, %d torn by SIGKILL, %d workers started", lines, torn, workers+fl.kills)
-	r := report(t, "flow control (SIGKILL)", fmt.Sprintf("%d SIGKILL", fl.kills), start, chk, left)
-	if r.Tasks != len(tasks) {
-		t.Errorf("%d tasks recorded, want %d", r.Tasks, len(tasks))
-	}
-	if r.Completed != r.Tasks {
-		t.Errorf("%d of %d tasks completed; dead: %s", r.Completed, r.Tasks, r.DeadSummary())
-	}
-	if fl.kills < 5 {
-		t.Errorf("only %d kills during the run; the scenario proves little", fl.kills)
-	}
-
 	f, err := os.Open(spanLog)
 	if err != nil {
 		t.Fatal(err)
@@ -218,22 +207,33 @@ func TestFlowControlUnderCrash(t *testing.T) {
 	// The rate: no window of a period holds more starts than the limit,
 	// counting handler starts (taken a few milliseconds after the start
 	// was granted, so one more than the limit is measurement jitter, not a
-	// breach); the backlog's middle 90% ran at 90% of the rate or more.
+	// breach); and the rate the backlog's middle 90% reached.
 	most, _ := checker.MaxInWindow(paced, ratePeriod)
 	sort.Slice(paced, func(i, j int) bool { return paced[i].Before(paced[j]) })
 	lo, hi := paced[len(paced)/20], paced[len(paced)-1-len(paced)/20]
 	achieved := float64(len(paced)-1-2*(len(paced)/20)) / hi.Sub(lo).Seconds()
-	t.Logf("fault.paced: %d starts, most in any %s %d (limit %d), %.0f/s over the middle 90%% (limit %d/s)",
-		len(paced), ratePeriod, most, rate, achieved, rate)
+	t.Logf("fault.paced: %d starts, most in any %s %d (limit %d), %.0f/s over the middle 90%% (limit %d/s): %.0f%% of the rate",
+		len(paced), ratePeriod, most, rate, achieved, rate, 100*achieved/rate)
 	if most > rate+1 {
 		t.Errorf("fault.paced: %d starts within %s, limit %d", most, ratePeriod, rate)
 	}
-	// With a worker killed every half second the rate is not reached
-	// (17 to 37/s of 50/s in our runs): a killed worker's waiting tasks
-	// come back only after AckWait, and the turns booked for them go
-	// unused. Without kills the same mechanism runs at 97% (consumer
-	// TestRateLimit). The figure above is the measurement, not asserted:
-	// a limiter that stalls fails the suite's wait for every task.
+	// The fraction of the rate reached is reported in the fault table, not
+	// asserted: it depends on when the kills fall and on the machine's load
+	// (a killed worker's waiting tasks come back only after AckWait, and a
+	// turn nobody is there to take is lost; the returns of a backlog are
+	// booked faster than the rate to cover for them). spool-bench measures
+	// it without faults. A limiter that stalls fails the suite's wait for
+	// every task.
+	r := report(t, "flow control (SIGKILL)", fmt.Sprintf("%d SIGKILL; rate reached %.0f%%", fl.kills, 100*achieved/rate), start, chk, left)
+	if r.Tasks != len(tasks) {
+		t.Errorf("%d tasks recorded, want %d", r.Tasks, len(tasks))
+	}
+	if r.Completed != r.Tasks {
+		t.Errorf("%d of %d tasks completed; dead: %s", r.Completed, r.Tasks, r.DeadSummary())
+	}
+	if fl.kills < 5 {
+		t.Errorf("only %d kills during the run; the scenario proves little", fl.kills)
+	}
 }
 
 // idleFlow is idle, and also waits for the schedules to fire (the tasks

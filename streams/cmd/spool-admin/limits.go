@@ -20,7 +20,8 @@ import (
 const limitsUsage = `usage: spool-admin limits <command> [flags]
 
 commands:
-  ls                    every flow-control rule with the slots in use across the fleet
+  ls                    every flow-control rule with its use across the fleet: slots held,
+                        busiest keys, whether the rate is at its limit and the tasks waiting
   set --type T [limits] set the rule of a task type (replaces it; workers apply it within a second)
   rm TYPE               remove the rule of a task type: its tasks run unlimited
 
@@ -152,13 +153,46 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		enc.SetIndent("", "  ")
 		return enc.Encode(usage)
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "type\tconcurrency\trunning\tkey concurrency\tkeys running\trate\tkey rate\tordered\tfair")
+	return printUsage(stdout, usage)
+}
+
+// printUsage prints the rules and their use across the fleet, one line a
+// type.
+func printUsage(w io.Writer, usage []limits.Usage) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "type\trunning / concurrency\tper-key running / limit\tbusiest keys\trate\trate now\tkey rate\tordered\tfair")
 	for _, u := range usage {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d (%d keys)\t%s\t%s\t%s\t%s\n", u.Rule.Type, orNone(u.Rule.Concurrency), u.Running,
-			orNone(u.Rule.KeyConcurrency), u.KeysRunning, u.KeysActive, rateText(u.Rule.Rate), rateText(u.Rule.KeyRate), orderText(u.Rule.Ordered), fairText(u.Rule.Fair))
+		r := u.Rule
+		conc, keys, busy := "-", "-", "-"
+		if r.Concurrency > 0 {
+			conc = fmt.Sprintf("%d / %d", u.Running, r.Concurrency)
+		}
+		if r.KeyConcurrency > 0 {
+			keys = fmt.Sprintf("%d in %d keys / %d each", u.KeysRunning, u.KeysActive, r.KeyConcurrency)
+		}
+		if len(u.Busiest) > 0 {
+			var b []string
+			for _, k := range u.Busiest {
+				b = append(b, fmt.Sprintf("%q %d", k.Key, k.Running))
+			}
+			busy = strings.Join(b, ", ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Type, conc, keys, busy, rateText(r.Rate), rateNow(u.Rate), rateText(r.KeyRate), orderText(r.Ordered), fairText(r.Fair))
 	}
 	return tw.Flush()
+}
+
+// rateNow tells whether a rate limit takes every start it allows now, and
+// how many tasks it turned away are booked to come back.
+func rateNow(u *limits.RateUsage) string {
+	switch {
+	case u == nil:
+		return "-"
+	case u.NextStart > 0 || u.Waiting > 0:
+		return fmt.Sprintf("at the limit, %d waiting", u.Waiting)
+	default:
+		return "below the limit"
+	}
 }
 
 // parseRate reads N/PERIOD (100/1s, 10/1m); empty is no rate.
