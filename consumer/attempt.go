@@ -95,6 +95,9 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 	if md := w.maxDeliver[p]; md > 0 && meta.PriorAttempts+md-a.snoozes < a.maxAttempts {
 		a.maxAttempts = max(meta.PriorAttempts+md-a.snoozes, a.attempt)
 	}
+	if !w.admitOrder(&a, meta) {
+		return
+	}
 	lease, admitted := w.admitFlow(a, meta)
 	if !admitted {
 		return
@@ -152,6 +155,11 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 func (w *Worker) storedAlready(a attemptInfo, doc spool.Result) bool {
 	if doc.State != spool.StateCompleted || !doc.EnqueuedAt.Equal(a.enq) {
 		return false
+	}
+	if err := w.finishOrder(a); err != nil {
+		w.log.Warn("passing the turn of a redelivered completed task; it will come back", "task_id", a.id, "error", err)
+		w.nak(a, w.o.retryDelay(a.attempt))
+		return true
 	}
 	if err := a.msg.Ack(); err != nil {
 		w.log.Warn("acking a redelivered task whose result is stored", "task_id", a.id, "error", err)
@@ -212,6 +220,8 @@ type attemptInfo struct {
 	// read it (0: none, or not read): its completed or dead document is
 	// written over that revision only (see putFinal).
 	rev uint64
+	// order is the key turn the task holds, nil when none.
+	order *orderRef
 }
 
 func (a attemptInfo) doc(state spool.State) spool.Result {
@@ -544,7 +554,7 @@ func (w *Worker) complete(a attemptInfo, out []byte, o outcome) {
 	doc.Result, doc.ResultEncoding = spool.ResultValue(out)
 	fin := time.Now()
 	doc.FinishedAt = &fin
-	if a.uniqueKey == "" && a.wf == nil {
+	if a.uniqueKey == "" && a.wf == nil && a.order == nil {
 		err := w.pipe.put(a, o, doc)
 		if err == nil {
 			return
@@ -579,6 +589,14 @@ func (w *Worker) complete(a attemptInfo, out []byte, o outcome) {
 	if err != nil {
 		w.log.Warn("releasing unique key", "task_id", a.id, "unique_key", a.uniqueKey, "error", err)
 	}
+	if err := w.finishOrder(a); err != nil {
+		// The result is stored: the redelivery skips the handler and
+		// passes the turn again.
+		w.log.Warn("passing the turn of a completed task; the task will come back", "task_id", a.id, "error", err)
+		w.nak(a, w.o.retryDelay(a.attempt))
+		w.rec.record(a.p, a.typ, o)
+		return
+	}
 	if err := a.msg.Ack(); err != nil {
 		w.log.Warn("acking completed task", "task_id", a.id, "error", err)
 	}
@@ -606,6 +624,11 @@ func (w *Worker) retry(a attemptInfo, herr error, o outcome) {
 		w.log.Warn("writing retrying state", "task_id", a.id, "error", err)
 	}
 	w.logFailure(a, herr, "task failed, will retry", "retry_in", delay)
+	if a.order != nil && a.order.skip {
+		if err := w.finishOrder(a); err != nil {
+			w.log.Warn("passing the turn of a failed task; it keeps it until its retry", "task_id", a.id, "error", err)
+		}
+	}
 	w.nak(a, delay)
 	o.retried = true
 	w.rec.record(a.p, a.typ, o)
@@ -698,6 +721,15 @@ func (w *Worker) deadLetter(a attemptInfo, reason spool.Reason, cause error, o o
 			w.rec.record(a.p, a.typ, o)
 			return
 		}
+	}
+	if err := w.finishOrder(a); err != nil {
+		// The dead letter is stored (once, by its Nats-Msg-Id): the
+		// redelivery dead-letters it again and passes the turn.
+		w.log.Warn("passing the turn of a dead task; the task will come back", "task_id", a.id, "error", err)
+		w.nak(a, w.o.retryDelay(a.attempt))
+		o.retried = true
+		w.rec.record(a.p, a.typ, o)
+		return
 	}
 	if err := a.msg.TermWithReason(string(reason)); err != nil {
 		w.log.Warn("removing dead-lettered task", "task_id", a.id, "error", err)

@@ -235,6 +235,12 @@ func (w *Worker) settleCancelled(a attemptInfo, o outcome) {
 			return
 		}
 	}
+	if err := w.finishOrder(a); err != nil {
+		// Left unacked: the task comes back and is settled again.
+		w.log.Warn("passing the turn of a cancelled task; the task will come back", "task_id", a.id, "error", err)
+		w.rec.record(a.p, a.typ, o)
+		return
+	}
 	if err := a.msg.TermWithReason(spool.TermCancelled); err != nil {
 		w.log.Warn("removing cancelled task", "task_id", a.id, "error", err)
 	}

@@ -13,19 +13,26 @@ import (
 	"github.com/spoolq/spool/consumer/flow"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/jsproto"
+	"github.com/spoolq/spool/shared/limits"
 )
 
-// The delay of a task handed back because a concurrency limit was full
-// grows with its hand-backs, min(deferBase·2^deferrals, deferMax) plus up
-// to half of it again. A task handed back by a rate limit comes back
-// deferEarly before the turn the limit booked for it (at least deferBase
-// from now).
+// A task handed back by a limit that booked its return (a rate limit, or
+// a concurrency limit whose slots were seen turning over) comes back
+// deferEarly before the booked time (at least deferBase from now). Else
+// the delay grows with its hand-backs, min(deferBase·2^deferrals,
+// deferMax) plus up to half of it again.
 const (
 	deferBase   = 100 * time.Millisecond
 	deferMax    = 5 * time.Second
 	deferJitter = 0.5
-	deferEarly  = 400 * time.Millisecond
+	deferEarly  = 300 * time.Millisecond
 )
+
+// flowWaitShare: at most 1/flowWaitShare of the worker's slots wait for
+// the slots of one concurrency limit (and never more tasks than the limit
+// has slots): enough to hand a released slot on at once, few enough that
+// a full limit leaves the other types the rest of the worker.
+const flowWaitShare = 10
 
 // startFlow binds the flow-control limiter. A deployment provisioned
 // before flow control has no buckets for it: the worker then runs without
@@ -45,6 +52,7 @@ func (w *Worker) startFlow(ctx context.Context) error {
 		l, err = flow.New(ctx, flow.Config{
 			JS: w.js, Conn: w.nc, Names: w.o.Names, Owner: w.o.WorkerName,
 			TTL: ttl, IOTimeout: w.o.IOTimeout, Logger: w.log,
+			Waiters: max(flow.DefaultWaiters, w.o.MaxConcurrency/flowWaitShare),
 		})
 		return err
 	})
@@ -55,7 +63,16 @@ func (w *Worker) startFlow(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	w.mu.Lock()
 	w.flow = l
+	w.mu.Unlock()
+	err = bind.Do(ctx, "binding the task stream for ordered keys", func(ctx context.Context) (err error) {
+		w.turns, err = limits.NewTurns(ctx, w.js, w.o.Names)
+		return err
+	})
+	if err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -69,16 +86,10 @@ func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta) (*flow.Lease, bool) {
 	}
 	// A type without a rule (the local view of the rules) takes no lease:
 	// no context, no round trip.
-	if rule, ok := w.flow.Rule(a.typ); !ok || rule.Empty() {
+	if rule, ok := w.flow.Rule(a.typ); !ok || !rule.Limits() {
 		return nil, true
 	}
-	// Nothing heartbeats the task before it runs: admission must end well
-	// within the ack wait, or the task would be delivered again meanwhile.
-	admit := w.o.IOTimeout
-	if aw := w.ackWait[a.p]; aw > 0 {
-		admit = min(admit, aw/3)
-	}
-	ctx, cancel := context.WithTimeout(w.ioCtx, admit)
+	ctx, cancel := context.WithTimeout(w.ioCtx, w.admitTimeout(a.p))
 	defer cancel()
 	lease, err := w.flow.Acquire(ctx, a.typ, meta.Key, a.id)
 	if err == nil {
@@ -93,13 +104,24 @@ func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta) (*flow.Lease, bool) {
 	}
 	delay := jitter(backoff(deferBase, deferMax, meta.Deferrals+1), deferJitter)
 	if wait > 0 {
-		// A rate limit booked the task's turn: come back a little early
+		// The limit booked the task's return: come back a little early
 		// (schedules fire in clumps a few hundred milliseconds apart) and
 		// wait for the turn in the worker.
 		delay = max(deferBase, wait-deferEarly)
 	}
 	w.deferTask(a, meta, delay)
 	return nil, false
+}
+
+// admitTimeout bounds flow-control admission. Nothing heartbeats the task
+// before it runs: admission must end well within the ack wait, or the
+// task would be delivered again meanwhile.
+func (w *Worker) admitTimeout(p spool.Priority) time.Duration {
+	admit := w.o.IOTimeout
+	if aw := w.ackWait[p]; aw > 0 {
+		admit = min(admit, aw/3)
+	}
+	return admit
 }
 
 // deferTask hands a task back for delay without spending a delivery: it
@@ -112,16 +134,7 @@ func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta) (*flow.Lease, bool) {
 // once); if the publish fails the task is NAKed with the delay instead,
 // which costs one delivery.
 func (w *Worker) deferTask(a attemptInfo, meta spool.Meta, delay time.Duration) {
-	h := nats.Header{}
-	for k, vs := range a.msg.Headers() {
-		if lk := strings.ToLower(k); strings.HasPrefix(lk, "nats-") ||
-			lk == strings.ToLower(spool.HeaderPriorAttempts) || lk == strings.ToLower(spool.HeaderDeferrals) {
-			continue
-		}
-		h[k] = vs
-	}
-	h.Set(spool.HeaderTaskID, a.id)
-	h.Set(spool.HeaderPriorAttempts, strconv.Itoa(a.attempt-1))
+	h := handBackHeader(a, meta)
 	h.Set(spool.HeaderDeferrals, strconv.Itoa(meta.Deferrals+1))
 	h.Set(spool.HeaderSchedule, spool.FormatScheduleAt(time.Now().Add(delay)))
 	h.Set(spool.HeaderScheduleTarget, a.msg.Subject())
@@ -145,4 +158,25 @@ func (w *Worker) deferTask(a attemptInfo, meta spool.Meta, delay time.Duration) 
 		w.log.Warn("acking a task handed back for flow control", "task_id", a.id, "error", err)
 	}
 	w.log.Debug("task handed back: flow-control limit full", "task_id", a.id, "type", a.typ, "delay", delay)
+}
+
+// handBackHeader is the header of a copy of the task that a worker
+// republishes (a hand-back, a park): the task's own headers without
+// JetStream's, its id, and the attempts it used so far
+// (Spool-Prior-Attempts), so the copy costs none of its retries.
+func handBackHeader(a attemptInfo, meta spool.Meta) nats.Header {
+	h := nats.Header{}
+	for k, vs := range a.msg.Headers() {
+		if lk := strings.ToLower(k); strings.HasPrefix(lk, "nats-") ||
+			lk == strings.ToLower(spool.HeaderPriorAttempts) || lk == strings.ToLower(spool.HeaderDeferrals) {
+			continue
+		}
+		h[k] = vs
+	}
+	h.Set(spool.HeaderTaskID, a.id)
+	h.Set(spool.HeaderPriorAttempts, strconv.Itoa(a.attempt-1))
+	if meta.Deferrals > 0 {
+		h.Set(spool.HeaderDeferrals, strconv.Itoa(meta.Deferrals))
+	}
+	return h
 }

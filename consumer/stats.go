@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spoolq/spool/consumer/flow"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/fleet"
 )
@@ -98,6 +99,10 @@ type Stats struct {
 	// Types has the counters of each task type seen (at most maxTypes
 	// types; the rest are counted under "other").
 	Types map[string]Counters
+	// Flow has this worker's flow-control counts for each type a rule
+	// governed since Start (nil when the deployment has no flow-control
+	// buckets).
+	Flow map[string]flow.TypeStats
 }
 
 // Total sums the counters of every priority.

@@ -17,6 +17,7 @@ import (
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/shared/lifecycle"
+	"github.com/spoolq/spool/shared/limits"
 	"github.com/spoolq/spool/shared/workflow"
 	"github.com/spoolq/spool/streams"
 )
@@ -57,6 +58,7 @@ type Worker struct {
 	reconnects uint64           // the connection's reconnect count at the last cancel load
 	wf         *workflow.Store  // nil without a workflows bucket
 	flow       *flow.Limiter    // nil: flow control off
+	turns      *limits.Turns    // per-key ordering; nil: flow control off
 	parking    *parking.Parking // nil: type pauses off
 	ioCtx      context.Context  // values of Start's ctx, never cancelled
 
@@ -370,6 +372,13 @@ func (w *Worker) stateLocked() WorkerState {
 // Stats returns a snapshot of the counters and the pool.
 func (w *Worker) Stats() Stats {
 	prio, types := w.rec.snapshot()
+	w.mu.Lock()
+	limiter := w.flow // set during Start
+	w.mu.Unlock()
+	var flowStats map[string]flow.TypeStats
+	if limiter != nil {
+		flowStats = limiter.Stats()
+	}
 	now := w.o.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -384,6 +393,7 @@ func (w *Worker) Stats() Stats {
 		ScaleUps:   w.slots.scaleUps,
 		ScaleDowns: w.slots.scaleDowns,
 		Types:      types,
+		Flow:       flowStats,
 	}
 	for _, p := range spool.Priorities {
 		ps := PriorityStats{

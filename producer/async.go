@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spoolq/spool/shared/jsproto"
+	"github.com/spoolq/spool/shared/limits"
 )
 
 // Pending is a task EnqueueAsync published whose acknowledgement may still
@@ -15,6 +16,7 @@ type Pending struct {
 	c       *Client
 	b       *batch
 	id      string
+	done    bool // settled when EnqueueAsync returned (res holds the outcome)
 	once    sync.Once
 	res     EnqueueResult
 	err     error
@@ -43,18 +45,42 @@ func (c *Client) EnqueueAsync(ctx context.Context, task Task, opts ...EnqueueOpt
 	if err != nil {
 		return nil, err
 	}
-	return c.enqueueAsync(ctx, task, time.Now(), limit, nil)
+	return c.enqueueAsync(ctx, task, time.Now(), limit, nil, nil)
 }
 
 // enqueueAsync is EnqueueAsync for a task whose stream limit is known;
 // last, when not nil, caches the subject of the previous task.
-func (c *Client) enqueueAsync(ctx context.Context, t Task, now time.Time, limit int, last *lastSubject) (*Pending, error) {
+func (c *Client) enqueueAsync(ctx context.Context, t Task, now time.Time, limit int, last *lastSubject, held map[heldKey]*limits.Turns) (*Pending, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("task not published: %w", context.Cause(ctx))
 	}
 	p, err := c.prepare(t, now, limit, last)
 	if err != nil {
 		return &Pending{id: p.id}, err
+	}
+	if t.Key != "" && !p.scheduled {
+		octx, cancel := c.withTimeout(ctx)
+		turns, window, err := c.keyWindow(octx, t.Type, t.Key)
+		cancel()
+		if err != nil {
+			return &Pending{id: p.id}, err
+		}
+		if window > 0 && held == nil {
+			// A task of an ordered or fair key alone is parked and its
+			// key started before EnqueueAsync returns, as Enqueue does:
+			// nothing would start the key if Wait were never called.
+			ectx, cancel := c.withTimeout(ctx)
+			defer cancel()
+			res, err := c.enqueuePrepared(ectx, t, p)
+			if err != nil {
+				return &Pending{id: p.id}, err
+			}
+			return &Pending{id: p.id, done: true, res: res}, nil
+		}
+		if window > 0 {
+			turns.Hold(t.Type, t.Key, p.msg)
+			held[heldKey{t.Type, t.Key, window}] = turns
+		}
 	}
 	claimed := false
 	if p.uniqueKey != "" {
@@ -94,6 +120,9 @@ func (c *Client) enqueueAsync(ctx context.Context, t Task, now time.Time, limit 
 // answer: enqueue the task again with the same id to be sure. Waiting
 // again returns the same outcome.
 func (p *Pending) Wait(ctx context.Context) (EnqueueResult, error) {
+	if p.done {
+		return p.res, nil
+	}
 	if p.b == nil {
 		return EnqueueResult{ID: p.id}, fmt.Errorf("task %q was not published", p.id)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/spoolq/spool/shared/limits"
 )
 
 // BatchResult is the outcome of one task of a batch: its EnqueueResult when
@@ -55,8 +57,11 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []Task) ([]BatchResult,
 	now := time.Now()
 	var last lastSubject
 	pending := make([]*Pending, len(tasks))
+	// Tasks of ordered or fair keys are parked on their key's held
+	// subject in batch order; their keys start once the batch is stored.
+	held := map[heldKey]*limits.Turns{}
 	for i, t := range tasks {
-		p, err := c.enqueueAsync(ctx, t, now, limit, &last)
+		p, err := c.enqueueAsync(ctx, t, now, limit, &last, held)
 		if err != nil {
 			results[i].ID = t.ID
 			if p != nil {
@@ -72,6 +77,9 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []Task) ([]BatchResult,
 			results[i].EnqueueResult, results[i].Err = p.Wait(ctx)
 		}
 	}
+	kickCtx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	c.kickHeld(kickCtx, held)
 	err = c.batchError(results)
 	c.logger.DebugContext(ctx, "batch enqueued", "tasks", len(tasks), "error", err)
 	return results, err

@@ -34,6 +34,7 @@ type Client struct {
 	unique  jetstream.KeyValue
 	cancels jetstream.KeyValue
 	wf      *workflow.Store
+	order   orderCache
 }
 
 // New returns a client publishing on nc. It does no I/O: the task stream

@@ -55,13 +55,19 @@ func (c *Client) Enqueue(ctx context.Context, task Task, opts ...EnqueueOption) 
 	if err != nil {
 		return EnqueueResult{}, err
 	}
+	return c.enqueuePrepared(ctx, task, p)
+}
+
+// enqueuePrepared claims a prepared task's unique key and publishes it (or
+// parks it on its key's held subject), waiting for the ack.
+func (c *Client) enqueuePrepared(ctx context.Context, task Task, p prepared) (EnqueueResult, error) {
 	claimed, err := c.claimUnique(ctx, p)
 	if err != nil {
 		return EnqueueResult{ID: p.id}, err
 	}
 	// A retried publish carries the same Nats-Msg-Id: the stream stores
 	// the task once, and reports the copy a Duplicate.
-	ack, err := c.publish(ctx, p.id, p.msg)
+	ack, err := c.publishOrParked(ctx, task, p)
 	if err != nil && ackLost(err) {
 		// The task may be stored: keep its unique key, which a retry with
 		// the same id passes (the key names this id) and dedup absorbs.
@@ -81,6 +87,31 @@ func (c *Client) Enqueue(ctx context.Context, task Task, opts ...EnqueueOption) 
 			"seq", res.Sequence, "duplicate", res.Duplicate, "scheduled", res.Scheduled)
 	}
 	return res, nil
+}
+
+// publishOrParked publishes the task, or parks it on its key's held
+// subject when its type orders keys or shares the workers fairly between
+// them (limits.Rule.KeyWindow).
+func (c *Client) publishOrParked(ctx context.Context, task Task, p prepared) (*jetstream.PubAck, error) {
+	if task.Key == "" || p.scheduled {
+		return c.publish(ctx, p.id, p.msg)
+	}
+	turns, window, err := c.keyWindow(ctx, task.Type, task.Key)
+	if err != nil {
+		return nil, err
+	}
+	if window == 0 {
+		return c.publish(ctx, p.id, p.msg)
+	}
+	ack, err := c.park(ctx, turns, task.Type, task.Key, window, p)
+	if ack != nil {
+		// Stored. A key left unstarted starts at its next park or finish.
+		if err != nil {
+			c.logger.WarnContext(ctx, "task parked, its key not started yet", "task_id", p.id, "error", err)
+		}
+		return ack, nil
+	}
+	return nil, err
 }
 
 // publish publishes a task message and waits for its ack, retried through

@@ -35,6 +35,14 @@ const (
 	// HeaderDeferrals counts how many times flow control handed the task
 	// back; it lengthens the next hand-back's delay.
 	HeaderDeferrals = "Spool-Deferrals"
+	// HeaderOrderSeq is the turn of a task of an ordered type (a rule's
+	// "ordered"): the stream sequence its copy had on the key's held
+	// subject, the key's enqueue order. Set when the task is released to
+	// its task subject; see shared/limits.
+	HeaderOrderSeq = "Spool-Order-Seq"
+	// HeaderHeldTarget is the task subject a task parked on a held subject
+	// goes back to when its turn comes.
+	HeaderHeldTarget = "Spool-Held-Target"
 	// HeaderTraceParent and HeaderTraceState carry W3C trace context.
 	HeaderTraceParent = "traceparent"
 	HeaderTraceState  = "tracestate"

@@ -203,6 +203,17 @@ func (n Names) SchedSubject(id string) (string, error) {
 	return n.prefix + ".sched." + id, nil
 }
 
+// HeldSubject returns spool.held.<keytoken>.<type>: where the tasks of an
+// ordered type wait for their key's turn, in enqueue order, outside every
+// worker consumer's filter. keyToken is the flow-control key as its
+// unpadded base64url (limits.EncodeKey); typ is not validated.
+func (n Names) HeldSubject(keyToken, typ string) string {
+	return n.prefix + ".held." + keyToken + "." + typ
+}
+
+// HeldFilter matches every held subject: spool.held.>.
+func (n Names) HeldFilter() string { return n.prefix + ".held.>" }
+
 // CronSubject returns spool.cron.<name>, the subject holding the periodic
 // schedule name (a name follows the task-id rules).
 func (n Names) CronSubject(name string) (string, error) {

@@ -16,15 +16,16 @@ const uniqueMarkerTTL = time.Minute
 
 // TaskStreamConfig is SPOOL_TASKS: the five priority filters, the
 // delayed-task schedules (spool.sched.>) and the periodic schedules
-// (spool.cron.>) and the tasks parked while their type is paused
-// (spool.parked.>), outside every worker consumer's filter, WorkQueue retention, schedules and direct get on, no
+// (spool.cron.>), the tasks parked while their type is paused
+// (spool.parked.>) and the tasks of ordered keys waiting for their turn
+// (spool.held.>), outside every worker consumer's filter, WorkQueue retention, schedules and direct get on, no
 // message or byte limits (see the package doc).
 func (t Topology) TaskStreamConfig() jetstream.StreamConfig {
-	subjects := make([]string, 0, len(spool.Priorities)+3)
+	subjects := make([]string, 0, len(spool.Priorities)+4)
 	for _, p := range spool.Priorities {
 		subjects = append(subjects, t.Names.PriorityFilter(p))
 	}
-	subjects = append(subjects, t.Names.SchedFilter(), t.Names.CronFilter(), t.Names.ParkedFilter())
+	subjects = append(subjects, t.Names.SchedFilter(), t.Names.CronFilter(), t.Names.ParkedFilter(), t.Names.HeldFilter())
 	return jetstream.StreamConfig{
 		Name:              t.Names.TaskStream(),
 		Description:       "Spool queued tasks, one subject tree per priority, and pending schedules",

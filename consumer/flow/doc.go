@@ -11,4 +11,7 @@
 // A core subscription on the slot keys keeps a local view of which slots
 // are taken, so a full limit is refused without a round trip; the view is
 // only a hint, the compare-and-set decides.
+//
+// Per-key ordering (a rule's "ordered") is not a lease: the worker and the
+// producer run it through shared/limits.Turns, before the Limiter's leases.
 package flow

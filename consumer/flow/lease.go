@@ -32,8 +32,11 @@ func (le *Lease) add(k string, rev uint64) {
 }
 
 // Release frees the slots (a delete at the revision this lease wrote, so a
-// slot that expired and was taken by another task is left alone). Errors
-// are logged: the slot then expires with its TTL.
+// slot that expired and was taken by another task is left alone). It
+// does not wait for the deletes: the caller's worker slot is free at once,
+// and the limit's slot a round trip later (Limiter.Close waits for the
+// deletes in flight). Errors are logged: the slot then expires with its
+// TTL.
 func (le *Lease) Release(ctx context.Context) {
 	if le == nil {
 		return
@@ -45,7 +48,11 @@ func (le *Lease) Release(ctx context.Context) {
 		l.statsLocked(le.typ).Held--
 	}
 	l.mu.Unlock()
-	le.release(ctx)
+	l.releasing.Add(1)
+	go func() {
+		defer l.releasing.Done()
+		le.release(context.WithoutCancel(ctx))
+	}()
 }
 
 func (le *Lease) release(ctx context.Context) {

@@ -37,12 +37,10 @@ func (e *DeniedError) Error() string {
 
 // localWait is the longest a task waits in its worker for its rate
 // limit's next start, or for a concurrency slot, before it is handed back.
-// maxWaiters tasks per concurrency limit wait so in each worker; the
-// others are handed back at once, so waiting never takes more than a few
-// of a worker's slots from other types.
+// DefaultWaiters is the default of Config.Waiters.
 const (
-	localWait  = 600 * time.Millisecond
-	maxWaiters = 2
+	localWait      = 600 * time.Millisecond
+	DefaultWaiters = 2
 )
 
 // staleHint is how long the view holds a slot taken after a create found
@@ -63,6 +61,12 @@ type Limiter struct {
 	ttl    time.Duration
 	io     time.Duration
 	log    *slog.Logger
+	// waitersMax bounds the tasks of one concurrency limit waiting in this
+	// worker for a slot (Config.Waiters).
+	waitersMax int
+	// releasing counts the slot deletes in flight (Release does not wait
+	// for them); Close waits.
+	releasing sync.WaitGroup
 
 	cancel  context.CancelFunc
 	watcher jetstream.KeyWatcher
@@ -77,6 +81,9 @@ type Limiter struct {
 	// waiters are the tasks waiting in this worker for a slot of a limit
 	// (keyed by the slot keys' prefix), woken when one is released.
 	waiters map[string][]chan struct{}
+	// turnover is, per limit (the slot keys' prefix), how often the view
+	// sees one of its slots released.
+	turnover map[string]*turnover
 	// rateLocks let one task of this worker at a time run the
 	// compare-and-set of a rate key (striped by the key's hash): the others
 	// wait their turn here instead of colliding on the server.
@@ -91,6 +98,10 @@ type TypeStats struct {
 	Denied map[string]uint64
 	// Held is the leases this worker holds now.
 	Held int
+	// Waiting is the tasks of the type waiting in this worker now for a
+	// concurrency slot or a rate limit's start (at most 600ms each before
+	// they run or are handed back).
+	Waiting int
 }
 
 // Config is what New needs.
@@ -107,6 +118,12 @@ type Config struct {
 	// IOTimeout bounds each KV request.
 	IOTimeout time.Duration
 	Logger    *slog.Logger
+	// Waiters is the most tasks of one concurrency limit that wait in
+	// this worker (up to localWait, 600ms) for a slot to be released
+	// before they are handed back; never more than the limit itself. A
+	// waiting task holds a worker slot, so the worker sets it to a small
+	// share of its slots. Default (and below 1): DefaultWaiters.
+	Waiters int
 }
 
 // New binds the buckets, loads the rules (every rule stored is in force
@@ -114,6 +131,9 @@ type Config struct {
 func New(ctx context.Context, c Config) (*Limiter, error) {
 	if c.TTL < time.Second {
 		c.TTL = time.Second
+	}
+	if c.Waiters < 1 {
+		c.Waiters = DefaultWaiters
 	}
 	rulesKV, err := c.JS.KeyValue(ctx, c.Names.LimitsBucket())
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -132,9 +152,10 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 	l := &Limiter{
 		js: c.JS, leases: leases, subj: "$KV." + c.Names.LeasesBucket() + ".",
 		owner: c.Owner, ttl: c.TTL, io: c.IOTimeout, log: c.Logger,
-		rules: map[string]limits.Rule{}, taken: map[string]time.Time{},
+		waitersMax: c.Waiters,
+		rules:      map[string]limits.Rule{}, taken: map[string]time.Time{},
 		mine: map[*Lease]struct{}{}, stats: map[string]*TypeStats{},
-		waiters: map[string][]chan struct{}{},
+		waiters: map[string][]chan struct{}{}, turnover: map[string]*turnover{},
 	}
 	for i := range l.rateLocks {
 		l.rateLocks[i] = make(chan struct{}, 1)
@@ -181,12 +202,14 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 	return l, nil
 }
 
-// Close stops watching and renewing. Leases still held expire after the
-// TTL. A nil *Limiter does nothing.
+// Close waits for the releases in flight, and stops watching and
+// renewing. Leases still held expire after the TTL. A nil *Limiter does
+// nothing.
 func (l *Limiter) Close() {
 	if l == nil {
 		return
 	}
+	l.releasing.Wait()
 	l.cancel()
 	if l.watcher != nil {
 		_ = l.watcher.Stop()
@@ -272,7 +295,7 @@ func (l *Limiter) statsLocked(typ string) *TypeStats {
 // blind).
 func (l *Limiter) Acquire(ctx context.Context, typ, key, taskID string) (*Lease, error) {
 	rule, ok := l.Rule(typ)
-	if !ok || rule.Empty() {
+	if !ok || !rule.Limits() {
 		return nil, nil
 	}
 	value, err := json.Marshal(limits.Holder{Task: taskID, Worker: l.owner})
@@ -299,6 +322,14 @@ func (l *Limiter) Acquire(ctx context.Context, typ, key, taskID string) (*Lease,
 	s.Held++
 	l.mu.Unlock()
 	return lease, nil
+}
+
+// waiting counts a task of typ waiting in this worker (d = 1 as it
+// starts waiting, -1 as it stops).
+func (l *Limiter) waiting(typ string, d int) {
+	l.mu.Lock()
+	l.statsLocked(typ).Waiting += d
+	l.mu.Unlock()
 }
 
 func (l *Limiter) acquire(ctx context.Context, rule limits.Rule, key string, lease *Lease) error {
@@ -346,6 +377,11 @@ func (l *Limiter) renewLoop(ctx context.Context) {
 		for k, until := range l.taken {
 			if now.After(until) {
 				delete(l.taken, k)
+			}
+		}
+		for scope, t := range l.turnover {
+			if now.Sub(t.last) > turnoverForget {
+				delete(l.turnover, scope)
 			}
 		}
 		held := make([]*Lease, 0, len(l.mine))

@@ -195,3 +195,52 @@ func TestRuleChangeTakesEffect(t *testing.T) {
 		return nil
 	})
 }
+
+// Usage reads the fleet's use of every rule from the leases bucket: the
+// keys holding the most slots, and a rate limit's next start and the
+// tasks it turned away that are booked to come back.
+func TestUsageShowsBusiestKeysAndRate(t *testing.T) {
+	t.Parallel()
+	e := streamstest.Start(t, streams.Settings{})
+	ctx := streamstest.Context(t)
+	putRule(t, e, limits.Rule{Type: "keyed", KeyConcurrency: 2})
+	putRule(t, e, limits.Rule{Type: "paced", Rate: &limits.Rate{Limit: 1, Period: limits.Duration(time.Hour)}})
+	l := newLimiter(t, e, "a", 5*time.Second)
+	defer l.Close()
+	for i, key := range []string{"customer/a", "customer/a", "b"} {
+		if _, err := l.Acquire(ctx, "keyed", key, fmt.Sprintf("k%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.Acquire(ctx, "paced", "", "p0"); err != nil {
+		t.Fatal(err)
+	}
+	var denied *flow.DeniedError
+	for i := 1; i <= 2; i++ {
+		if _, err := l.Acquire(ctx, "paced", "", fmt.Sprintf("p%d", i)); !errors.As(err, &denied) {
+			t.Fatalf("second start within the hour: %v, want a DeniedError", err)
+		}
+	}
+	st, err := limits.Open(ctx, e.JS, e.Names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	us, err := st.Usage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(us) != 2 {
+		t.Fatalf("usage of %d rules, want 2: %+v", len(us), us)
+	}
+	keyed, paced := us[0], us[1]
+	want := []limits.KeyUsage{{Key: "customer/a", Running: 2}, {Key: "b", Running: 1}}
+	if fmt.Sprint(keyed.Busiest) != fmt.Sprint(want) || keyed.KeysRunning != 3 || keyed.KeysActive != 2 {
+		t.Errorf("keyed usage %+v, want busiest %v, 3 slots of 2 keys", keyed, want)
+	}
+	if paced.Rate == nil || paced.Rate.NextStart < 59*time.Minute || paced.Rate.Waiting != 2 {
+		t.Errorf("paced rate usage %+v, want the next start in about an hour and 2 waiting", paced.Rate)
+	}
+	if s := l.Stats()["paced"]; s.Acquired != 1 || s.Denied["rate"] != 2 || s.Waiting != 0 {
+		t.Errorf("paced stats %+v, want 1 acquired, 2 denied by the rate, none waiting", s)
+	}
+}

@@ -22,54 +22,79 @@ import (
 //
 // A denied start books its return in the limit's queue key (q.<type> or
 // kq.<type>.<key>, the same arithmetic with a burst of 1): waiting tasks
-// come back one interval apart, in the order they were turned away, so a
-// backlog is handed back about once per task instead of polling the limit.
+// come back in the order they were turned away, so a backlog is handed
+// back about once per task instead of polling the limit. They come back a
+// little faster than the rate (limits.ReturnSpacing): a task booked for a
+// turn may not be there to take it (its worker was killed while it
+// waited, or a schedule fired late), and a turn nobody takes is lost; the
+// few that come back too many wait in their worker for a start or are
+// booked again.
 func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, limit string) error {
 	iv := r.Interval()
 	var wait time.Duration
 	for waited := time.Duration(0); ; waited += wait {
 		var err error
-		wait, err = l.gcra(ctx, limits.RateKey(typ, key), iv, time.Duration(r.BurstOrOne())*iv, 0, false)
+		var taken bool
+		wait, taken, err = l.gcra(ctx, limits.RateKey(typ, key), iv, time.Duration(r.BurstOrOne())*iv, 0, false)
 		if err != nil {
 			return fmt.Errorf("%s limit of %q: %w", limit, typ, err)
 		}
-		if wait == 0 {
+		if taken {
 			return nil
 		}
-		if wait > localWait || waited+wait > localWait {
+		if waited+wait > localWait {
 			break
 		}
 		// The next start is due soon: wait for it here rather than hand
 		// the task back (schedules fire in clumps, so tasks booked an
-		// interval apart often come back together).
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		// interval apart often come back together). The start is taken
+		// when it is due, not reserved ahead: a task that wakes late
+		// then starts late, and never closer to the next start than an
+		// interval.
+		wait = max(wait, time.Millisecond)
+		l.waiting(typ, 1)
+		err = sleep(ctx, wait)
+		l.waiting(typ, -1)
+		if err != nil {
+			return err
 		}
 	}
-	back, err := l.gcra(ctx, limits.QueueKey(typ, key), iv, iv, wait, true)
+	qiv := iv * limits.ReturnSpacing / 100
+	back, _, err := l.gcra(ctx, limits.QueueKey(typ, key), qiv, qiv, wait, true)
 	if err != nil {
 		back = wait
 	}
 	return &DeniedError{Limit: limit, Type: typ, RetryAfter: back}
 }
 
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
 // gcra runs one step of the generic cell-rate algorithm on key k. Without
-// book, it takes a start when one is due (returning 0) and otherwise
-// returns how long until one is, leaving k alone. With book, it always
-// advances k, from no earlier than now+after, and returns how long until
-// the booked time.
-func (l *Limiter) gcra(ctx context.Context, k string, iv, burst, after time.Duration, book bool) (time.Duration, error) {
+// book, it takes a start when one is due (taken), and otherwise returns
+// how long until one is, leaving k alone. With book, it always advances
+// k, from no earlier than now+after, and returns how long until the
+// booked time.
+func (l *Limiter) gcra(ctx context.Context, k string, iv, burst, after time.Duration, book bool) (wait time.Duration, taken bool, err error) {
 	h := fnv.New32a()
 	h.Write([]byte(k))
 	lock := l.rateLocks[h.Sum32()%uint32(len(l.rateLocks))]
 	select {
 	case lock <- struct{}{}:
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, false, ctx.Err()
 	}
 	defer func() { <-lock }()
 	for range casTries {
@@ -87,13 +112,13 @@ func (l *Limiter) gcra(ctx context.Context, k string, iv, burst, after time.Dura
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 		default:
 			cancel()
-			return 0, fmt.Errorf("reading %q: %w", k, err)
+			return 0, false, fmt.Errorf("reading %q: %w", k, err)
 		}
 		next := tat.Add(iv)
 		wait := next.Sub(now) - burst
 		if !book && wait > 0 {
 			cancel()
-			return wait, nil
+			return wait, false, nil
 		}
 		// The state matters until next; past it the key may go.
 		ttl := max(time.Second, next.Sub(now)+time.Second)
@@ -107,19 +132,19 @@ func (l *Limiter) gcra(ctx context.Context, k string, iv, burst, after time.Dura
 		switch {
 		case err == nil:
 			if book {
-				return tat.Sub(now), nil
+				return tat.Sub(now), true, nil
 			}
-			return 0, nil
+			return 0, true, nil
 		case errors.Is(err, jetstream.ErrKeyExists), isWrongLastSeq(err):
 			continue // another worker moved it: read again
 		default:
-			return 0, fmt.Errorf("writing %q: %w", k, err)
+			return 0, false, fmt.Errorf("writing %q: %w", k, err)
 		}
 	}
 	if book {
-		return 0, fmt.Errorf("%q kept changing: gave up after %d tries", k, casTries)
+		return 0, false, fmt.Errorf("%q kept changing: gave up after %d tries", k, casTries)
 	}
-	return iv, nil
+	return iv, false, nil
 }
 
 // put writes k if its last revision is still rev, with a per-key TTL (KV

@@ -30,7 +30,45 @@ func (l *Limiter) onSlot(m *nats.Msg) {
 	delete(l.taken, key)
 	if i := strings.LastIndexByte(key, '.'); i > 0 {
 		l.wakeLocked(key[:i])
+		l.releasedLocked(key[:i], time.Now())
 	}
+}
+
+// turnover tracks how often a limit's slots are released: an average of
+// the gaps between the releases the view sees (every worker's).
+type turnover struct {
+	last time.Time
+	gap  time.Duration // moving average; 0 until two releases were seen
+}
+
+// turnoverForget is how long a limit's turnover is kept without a
+// release.
+const turnoverForget = time.Minute
+
+func (l *Limiter) releasedLocked(scope string, now time.Time) {
+	t := l.turnover[scope]
+	if t == nil {
+		l.turnover[scope] = &turnover{last: now}
+		return
+	}
+	g := now.Sub(t.last)
+	if t.gap == 0 {
+		t.gap = g
+	} else {
+		t.gap += (g - t.gap) / 8
+	}
+	t.last = now
+}
+
+// releaseGap is the average time between two releases of the limit's
+// slots, or 0 when it is not known (fewer than two releases seen lately).
+func (l *Limiter) releaseGap(scope string) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t := l.turnover[scope]; t != nil && time.Since(t.last) < turnoverForget {
+		return t.gap
+	}
+	return 0
 }
 
 // wakeLocked wakes the first task waiting for a slot of the limit whose
@@ -46,18 +84,20 @@ func (l *Limiter) wakeLocked(scope string) {
 	}
 }
 
-// waitSlot waits up to localWait for a slot of scope to be released, when
-// fewer than maxWaiters tasks of this worker wait for it already; false
-// when it did not wait.
-func (l *Limiter) waitSlot(ctx context.Context, scope string) bool {
+// waitSlot waits up to localWait for a slot of scope (a limit of n slots)
+// to be released, when fewer than min(n, Config.Waiters) tasks of this
+// worker wait for it already; false when it did not wait.
+func (l *Limiter) waitSlot(ctx context.Context, typ, scope string, n int) bool {
 	l.mu.Lock()
-	if len(l.waiters[scope]) >= maxWaiters {
+	if len(l.waiters[scope]) >= min(n, l.waitersMax) {
 		l.mu.Unlock()
 		return false
 	}
 	ch := make(chan struct{})
 	l.waiters[scope] = append(l.waiters[scope], ch)
+	l.statsLocked(typ).Waiting++
 	l.mu.Unlock()
+	defer l.waiting(typ, -1)
 	t := time.NewTimer(localWait)
 	defer t.Stop()
 	select {
@@ -95,11 +135,34 @@ func (l *Limiter) takeSlot(ctx context.Context, typ, key string, n int, value []
 		if ok || err != nil {
 			return err
 		}
-		if waited || !l.waitSlot(ctx, scope) {
-			return &DeniedError{Limit: limit, Type: typ}
+		if waited || !l.waitSlot(ctx, typ, scope, n) {
+			return &DeniedError{Limit: limit, Type: typ, RetryAfter: l.bookSlot(ctx, typ, key, scope)}
 		}
 	}
 }
+
+// bookSlot books the return of a task turned away by a full concurrency
+// limit in the limit's return queue (cq.<type>, kcq.<type>.<key>), one
+// release gap after the return booked before it: a backlog comes back
+// about as fast as the limit's slots free up, in the order it was turned
+// away, rather than polling the limit. It returns how long until the
+// booked return, or 0 (the caller's own backoff) when the limit's
+// turnover is not known yet or the queue could not be written.
+func (l *Limiter) bookSlot(ctx context.Context, typ, key, scope string) time.Duration {
+	gap := l.releaseGap(scope)
+	if gap <= 0 {
+		return 0
+	}
+	gap = min(gap, maxSlotGap)
+	back, _, err := l.gcra(ctx, limits.SlotQueueKey(typ, key), gap, gap, 0, true)
+	if err != nil {
+		return 0
+	}
+	return max(back, time.Millisecond)
+}
+
+// maxSlotGap bounds the spacing of a concurrency limit's booked returns.
+const maxSlotGap = 5 * time.Second
 
 // scanSlots tries the slots the view shows free; ok when one was taken.
 func (l *Limiter) scanSlots(ctx context.Context, typ, key string, n int, value []byte, lease *Lease, limit string) (ok bool, err error) {

@@ -128,13 +128,22 @@ var (
 	stateDesc    = desc("worker_state", "1 for the worker's lifecycle state (new, idle, busy, stopping, stopped).", "state")
 	infoDesc     = desc("worker_info", "Always 1; the worker name in a label.", "worker")
 	dlqDesc      = desc("dlq_messages", "Dead letters in the dead-letter stream.")
-	routerDescs  = []*prometheus.Desc{
+	// Flow control, by task type (a type with a rule): per key would be
+	// unbounded, see spool-admin limits for the busiest keys.
+	flowAdmittedDesc = desc("flow_admitted_total", "Tasks a flow-control rule let run (leases taken), by task type.", "type")
+	flowBackDesc     = desc("flow_handed_back_total", "Tasks handed back for later because a flow-control limit was full, by task type and limit (concurrency, key_concurrency, rate, key_rate).", "type", "limit")
+	flowHeldDesc     = desc("flow_slots_held", "Tasks of the type running under a flow-control rule in this worker.", "type")
+	flowWaitingDesc  = desc("flow_waiting", "Tasks of the type waiting in this worker for a concurrency slot or a rate limit's start.", "type")
+	routerDescs      = []*prometheus.Desc{
 		desc("dlq_router_routed_total", "Tasks the DLQ router moved to the dead-letter stream."),
 		desc("dlq_router_gone_total", "MAX_DELIVERIES advisories whose task was already gone."),
 		desc("dlq_router_bad_total", "Advisories dropped because they could not be parsed."),
 		desc("dlq_router_failed_total", "Advisory handlings that hit a transient error and were retried."),
 	}
 )
+
+// flowLimits are the values of the limit label (flow.DeniedError.Limit).
+var flowLimits = []string{"concurrency", "key_concurrency", "rate", "key_rate"}
 
 var states = []consumer.WorkerState{consumer.WorkerNew, consumer.WorkerIdle, consumer.WorkerBusy, consumer.WorkerStopping, consumer.WorkerStopped}
 
@@ -145,7 +154,8 @@ func Names() []string {
 	all = append(all, byPriority...)
 	all = append(all, byType...)
 	all = append(all, pickupDesc, runDesc, typePickupDesc, typeRunDesc, backlogDesc, oldestDesc, prioBusyDesc,
-		weightDesc, slotsDesc, slotsMaxDesc, slotsMinDesc, scaleDesc, stateDesc, infoDesc, dlqDesc)
+		weightDesc, slotsDesc, slotsMaxDesc, slotsMinDesc, scaleDesc, stateDesc, infoDesc, dlqDesc,
+		flowAdmittedDesc, flowBackDesc, flowHeldDesc, flowWaitingDesc)
 	all = append(all, routerDescs...)
 	names := make([]string, 0, len(all))
 	for _, d := range all {
@@ -172,7 +182,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	for _, d := range []*prometheus.Desc{pickupDesc, runDesc, typePickupDesc, typeRunDesc, backlogDesc, oldestDesc,
-		prioBusyDesc, weightDesc, slotsDesc, slotsMaxDesc, slotsMinDesc, scaleDesc, stateDesc, infoDesc} {
+		prioBusyDesc, weightDesc, slotsDesc, slotsMaxDesc, slotsMinDesc, scaleDesc, stateDesc, infoDesc,
+		flowAdmittedDesc, flowBackDesc, flowHeldDesc, flowWaitingDesc} {
 		ch <- d
 	}
 	if c.dlqCount != nil {
@@ -214,6 +225,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counters(byType, &tc, typ)
 		ch <- histogram(typePickupDesc, tc.Pickup, typ)
 		ch <- histogram(typeRunDesc, tc.Run, typ)
+	}
+	for typ, fs := range s.Flow {
+		counter(flowAdmittedDesc, fs.Acquired, typ)
+		for _, limit := range flowLimits {
+			counter(flowBackDesc, fs.Denied[limit], typ, limit)
+		}
+		gauge(flowHeldDesc, float64(fs.Held), typ)
+		gauge(flowWaitingDesc, float64(fs.Waiting), typ)
 	}
 	gauge(slotsDesc, float64(s.Busy), "busy")
 	gauge(slotsDesc, float64(s.Idle), "idle")

@@ -16,6 +16,7 @@ import (
 	"github.com/spoolq/spool/consumer/dlqrouter"
 	"github.com/spoolq/spool/consumer/metrics"
 	"github.com/spoolq/spool/shared/fleet"
+	"github.com/spoolq/spool/shared/limits"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/dlq"
 	"github.com/spoolq/spool/streams/streamstest"
@@ -71,6 +72,14 @@ func TestCollectorReadsTheWorker(t *testing.T) {
 	mux.HandleFunc("bad", func(context.Context, *consumer.Task) ([]byte, error) {
 		return nil, consumer.Permanent(errors.New("no"))
 	})
+	// A flow-control rule on "ok": its leases are counted by type.
+	st, err := limits.Open(ctx, env.JS, env.Names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Put(ctx, limits.Rule{Type: "ok", Concurrency: 5}); err != nil {
+		t.Fatal(err)
+	}
 	w, err := consumer.New(env.Connect(t), mux,
 		consumer.WithLogger(streamstest.Logger(t)), consumer.WithWorkerName("metrics-worker"),
 		consumer.WithPolling(100*time.Millisecond, 50*time.Millisecond))
@@ -116,14 +125,18 @@ func TestCollectorReadsTheWorker(t *testing.T) {
 	streamstest.WaitFor(t, 20*time.Second, func() error {
 		g := gather(t, reg)
 		for key, want := range map[string]float64{
-			`spool_tasks_completed_total{priority="high"}`: 2,
-			`spool_tasks_dead_total{priority="low"}`:       1,
-			`spool_type_tasks_failed_total{type="bad"}`:    1,
-			`spool_type_tasks_processed_total{type="ok"}`:  2,
-			`spool_pickup_seconds{priority="high"}`:        2,
-			`spool_run_seconds{priority="high"}`:           2,
-			`spool_type_run_seconds{type="ok"}`:            2,
-			`spool_dlq_messages{}`:                         1,
+			`spool_tasks_completed_total{priority="high"}`:                2,
+			`spool_tasks_dead_total{priority="low"}`:                      1,
+			`spool_type_tasks_failed_total{type="bad"}`:                   1,
+			`spool_type_tasks_processed_total{type="ok"}`:                 2,
+			`spool_flow_admitted_total{type="ok"}`:                        2,
+			`spool_flow_handed_back_total{limit="concurrency",type="ok"}`: 0,
+			`spool_flow_slots_held{type="ok"}`:                            0,
+			`spool_flow_waiting{type="ok"}`:                               0,
+			`spool_pickup_seconds{priority="high"}`:                       2,
+			`spool_run_seconds{priority="high"}`:                          2,
+			`spool_type_run_seconds{type="ok"}`:                           2,
+			`spool_dlq_messages{}`:                                        1,
 		} {
 			got, err := g.value(key)
 			if err != nil {

@@ -108,11 +108,14 @@ var (
 	limitKeysRunDesc = prometheus.NewDesc("spool_limit_keys_running", "Per-key concurrency slots of a task type held now.", []string{"type"}, nil)
 	limitKeysActDesc = prometheus.NewDesc("spool_limit_keys_active", "Keys of a task type holding at least one slot now.", []string{"type"}, nil)
 	limitRateDesc    = prometheus.NewDesc("spool_limit_rate_per_second", "Rate limit of a task type in starts per second (rule \"rate\"; \"key_rate\" per key).", []string{"type", "scope"}, nil)
+	limitWaitingDesc = prometheus.NewDesc("spool_limit_rate_waiting", "Tasks a task type's rate limit turned away that are booked to come back (an estimate from its return queue).", []string{"type"}, nil)
+	limitNextDesc    = prometheus.NewDesc("spool_limit_rate_next_start_seconds", "Time until a task type's rate limit allows its next start; 0 when one is free (above 0 the type starts at its limit).", []string{"type"}, nil)
 	limitsUpDesc     = prometheus.NewDesc("spool_limits_up", "Whether the last read of the flow-control rules succeeded (1) or not (0).", nil, nil)
 )
 
 func (c *limitsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{limitConcDesc, limitRunningDesc, limitKeyConcDesc, limitKeysRunDesc, limitKeysActDesc, limitRateDesc, limitsUpDesc} {
+	for _, d := range []*prometheus.Desc{limitConcDesc, limitRunningDesc, limitKeyConcDesc, limitKeysRunDesc, limitKeysActDesc, limitRateDesc,
+		limitWaitingDesc, limitNextDesc, limitsUpDesc} {
 		ch <- d
 	}
 }
@@ -141,6 +144,10 @@ func (c *limitsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if r := u.Rule.Rate; r != nil {
 			gauge(limitRateDesc, float64(time.Second)/float64(r.Interval()), t, "type")
+		}
+		if ru := u.Rate; ru != nil {
+			gauge(limitWaitingDesc, float64(ru.Waiting), t)
+			gauge(limitNextDesc, ru.NextStart.Seconds(), t)
 		}
 		if r := u.Rule.KeyRate; r != nil {
 			gauge(limitRateDesc, float64(time.Second)/float64(r.Interval()), t, "key")

@@ -54,6 +54,8 @@ func TestMetrics(t *testing.T) {
 			`spool_limit_concurrency{type="report"} 4`,
 			`spool_limit_running{type="report"} 0`,
 			`spool_limit_rate_per_second{scope="type",type="report"} 10`,
+			`spool_limit_rate_waiting{type="report"} 0`,
+			`spool_limit_rate_next_start_seconds{type="report"} 0`,
 			"\nspool_limits_up 1\n",
 		} {
 			if !strings.Contains(body, want) {

@@ -15,6 +15,7 @@ import (
 //	kr.<type>.<key>         the rate state of one key of the type
 //	q.<type>, kq.<type>.<key>  when the next task turned away by that rate
 //	                           comes back (its queue)
+//	cq.<type>, kcq.<type>.<key>  the same for the concurrency limit
 
 // Holder is the value of a concurrency slot key: who holds it.
 type Holder struct {
@@ -55,6 +56,12 @@ func RateKey(typ, key string) string {
 // EncodeKey maps a flow-control key to its lease-key token.
 func EncodeKey(key string) string { return base64.RawURLEncoding.EncodeToString([]byte(key)) }
 
+// DecodeKey maps a lease-key token back to its flow-control key.
+func DecodeKey(enc string) (string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(enc)
+	return string(b), err
+}
+
 // ParseSlotKey splits a slot lease key into its type, the encoded
 // flow-control key (empty for a type-wide slot) and the slot number; ok is
 // false for any other key.
@@ -94,4 +101,13 @@ func QueueKey(typ, key string) string {
 		return "q." + typ
 	}
 	return "kq." + typ + "." + EncodeKey(key)
+}
+
+// SlotQueueKey is the lease key of the return queue of the type's
+// concurrency limit, or of key's when key is not empty.
+func SlotQueueKey(typ, key string) string {
+	if key == "" {
+		return "cq." + typ
+	}
+	return "kcq." + typ + "." + EncodeKey(key)
 }

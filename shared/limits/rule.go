@@ -33,7 +33,81 @@ type Rule struct {
 	KeyConcurrency int `json:"key_concurrency,omitempty"`
 	// KeyRate caps the starts of each Spool-Key of the type.
 	KeyRate *Rate `json:"key_rate,omitempty"`
+	// Ordered runs the tasks of one Spool-Key of the type one at a time in
+	// enqueue order (see Turns): OrderHold keeps the key's turn with a
+	// failing task until it completes or is dead-lettered, OrderSkip passes
+	// the turn on at its first failure (its retries then run outside the
+	// order). Empty: no ordering. Tasks without a key are not ordered.
+	Ordered string `json:"ordered,omitempty"`
+	// Fair shares the workers between the keys of the type within its
+	// priority: each key's tasks wait on its held subject and at most its
+	// window of them are queued or running at once, so a key with a deep
+	// backlog queued first does not starve the keys queued after it. Tasks
+	// without a key are not counted. With Ordered, every key's window is 1.
+	Fair *Fair `json:"fair,omitempty"`
 }
+
+// Fair sets the shares of a fair type's keys.
+type Fair struct {
+	// Window is how many tasks of a key of weight 1 are queued or running
+	// at once; 0 is DefaultFairWindow. A key's share of the workers, while
+	// the keys are backlogged, is its window's share of all windows.
+	Window int `json:"window,omitempty"`
+	// Weights multiplies the window of the keys a pattern matches: a key,
+	// or a prefix followed by "*"; the longest matching pattern wins; other
+	// keys weigh 1.
+	Weights map[string]int `json:"weights,omitempty"`
+}
+
+// DefaultFairWindow is Fair.Window when unset; MaxFairWindow bounds the
+// window and a key's window times its weight (each released task is
+// listed in its key's turn), MaxFairWeight the weights, MaxFairPatterns
+// the number of weights.
+const (
+	DefaultFairWindow = 10
+	MaxFairWindow     = 1_000
+	MaxFairWeight     = 100
+	MaxFairPatterns   = 1_000
+)
+
+// KeyWindow is how many tasks of key may be released from its held
+// subject at once (queued or running): 1 for an ordered type, the key's
+// fair window for a fair one, 0 when the rule holds no tasks back (no
+// ordering, no fairness, or no key).
+func (r Rule) KeyWindow(key string) int {
+	switch {
+	case key == "":
+		return 0
+	case r.Ordered != "":
+		return 1
+	case r.Fair == nil:
+		return 0
+	}
+	w := r.Fair.Window
+	if w == 0 {
+		w = DefaultFairWindow
+	}
+	return min(MaxFairWindow, w*r.Fair.Weight(key))
+}
+
+// Weight is the weight of key: that of the longest pattern matching it,
+// or 1.
+func (f Fair) Weight(key string) int {
+	best, weight := -1, 1
+	for p, w := range f.Weights {
+		prefix, wild := strings.CutSuffix(p, "*")
+		if (wild && strings.HasPrefix(key, prefix) || !wild && key == p) && len(p) > best {
+			best, weight = len(p), w
+		}
+	}
+	return weight
+}
+
+// The values of Rule.Ordered.
+const (
+	OrderHold = "hold"
+	OrderSkip = "skip"
+)
 
 // Rate is a smooth rate limit: Limit starts per Period, spaced evenly
 // (one every Period/Limit), with up to Burst starts at once after an idle
@@ -89,6 +163,25 @@ func (r Rule) Validate() error {
 			return fmt.Errorf("%w: %s %d must be 0 (no limit) to %d", ErrInvalidRule, c.field, c.n, MaxConcurrency)
 		}
 	}
+	if r.Ordered != "" && r.Ordered != OrderHold && r.Ordered != OrderSkip {
+		return fmt.Errorf("%w: ordered %q must be %q, %q or empty (no ordering)", ErrInvalidRule, r.Ordered, OrderHold, OrderSkip)
+	}
+	if f := r.Fair; f != nil {
+		if f.Window < 0 || f.Window > MaxFairWindow {
+			return fmt.Errorf("%w: fair.window %d must be 0 (default %d) to %d", ErrInvalidRule, f.Window, DefaultFairWindow, MaxFairWindow)
+		}
+		if len(f.Weights) > MaxFairPatterns {
+			return fmt.Errorf("%w: fair.weights has %d patterns, at most %d", ErrInvalidRule, len(f.Weights), MaxFairPatterns)
+		}
+		for p, w := range f.Weights {
+			if p == "" {
+				return fmt.Errorf("%w: fair.weights: a key pattern is empty", ErrInvalidRule)
+			}
+			if w < 1 || w > MaxFairWeight {
+				return fmt.Errorf("%w: fair.weights[%q] %d must be 1 to %d", ErrInvalidRule, p, w, MaxFairWeight)
+			}
+		}
+	}
 	for _, c := range []struct {
 		field string
 		r     *Rate
@@ -110,9 +203,13 @@ func (r Rule) Validate() error {
 	return nil
 }
 
-// Empty reports whether the rule limits nothing.
-func (r Rule) Empty() bool {
-	return r.Concurrency == 0 && r.KeyConcurrency == 0 && r.Rate == nil && r.KeyRate == nil
+// Empty reports whether the rule limits and orders nothing.
+func (r Rule) Empty() bool { return !r.Limits() && r.Ordered == "" && r.Fair == nil }
+
+// Limits reports whether the rule sets a concurrency or rate limit (leases
+// to take before a task runs).
+func (r Rule) Limits() bool {
+	return r.Concurrency != 0 || r.KeyConcurrency != 0 || r.Rate != nil || r.KeyRate != nil
 }
 
 // Decode parses and validates a rule document stored under key (the task

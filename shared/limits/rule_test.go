@@ -24,6 +24,14 @@ func TestDecodeValidates(t *testing.T) {
 		{`{"rate":{"limit":10,"period":"1s","burst":11}}`, "rate.burst 11 must be 0 to the limit (10)"},
 		{`{"rate":{"limit":2000000,"period":"1s"}}`, "above 1,000,000 per second"},
 		{`{"concurency":1}`, `unknown field "concurency"`},
+		{`{"ordered":"hold"}`, ""},
+		{`{"ordered":"skip","key_concurrency":2}`, ""},
+		{`{"ordered":"strict"}`, `ordered "strict" must be "hold", "skip" or empty`},
+		{`{"fair":{}}`, ""},
+		{`{"fair":{"window":5,"weights":{"vip-*":4,"acme":2}}}`, ""},
+		{`{"fair":{"window":1001}}`, "fair.window 1001 must be 0 (default 10) to 1000"},
+		{`{"fair":{"weights":{"acme":0}}}`, `fair.weights["acme"] 0 must be 1 to 100`},
+		{`{"fair":{"weights":{"":2}}}`, "a key pattern is empty"},
 	} {
 		r, err := limits.Decode("email.send", []byte(tc.doc))
 		if tc.wantErr == "" {
@@ -66,6 +74,31 @@ func TestSlotKeys(t *testing.T) {
 	for _, bad := range []string{"r.email.send", "c.email.x", "kc.email", "c.", "q.email.send"} {
 		if _, _, _, ok := limits.ParseSlotKey(bad); ok {
 			t.Errorf("ParseSlotKey(%q) accepted a key that is no slot", bad)
+		}
+	}
+}
+
+func TestKeyWindow(t *testing.T) {
+	fair := limits.Rule{Fair: &limits.Fair{Window: 5, Weights: map[string]int{"vip-*": 4, "vip-gold-*": 10, "acme": 2}}}
+	for _, tc := range []struct {
+		rule limits.Rule
+		key  string
+		want int
+	}{
+		{limits.Rule{Concurrency: 3}, "k", 0},
+		{limits.Rule{Ordered: limits.OrderHold}, "k", 1},
+		{limits.Rule{Ordered: limits.OrderSkip, Fair: &limits.Fair{Window: 9}}, "k", 1},
+		{limits.Rule{Ordered: limits.OrderHold}, "", 0},
+		{limits.Rule{Fair: &limits.Fair{}}, "k", limits.DefaultFairWindow},
+		{fair, "other", 5},
+		{fair, "acme", 10},
+		{fair, "acme-2", 5},
+		{fair, "vip-1", 20},
+		{fair, "vip-gold-1", 50},
+		{limits.Rule{Fair: &limits.Fair{Window: 1000, Weights: map[string]int{"*": 100}}}, "k", limits.MaxFairWindow},
+	} {
+		if got := tc.rule.KeyWindow(tc.key); got != tc.want {
+			t.Errorf("%+v key %q: window %d, want %d", tc.rule, tc.key, got, tc.want)
 		}
 	}
 }

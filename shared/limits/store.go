@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -96,8 +98,11 @@ func (s *Store) List(ctx context.Context) ([]Rule, error) {
 	return out, nil
 }
 
-// Usage is the concurrency slots in use for one rule: slots held across the
-// fleet now.
+// BusiestKeys is how many keys Usage.Busiest lists.
+const BusiestKeys = 5
+
+// Usage is one rule and its use across the fleet now, read from the
+// leases bucket (the slots held and the rate limits' state).
 type Usage struct {
 	Rule Rule `json:"rule"`
 	// Running is the type-wide slots held (tasks of the type running
@@ -107,7 +112,37 @@ type Usage struct {
 	// keys holding at least one.
 	KeysRunning int `json:"keys_running"`
 	KeysActive  int `json:"keys_active"`
+	// Busiest is the keys holding the most per-key slots (at most
+	// BusiestKeys, most first, then by key).
+	Busiest []KeyUsage `json:"busiest_keys,omitempty"`
+	// Rate is the state of the type-wide rate limit (nil without one).
+	Rate *RateUsage `json:"rate_usage,omitempty"`
 }
+
+// KeyUsage is the per-key slots one flow-control key holds.
+type KeyUsage struct {
+	Key     string `json:"key"`
+	Running int    `json:"running"`
+}
+
+// RateUsage is the state of a rate limit across the fleet.
+type RateUsage struct {
+	// NextStart is how long until the limit allows its next start; zero
+	// when one is free now. Above zero, the limit is taking every start it
+	// allows: its starts in the current period are the limit.
+	NextStart time.Duration `json:"next_start_ns"`
+	// Waiting is about how many tasks the limit turned away are booked to
+	// come back (how far its return queue reaches past the next start,
+	// over the spacing of the returns).
+	Waiting int `json:"waiting"`
+}
+
+// ReturnSpacing is the spacing of the returns a rate limit books for the
+// tasks it turns away (q. and kq. keys), in percent of the limit's
+// interval: a backlog comes back a little faster than the rate, so a turn
+// whose task is not there (its worker was killed, its schedule fired late)
+// is taken by another.
+const ReturnSpacing = 80
 
 // Usage counts the leases held for every rule. Slots of a killed worker
 // count until their TTL runs out.
@@ -124,7 +159,7 @@ func (s *Store) Usage(ctx context.Context) ([]Usage, error) {
 		if err != nil {
 			return nil, fmt.Errorf("listing leases of %q: %w", r.Type, err)
 		}
-		keys := map[string]bool{}
+		keys := map[string]int{}
 		for k := range lister.Keys() {
 			typ, enc, _, ok := ParseSlotKey(k)
 			if !ok || typ != r.Type {
@@ -134,11 +169,83 @@ func (s *Store) Usage(ctx context.Context) ([]Usage, error) {
 				u.Running++
 			} else {
 				u.KeysRunning++
-				keys[enc] = true
+				keys[enc]++
 			}
 		}
 		u.KeysActive = len(keys)
+		u.Busiest = busiest(keys)
+		if r.Rate != nil {
+			if u.Rate, err = s.rateUsage(ctx, r.Type, *r.Rate); err != nil {
+				return nil, err
+			}
+		}
 		out = append(out, u)
 	}
 	return out, nil
+}
+
+// busiest returns the BusiestKeys keys holding the most slots, decoded.
+func busiest(keys map[string]int) []KeyUsage {
+	out := make([]KeyUsage, 0, len(keys))
+	for enc, n := range keys {
+		k, err := DecodeKey(enc)
+		if err != nil {
+			k = enc
+		}
+		out = append(out, KeyUsage{Key: k, Running: n})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Running != out[j].Running {
+			return out[i].Running > out[j].Running
+		}
+		return out[i].Key < out[j].Key
+	})
+	if len(out) > BusiestKeys {
+		out = out[:BusiestKeys]
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// rateUsage reads the state of the type's rate limit: its r. and q. keys.
+func (s *Store) rateUsage(ctx context.Context, typ string, r Rate) (*RateUsage, error) {
+	now := time.Now()
+	iv := r.Interval()
+	u := &RateUsage{}
+	tat, err := s.instant(ctx, RateKey(typ, ""))
+	if err != nil {
+		return nil, err
+	}
+	if !tat.IsZero() {
+		u.NextStart = max(0, tat.Add(iv).Sub(now)-time.Duration(r.BurstOrOne())*iv)
+	}
+	back, err := s.instant(ctx, QueueKey(typ, ""))
+	if err != nil {
+		return nil, err
+	}
+	// Returns are booked from the limit's next start on, one every qiv;
+	// back is when the next one would be.
+	from := now.Add(u.NextStart)
+	if qiv := iv * ReturnSpacing / 100; qiv > 0 && back.After(from) {
+		u.Waiting = int((back.Sub(from) + qiv/2) / qiv)
+	}
+	return u, nil
+}
+
+// instant reads a rate key (Unix nanoseconds); zero when it is absent.
+func (s *Store) instant(ctx context.Context, k string) (time.Time, error) {
+	e, err := s.leases.Get(ctx, k)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("reading %q: %w", k, err)
+	}
+	ns, err := strconv.ParseInt(string(e.Value()), 10, 64)
+	if err != nil {
+		return time.Time{}, nil // not a rate state: nothing to report
+	}
+	return time.Unix(0, ns), nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/limits"
 	"github.com/spoolq/spool/streams"
 )
 
@@ -46,10 +47,19 @@ type Status struct {
 	// Types lists the task types that are paused or have parked tasks
 	// (see Client.Types); empty when none.
 	Types []TypeStatus `json:"types,omitempty"`
+	// Limits is every flow-control rule with its use across the fleet
+	// (slots held, busiest keys, rate state); empty when no rule is set
+	// or the deployment has no flow-control buckets. Tasks handed back by
+	// a limit wait as schedules, counted in Scheduled.
+	Limits []limits.Usage `json:"limits,omitempty"`
+	// LimitsError says why the flow-control usage could not be read; the
+	// queue's figures are still good.
+	LimitsError string `json:"limits_error,omitempty"`
 }
 
 // Status reads the queue's status: a few JetStream requests per priority,
-// whatever the backlog.
+// whatever the backlog, and a listing of the slots held per flow-control
+// rule.
 func (c *Client) Status(ctx context.Context) (Status, error) {
 	return call(ctx, c, "reading the queue's status", c.status)
 }
@@ -106,6 +116,13 @@ func (c *Client) status(ctx context.Context) (Status, error) {
 	}
 	if st.Types, err = c.types(ctx); err != nil {
 		return st, err
+	}
+	store, err := limits.Open(ctx, c.js, names)
+	if err == nil {
+		st.Limits, err = store.Usage(ctx)
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) { // not found: provisioned before flow control
+		st.LimitsError = err.Error()
 	}
 	return st, nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/limits"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/streams/streamstest"
@@ -61,9 +62,15 @@ func TestStatus(t *testing.T) {
 	if _, err := e.JS.PublishMsg(ctx, sched); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.SetLimit(ctx, limits.Rule{Type: "status.later", Concurrency: 3}); err != nil {
+		t.Fatal(err)
+	}
 	st, err := c.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(st.Limits) != 1 || st.Limits[0].Rule.Concurrency != 3 || st.Limits[0].Running != 0 {
+		t.Errorf("limits in the status %+v, want the one rule, nothing running", st.Limits)
 	}
 	if len(st.Priorities) != len(spool.Priorities) {
 		t.Fatalf("priorities %+v", st.Priorities)

@@ -160,3 +160,75 @@ func MaxInWindow(starts []time.Time, w time.Duration) (most int, rate float64) {
 	}
 	return most, rate
 }
+
+// OrderBreach is a run of a task that started before an earlier task of
+// its key (by enqueue index) had completed.
+type OrderBreach struct {
+	Key string
+	// Run is the run that started too early; Earlier is the task that
+	// had not completed, First its first completed run (zero: never).
+	Run     Span
+	Earlier string
+	First   Span
+}
+
+// KeyOrder checks per-key ordering: within each key (key names it; ""
+// leaves a span out), no run of a task starts before every task enqueued
+// before it (index gives the enqueue index) has completed, a task being
+// completed at the end of its first run that ended (a run cut by a kill
+// did not complete). A run of a task again after it completed (a
+// redelivery) is not a breach. It returns the breaches, at most one per
+// run.
+func KeyOrder(spans []Span, key func(Span) string, index func(Span) int) []OrderBreach {
+	type task struct {
+		id    string
+		index int
+		done  Span // first completed run
+		runs  []Span
+	}
+	byKey := map[string]map[string]*task{}
+	for _, s := range spans {
+		k := key(s)
+		if k == "" {
+			continue
+		}
+		tasks := byKey[k]
+		if tasks == nil {
+			tasks = map[string]*task{}
+			byKey[k] = tasks
+		}
+		t := tasks[s.ID]
+		if t == nil {
+			t = &task{id: s.ID, index: index(s)}
+			tasks[s.ID] = t
+		}
+		t.runs = append(t.runs, s)
+		if !s.End.IsZero() && (t.done.End.IsZero() || s.End.Before(t.done.End)) {
+			t.done = s
+		}
+	}
+	var out []OrderBreach
+	for k, tasks := range byKey {
+		ordered := make([]*task, 0, len(tasks))
+		for _, t := range tasks {
+			ordered = append(ordered, t)
+		}
+		sort.Slice(ordered, func(i, j int) bool { return ordered[i].index < ordered[j].index })
+		// latest is the earlier task that completed last (or never).
+		var latest *task
+		for _, t := range ordered {
+			if latest != nil {
+				for _, r := range t.runs {
+					if latest.done.End.IsZero() || r.Start.Before(latest.done.End) {
+						out = append(out, OrderBreach{Key: k, Run: r, Earlier: latest.id, First: latest.done})
+						break
+					}
+				}
+			}
+			if latest == nil || !latest.done.End.IsZero() && (t.done.End.IsZero() || t.done.End.After(latest.done.End)) {
+				latest = t
+			}
+		}
+	}
+	return out
+}

@@ -53,3 +53,38 @@ func TestSpanChecks(t *testing.T) {
 		t.Errorf("rate %.3f, want 5 starts in 1.999s", rate)
 	}
 }
+
+func TestKeyOrder(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	run := func(id, key string, attempt, start, end int) checker.Span {
+		s := checker.Span{ID: id, Attempt: attempt, Key: key, Start: at(start)}
+		if end >= 0 {
+			s.End = at(end)
+		}
+		return s
+	}
+	index := func(s checker.Span) int { return int(s.ID[1] - '0') }
+	key := func(s checker.Span) string { return s.Key }
+	for _, tc := range []struct {
+		name  string
+		spans []checker.Span
+		want  []string // ids of the runs that breach
+	}{
+		{"in order", []checker.Span{run("t0", "k", 1, 0, 10), run("t1", "k", 1, 10, 20), run("t2", "k", 1, 25, 30)}, nil},
+		{"keys apart", []checker.Span{run("t0", "a", 1, 0, 10), run("t1", "b", 1, 0, 10)}, nil},
+		{"cut run holds the key", []checker.Span{run("t0", "k", 1, 0, -1), run("t0", "k", 2, 50, 60), run("t1", "k", 1, 60, 70)}, nil},
+		{"redelivery after completion", []checker.Span{run("t0", "k", 1, 0, 10), run("t1", "k", 1, 10, 20), run("t0", "k", 2, 15, 18)}, nil},
+		{"overtakes", []checker.Span{run("t0", "k", 1, 0, 10), run("t1", "k", 1, 5, 20)}, []string{"t1"}},
+		{"after a cut run", []checker.Span{run("t0", "k", 1, 0, -1), run("t1", "k", 1, 20, 30), run("t0", "k", 2, 50, 60)}, []string{"t1"}},
+		{"behind a later one", []checker.Span{run("t0", "k", 1, 0, 30), run("t1", "k", 1, 40, 50), run("t2", "k", 1, 20, 25)}, []string{"t2"}},
+	} {
+		var got []string
+		for _, b := range checker.KeyOrder(tc.spans, key, index) {
+			got = append(got, b.Run.ID)
+		}
+		if len(got) != len(tc.want) || len(got) > 0 && got[0] != tc.want[0] {
+			t.Errorf("%s: breaches %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

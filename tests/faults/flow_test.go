@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,8 +27,10 @@ import (
 // every run it checks that no moment ever had more runs of the limited
 // type, or of one key, than the limit (a run cut by a kill counts until
 // the kill), that no second held more starts of the paced type than its
-// rate (and reports the rate the paced backlog reached), and,
-// as every fault scenario does, that nothing was lost.
+// rate (and reports in the fault table the fraction of the rate the paced
+// backlog reached), that no task of the ordered type (25 keys, "hold")
+// started before every task enqueued before it under its key had
+// completed, and, as every fault scenario does, that nothing was lost.
 func TestFlowControlUnderCrash(t *testing.T) {
 	const (
 		workers    = 3
@@ -37,8 +41,9 @@ func TestFlowControlUnderCrash(t *testing.T) {
 		keys       = 100
 		rate       = 50
 		ratePeriod = time.Second
+		orderKeys  = 25
 	)
-	nLimited, nPaced, nFree := scale(4_000), scale(500), scale(15_500)
+	nLimited, nPaced, nFree, nOrdered := scale(4_000), scale(500), scale(15_500), scale(1_000)
 	start := time.Now()
 	srv := startServer(t, t.TempDir(), 0, soak())
 	nc := connect(t, srv.url, "faults-flow")
@@ -51,6 +56,7 @@ func TestFlowControlUnderCrash(t *testing.T) {
 	for _, r := range []limits.Rule{
 		{Type: "fault.limited", Concurrency: limit, KeyConcurrency: keyLimit},
 		{Type: "fault.paced", Rate: &limits.Rate{Limit: rate, Period: limits.Duration(ratePeriod)}},
+		{Type: "fault.ordered", Ordered: limits.OrderHold},
 	} {
 		if err := store.Put(ctx, r); err != nil {
 			t.Fatal(err)
@@ -84,7 +90,12 @@ func TestFlowControlUnderCrash(t *testing.T) {
 	for i := range nPaced {
 		add("fault.paced", fmt.Sprintf("pace-%06d", i), "", spool.High, 0)
 	}
-	for i := range max(nLimited, nFree) {
+	for i := range max(nLimited, nFree, nOrdered) {
+		if i < nOrdered {
+			// The id carries the enqueue index; tasks are enqueued in
+			// index order.
+			add("fault.ordered", fmt.Sprintf("ord-%06d", i), fmt.Sprintf("acct-%02d", i%orderKeys), spool.Normal, 2)
+		}
 		if i < nLimited {
 			add("fault.limited", fmt.Sprintf("lim-%06d", i), fmt.Sprintf("customer-%03d", i%keys), spool.Normal, 2)
 		}
@@ -102,17 +113,6 @@ func TestFlowControlUnderCrash(t *testing.T) {
 	collect(t, js, chk)
 	lines, torn := fl.readLogs()
 	t.Logf("%d execution lines, %d torn by SIGKILL, %d workers started", lines, torn, workers+fl.kills)
-	r := report(t, "flow control (SIGKILL)", fmt.Sprintf("%d SIGKILL", fl.kills), start, chk, left)
-	if r.Tasks != len(tasks) {
-		t.Errorf("%d tasks recorded, want %d", r.Tasks, len(tasks))
-	}
-	if r.Completed != r.Tasks {
-		t.Errorf("%d of %d tasks completed; dead: %s", r.Completed, r.Tasks, r.DeadSummary())
-	}
-	if fl.kills < 5 {
-		t.Errorf("only %d kills during the run; the scenario proves little", fl.kills)
-	}
-
 	f, err := os.Open(spanLog)
 	if err != nil {
 		t.Fatal(err)
@@ -167,29 +167,78 @@ func TestFlowControlUnderCrash(t *testing.T) {
 	}
 	t.Logf("fault.limited: most running at once for one key %d (limit %d, %d keys)", worstKey.Max, keyLimit, len(byKey))
 
+	// Per-key order: no run of an ordered task started before every task
+	// of its key enqueued before it had completed (a run cut by a kill
+	// did not complete; the task's key waits for its redelivery).
+	orderedKey := func(s checker.Span) string {
+		if s.Type == "fault.ordered" {
+			return s.Key
+		}
+		return ""
+	}
+	breaches := checker.KeyOrder(spans, orderedKey, func(s checker.Span) int {
+		n, _ := strconv.Atoi(strings.TrimPrefix(s.ID, "ord-"))
+		return n
+	})
+	for i, b := range breaches {
+		if i == 5 {
+			t.Errorf("... %d order breaches in all", len(breaches))
+			break
+		}
+		t.Errorf("key %s: %s (attempt %d) started at %s before %s completed (first completed run ended %s)", b.Key, b.Run.ID, b.Run.Attempt,
+			b.Run.Start.Format(time.RFC3339Nano), b.Earlier, b.First.End.Format(time.RFC3339Nano))
+	}
+	byOrderedKey, err := checker.MaxConcurrent(spans, killedAt, orderedKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ordRuns, ordMost := 0, 0
+	for _, s := range spans {
+		if s.Type == "fault.ordered" {
+			ordRuns++
+		}
+	}
+	for _, ko := range byOrderedKey {
+		ordMost = max(ordMost, ko.Max)
+	}
+	t.Logf("fault.ordered: %d runs of %d tasks over %d keys, %d order breaches, most runs of one key at once %d (a run again of a completed task counts)",
+		ordRuns, nOrdered, len(byOrderedKey), len(breaches), ordMost)
+
 	// The rate: no window of a period holds more starts than the limit,
 	// counting handler starts (taken a few milliseconds after the start
 	// was granted, so one more than the limit is measurement jitter, not a
-	// breach); the backlog's middle 90% ran at 90% of the rate or more.
+	// breach); and the rate the backlog's middle 90% reached.
 	most, _ := checker.MaxInWindow(paced, ratePeriod)
 	sort.Slice(paced, func(i, j int) bool { return paced[i].Before(paced[j]) })
 	lo, hi := paced[len(paced)/20], paced[len(paced)-1-len(paced)/20]
 	achieved := float64(len(paced)-1-2*(len(paced)/20)) / hi.Sub(lo).Seconds()
-	t.Logf("fault.paced: %d starts, most in any %s %d (limit %d), %.0f/s over the middle 90%% (limit %d/s)",
-		len(paced), ratePeriod, most, rate, achieved, rate)
+	t.Logf("fault.paced: %d starts, most in any %s %d (limit %d), %.0f/s over the middle 90%% (limit %d/s): %.0f%% of the rate",
+		len(paced), ratePeriod, most, rate, achieved, rate, 100*achieved/rate)
 	if most > rate+1 {
 		t.Errorf("fault.paced: %d starts within %s, limit %d", most, ratePeriod, rate)
 	}
-	// With a worker killed every half second the rate is not reached
-	// (17 to 37/s of 50/s in our runs): a killed worker's waiting tasks
-	// come back only after AckWait, and the turns booked for them go
-	// unused. Without kills the same mechanism runs at 97% (consumer
-	// TestRateLimit). The figure above is the measurement, not asserted:
-	// a limiter that stalls fails the suite's wait for every task.
+	// The fraction of the rate reached is reported in the fault table, not
+	// asserted: it depends on when the kills fall and on the machine's load
+	// (a killed worker's waiting tasks come back only after AckWait, and a
+	// turn nobody is there to take is lost; the returns of a backlog are
+	// booked faster than the rate to cover for them). spool-bench measures
+	// it without faults. A limiter that stalls fails the suite's wait for
+	// every task.
+	r := report(t, "flow control (SIGKILL)", fmt.Sprintf("%d SIGKILL; rate reached %.0f%%", fl.kills, 100*achieved/rate), start, chk, left)
+	if r.Tasks != len(tasks) {
+		t.Errorf("%d tasks recorded, want %d", r.Tasks, len(tasks))
+	}
+	if r.Completed != r.Tasks {
+		t.Errorf("%d of %d tasks completed; dead: %s", r.Completed, r.Tasks, r.DeadSummary())
+	}
+	if fl.kills < 5 {
+		t.Errorf("only %d kills during the run; the scenario proves little", fl.kills)
+	}
 }
 
-// idleFlow is idle, and also waits for the schedules to fire: the tasks
-// handed back for flow control wait as schedules.
+// idleFlow is idle, and also waits for the schedules to fire (the tasks
+// handed back for flow control wait as schedules) and for the held
+// subjects to empty (the tasks of ordered keys wait there).
 func idleFlow(ctx context.Context, js jetstream.JetStream) error {
 	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -203,6 +252,13 @@ func idleFlow(ctx context.Context, js jetstream.JetStream) error {
 	}
 	if n := len(si.State.Subjects); n > 0 {
 		return fmt.Errorf("%d tasks handed back for flow control still to come back", n)
+	}
+	hi, err := s.Info(tctx, jetstream.WithSubjectFilter(names.HeldFilter()))
+	if err != nil {
+		return err
+	}
+	if n := len(hi.State.Subjects); n > 0 {
+		return fmt.Errorf("tasks of %d ordered keys still waiting for their turn", n)
 	}
 	return idle(ctx, js)
 }

@@ -273,15 +273,19 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("download name %q", name)
 	}
 
-	// 4c. A flow-control limit set from the form shows in the table, a bad
-	// one is refused with the reason, and the limit is removed again.
+	// 4c. A flow-control limit set from the form (with per-key order
+	// "hold") shows in the table, a bad one is refused with the reason,
+	// and the limit is removed again.
 	b.do("setting a limit", 10*time.Second,
 		chromedp.SendKeys(chromedp.CSS("#limits-type"), "demo.sleep"),
 		chromedp.SendKeys(chromedp.CSS("#limits-concurrency"), "3"),
 		chromedp.SendKeys(chromedp.CSS("#limits-rate"), "50/1s"),
+		chromedp.SetValue(chromedp.CSS("#limits-ordered"), "hold"),
 		chromedp.Click(chromedp.CSS(`#limits-form button[type="submit"]`)),
 	)
-	b.waitJS("the limit listed", `(document.querySelector('#limits-list tr[data-type="demo.sleep"]')?.textContent || "").includes("/ 3") && document.querySelector('#limits-list tr[data-type="demo.sleep"]').textContent.includes("50/1s")`, 10*time.Second)
+	b.waitJS("the limit listed", `(document.querySelector('#limits-list tr[data-type="demo.sleep"]')?.textContent || "").includes("/ 3") && document.querySelector('#limits-list tr[data-type="demo.sleep"]').textContent.includes("50/1s") && document.querySelector('#limits-list tr[data-type="demo.sleep"]').textContent.includes("hold")`, 10*time.Second)
+	// Its use: no key busy, the rate below its limit (nothing ran).
+	b.waitJS("the limit's use", `document.querySelector('#limits-list tr[data-type="demo.sleep"] .rate-now').textContent === "below the limit" && document.querySelector('#limits-list tr[data-type="demo.sleep"] .busiest').textContent === "—"`, 10*time.Second)
 	b.do("setting a bad limit", 10*time.Second,
 		chromedp.SendKeys(chromedp.CSS("#limits-type"), "demo.sleep"),
 		chromedp.SendKeys(chromedp.CSS("#limits-rate"), "50/soon"),

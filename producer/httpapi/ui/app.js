@@ -944,6 +944,10 @@
   const LIMITS_REFRESH_MS = 2000;
   const fmtRateRule = (r) => (r ? r.limit + "/" + r.period + (r.burst > 1 ? " burst " + r.burst : "") : "—");
 
+  // fmtRateNow tells whether a rate limit takes every start it allows now
+  // and how many tasks it turned away are booked to come back.
+  const fmtRateNow = (ru) => (!ru ? "—" : ru.next_start_ns > 0 || ru.waiting > 0 ? "at the limit, " + fmtInt(ru.waiting) + " waiting" : "below the limit");
+
   // parseRateInput reads "N/PERIOD" (100/1s); empty is no rate.
   function parseRateInput(v, what) {
     v = v.trim();
@@ -982,8 +986,11 @@
       el("td", { class: "num" }, r.concurrency ? fmtInt(u.running) + " / " + fmtInt(r.concurrency) : "—"),
       el("td", { class: "num" }, r.key_concurrency ? fmtInt(u.keys_running) + " / " + fmtInt(r.key_concurrency) + " each" : "—"),
       el("td", { class: "num" }, r.key_concurrency ? fmtInt(u.keys_active) : "—"),
+      el("td", { class: "mono busiest" }, (u.busiest_keys || []).map((k) => k.key + " " + fmtInt(k.running)).join(", ") || "—"),
       el("td", {}, fmtRateRule(r.rate)),
+      el("td", { class: "rate-now" }, fmtRateNow(u.rate_usage)),
       el("td", {}, fmtRateRule(r.key_rate)),
+      el("td", {}, r.ordered || (r.fair ? "fair, window " + (r.fair.window || 10) : "—")),
       el("td", {}, del));
   }
 
@@ -1000,6 +1007,8 @@
         key_concurrency: num("#limits-key-concurrency"),
         rate: parseRateInput($("#limits-rate").value, "rate"),
         key_rate: parseRateInput($("#limits-key-rate").value, "per-key rate"),
+        ordered: ["hold", "skip"].includes($("#limits-ordered").value) ? $("#limits-ordered").value : undefined,
+        fair: $("#limits-ordered").value === "fair" ? {} : undefined,
       };
     } catch (e) {
       msg.textContent = e.message;

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -19,7 +20,8 @@ import (
 const limitsUsage = `usage: spool-admin limits <command> [flags]
 
 commands:
-  ls                    every flow-control rule with the slots in use across the fleet
+  ls                    every flow-control rule with its use across the fleet: slots held,
+                        busiest keys, whether the rate is at its limit and the tasks waiting
   set --type T [limits] set the rule of a task type (replaces it; workers apply it within a second)
   rm TYPE               remove the rule of a task type: its tasks run unlimited
 
@@ -30,6 +32,14 @@ limits (set; omitted ones are not limited):
   --key-concurrency N   at most N running tasks per Spool-Key of the type
   --key-rate N/PERIOD   at most N starts per period per Spool-Key of the type
   --key-burst B         burst of the per-key rate (default 1)
+  --ordered MODE        run the tasks of each Spool-Key one at a time in enqueue order;
+                        MODE hold: a failing task keeps its key until it completes or dies,
+                        skip: a failing task lets the next one run (its retries run unordered)
+  --fair                share the workers fairly between the keys of the type: each key has at
+                        most its window of tasks queued or running at once
+  --fair-window N       tasks per key of weight 1 queued or running at once (default 10)
+  --fair-weight P=W     weight W (1-100) of the keys matching P (a key, or a prefix and *);
+                        repeat for more patterns
 
 flags:
   --json                print JSON (ls)
@@ -56,6 +66,11 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	keyRate := fs.String("key-rate", "", "N/PERIOD starts per key")
 	burst := fs.Int("burst", 0, "burst of --rate")
 	keyBurst := fs.Int("key-burst", 0, "burst of --key-rate")
+	ordered := fs.String("ordered", "", "hold or skip: per-key order")
+	fair := fs.Bool("fair", false, "fair shares between keys")
+	fairWindow := fs.Int("fair-window", 0, "tasks per key of weight 1 at once")
+	var weights weightFlag
+	fs.Var(&weights, "fair-weight", "P=W: weight of the keys matching P")
 	switch cmd {
 	case "ls", "set", "rm":
 	default:
@@ -81,7 +96,14 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if *typ == "" {
 			return errors.New("--type is required")
 		}
-		rule = limits.Rule{Type: *typ, Concurrency: *conc, KeyConcurrency: *keyConc}
+		rule = limits.Rule{Type: *typ, Concurrency: *conc, KeyConcurrency: *keyConc, Ordered: *ordered}
+		switch {
+		case *fair || *fairWindow != 0 || len(weights) > 0:
+			rule.Fair = &limits.Fair{Window: *fairWindow}
+			if len(weights) > 0 {
+				rule.Fair.Weights = weights
+			}
+		}
 		var err error
 		if rule.Rate, err = parseRate("--rate", *rate, *burst); err != nil {
 			return err
@@ -131,13 +153,46 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		enc.SetIndent("", "  ")
 		return enc.Encode(usage)
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "type\tconcurrency\trunning\tkey concurrency\tkeys running\trate\tkey rate")
+	return printUsage(stdout, usage)
+}
+
+// printUsage prints the rules and their use across the fleet, one line a
+// type.
+func printUsage(w io.Writer, usage []limits.Usage) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "type\trunning / concurrency\tper-key running / limit\tbusiest keys\trate\trate now\tkey rate\tordered\tfair")
 	for _, u := range usage {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d (%d keys)\t%s\t%s\n", u.Rule.Type, orNone(u.Rule.Concurrency), u.Running,
-			orNone(u.Rule.KeyConcurrency), u.KeysRunning, u.KeysActive, rateText(u.Rule.Rate), rateText(u.Rule.KeyRate))
+		r := u.Rule
+		conc, keys, busy := "-", "-", "-"
+		if r.Concurrency > 0 {
+			conc = fmt.Sprintf("%d / %d", u.Running, r.Concurrency)
+		}
+		if r.KeyConcurrency > 0 {
+			keys = fmt.Sprintf("%d in %d keys / %d each", u.KeysRunning, u.KeysActive, r.KeyConcurrency)
+		}
+		if len(u.Busiest) > 0 {
+			var b []string
+			for _, k := range u.Busiest {
+				b = append(b, fmt.Sprintf("%q %d", k.Key, k.Running))
+			}
+			busy = strings.Join(b, ", ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Type, conc, keys, busy, rateText(r.Rate), rateNow(u.Rate), rateText(r.KeyRate), orderText(r.Ordered), fairText(r.Fair))
 	}
 	return tw.Flush()
+}
+
+// rateNow tells whether a rate limit takes every start it allows now, and
+// how many tasks it turned away are booked to come back.
+func rateNow(u *limits.RateUsage) string {
+	switch {
+	case u == nil:
+		return "-"
+	case u.NextStart > 0 || u.Waiting > 0:
+		return fmt.Sprintf("at the limit, %d waiting", u.Waiting)
+	default:
+		return "below the limit"
+	}
 }
 
 // parseRate reads N/PERIOD (100/1s, 10/1m); empty is no rate.
@@ -178,9 +233,54 @@ func rateText(r *limits.Rate) string {
 	return s
 }
 
+func orderText(mode string) string {
+	if mode == "" {
+		return "-"
+	}
+	return mode
+}
+
 func describe(r limits.Rule) string {
-	return fmt.Sprintf("concurrency %s, rate %s, key concurrency %s, key rate %s",
-		orNone(r.Concurrency), rateText(r.Rate), orNone(r.KeyConcurrency), rateText(r.KeyRate))
+	return fmt.Sprintf("concurrency %s, rate %s, key concurrency %s, key rate %s, ordered %s, fair %s",
+		orNone(r.Concurrency), rateText(r.Rate), orNone(r.KeyConcurrency), rateText(r.KeyRate), orderText(r.Ordered), fairText(r.Fair))
+}
+
+func fairText(f *limits.Fair) string {
+	if f == nil {
+		return "-"
+	}
+	w := f.Window
+	if w == 0 {
+		w = limits.DefaultFairWindow
+	}
+	s := fmt.Sprintf("window %d", w)
+	pats := make([]string, 0, len(f.Weights))
+	for p := range f.Weights {
+		pats = append(pats, p)
+	}
+	sort.Strings(pats)
+	for _, p := range pats {
+		s += fmt.Sprintf(" %s=%d", p, f.Weights[p])
+	}
+	return s
+}
+
+// weightFlag collects --fair-weight P=W.
+type weightFlag map[string]int
+
+func (w *weightFlag) String() string { return fmt.Sprint(map[string]int(*w)) }
+
+func (w *weightFlag) Set(v string) error {
+	p, n, ok := strings.Cut(v, "=")
+	weight, err := strconv.Atoi(n)
+	if !ok || p == "" || err != nil {
+		return fmt.Errorf("--fair-weight %q: want PATTERN=WEIGHT, such as vip-*=4", v)
+	}
+	if *w == nil {
+		*w = weightFlag{}
+	}
+	(*w)[p] = weight
+	return nil
 }
 
 // familyHelp answers a command family's help (spool-admin limits,

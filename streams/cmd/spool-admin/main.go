@@ -255,26 +255,38 @@ func printStatus(w io.Writer, st admin.Status) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\nscheduled %d · dead letters %d · results %d · task store %d bytes\n",
-		st.Scheduled, st.DeadLetters, st.Results, st.StoreBytes)
-	if err != nil || len(st.Types) == 0 {
+	if _, err := fmt.Fprintf(w, "\nscheduled %d · dead letters %d · results %d · task store %d bytes\n",
+		st.Scheduled, st.DeadLetters, st.Results, st.StoreBytes); err != nil {
 		return err
 	}
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "type\tparked\tpaused\tby\treason\t")
-	for _, ts := range st.Types {
-		paused, by, reason := "-", "-", "-"
-		if ts.Pause != nil {
-			paused = "until resumed"
-			if ts.Pause.Until != nil {
-				paused = "until " + ts.Pause.Until.UTC().Format(time.RFC3339)
+	if len(st.Types) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "type\tparked\tpaused\tby\treason\t")
+		for _, ts := range st.Types {
+			paused, by, reason := "-", "-", "-"
+			if ts.Pause != nil {
+				paused = "until resumed"
+				if ts.Pause.Until != nil {
+					paused = "until " + ts.Pause.Until.UTC().Format(time.RFC3339)
+				}
+				by, reason = orDash(ts.Pause.By), orDash(ts.Pause.Reason)
 			}
-			by, reason = orDash(ts.Pause.By), orDash(ts.Pause.Reason)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t\n", ts.Type, ts.Parked, paused, by, reason)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t\n", ts.Type, ts.Parked, paused, by, reason)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
-	return tw.Flush()
+	if st.LimitsError != "" {
+		_, err := fmt.Fprintf(w, "\nflow-control limits: unreadable: %s\n", st.LimitsError)
+		return err
+	}
+	if len(st.Limits) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nflow-control limits (tasks handed back wait among the scheduled):")
+	return printUsage(w, st.Limits)
 }
 
 func orDash(s string) string {

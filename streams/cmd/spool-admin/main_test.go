@@ -46,11 +46,24 @@ func TestProvisionThenStatus(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 
+	// A flow-control rule shows with its use in the status and in limits ls.
+	if err := run(t.Context(), []string{"limits", "set", "--type", "email.send", "--concurrency", "3", "--rate", "10/1s", "--url", s.ClientURL()}, &out, &errOut); err != nil {
+		t.Fatalf("limits set: %v\n%s", err, errOut.String())
+	}
+	out.Reset()
+	if err := run(t.Context(), []string{"limits", "ls", "--url", s.ClientURL()}, &out, &errOut); err != nil {
+		t.Fatalf("limits ls: %v\n%s", err, errOut.String())
+	}
+	for _, want := range []string{"busiest keys", "email.send", "0 / 3", "10/1s", "below the limit"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("limits ls lacks %q:\n%s", want, out.String())
+		}
+	}
 	out.Reset()
 	if err := run(t.Context(), []string{"status", "--url", s.ClientURL()}, &out, &errOut); err != nil {
 		t.Fatalf("status: %v", err)
 	}
-	for _, want := range []string{"priority", "idle", "dead letters"} {
+	for _, want := range []string{"priority", "idle", "dead letters", "flow-control limits", "email.send", "0 / 3"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status table lacks %q:\n%s", want, out.String())
 		}

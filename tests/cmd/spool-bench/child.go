@@ -140,6 +140,7 @@ type consumeFlags struct {
 	url, mode, task string
 	n, conc         int
 	pdelay          time.Duration
+	countType       string        // drain: count the completions of this type only
 	asynqPoll       time.Duration // asynq: Config.TaskCheckInterval (0: its default, 1s)
 }
 
@@ -156,6 +157,7 @@ func consumeChild(ctx context.Context, args []string) error {
 	fs.IntVar(&f.n, "n", 1000, "tasks to measure")
 	fs.IntVar(&f.conc, "conc", 10, "concurrency")
 	fs.DurationVar(&f.pdelay, "pdelay", time.Second, "spool: WithProcessingDelay (the worker's default is 1s)")
+	fs.StringVar(&f.countType, "count-type", "", "spool drain: count the completions of this task type only (default: all)")
 	fs.DurationVar(&f.asynqPoll, "asynq-poll", 0, "asynq: TaskCheckInterval (0: asynq's default, 1s)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile of the run to this file")
@@ -526,6 +528,7 @@ func spoolRun(ctx context.Context, nc *nats.Conn, f consumeFlags, rep *consumeRe
 		}
 		return nil, nil
 	})
+	mux.HandleFunc(limitedType, handleLimited)
 	opts := []consumer.Option{consumer.WithConcurrency(f.conc, f.conc), consumer.WithProcessingDelay(f.pdelay)}
 	switch f.task {
 	case "pickup":
@@ -547,7 +550,7 @@ func spoolRun(ctx context.Context, nc *nats.Conn, f consumeFlags, rep *consumeRe
 	if f.task != "drain" {
 		win = startWindow()
 	}
-	if err := awaitCount(ctx, f.n, "completed", func() uint64 { return w.Stats().Total().Completed }); err != nil {
+	if err := awaitCount(ctx, f.n, "completed", func() uint64 { return completed(w.Stats(), f.countType) }); err != nil {
 		return err
 	}
 	win.end(rep, f.n)

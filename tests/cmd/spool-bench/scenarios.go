@@ -40,6 +40,8 @@ type bench struct {
 	backlogLoRate map[string]float64
 	// wfRuns numbers the workflow scenario's runs (workflow ids are unique).
 	wfRuns int
+	// fairRuns numbers the fairness scenario's runs (a type per run).
+	fairRuns int
 }
 
 func runMode(ctx context.Context, cfg config, syncAlways bool, res *results, log *slog.Logger) error {
@@ -88,6 +90,7 @@ func runMode(ctx context.Context, cfg config, syncAlways bool, res *results, log
 		{"workflows", b.workflows},
 		{"limits", b.limits},
 		{"natsbench", b.natsBench},
+		{"fairness", b.fairness},
 		{"peers", b.peers},
 	}
 	for run := 1; run <= cfg.runs; run++ {

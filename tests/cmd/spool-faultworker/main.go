@@ -50,10 +50,12 @@ const (
 	TypeTask = "fault.task"
 	TypeEcho = "fault.echo"
 	TypeStep = "fault.step"
-	// TypeLimited and TypePaced run as fault.task does and also write
-	// their start and end to the span log, for the flow-control checks.
+	// TypeLimited, TypePaced and TypeOrdered run as fault.task does and
+	// also write their start and end to the span log, for the
+	// flow-control checks.
 	TypeLimited = "fault.limited"
 	TypePaced   = "fault.paced"
+	TypeOrdered = "fault.ordered"
 )
 
 // Config is the fault worker's configuration.
@@ -62,9 +64,9 @@ type Config struct {
 	// ExecLog is the execution log file, appended to. SPOOL_FAULT_LOG,
 	// required.
 	ExecLog string `envconfig:"FAULT_LOG" required:"true" desc:"execution log file (appended)"`
-	// SpanLog is the span log file of fault.limited and fault.paced runs,
-	// appended to. SPOOL_FAULT_SPAN_LOG, default: none.
-	SpanLog string `envconfig:"FAULT_SPAN_LOG" desc:"span log file of fault.limited and fault.paced runs (appended)"`
+	// SpanLog is the span log file of fault.limited, fault.paced and
+	// fault.ordered runs, appended to. SPOOL_FAULT_SPAN_LOG, default: none.
+	SpanLog string `envconfig:"FAULT_SPAN_LOG" desc:"span log file of fault.limited, fault.paced and fault.ordered runs (appended)"`
 	// Concurrency is the number of worker slots (fixed). SPOOL_CONCURRENCY,
 	// default 16.
 	Concurrency int `envconfig:"CONCURRENCY" default:"16" desc:"worker slots"`
@@ -157,6 +159,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	mux.HandleFunc(TypeStep, log.step)
 	mux.HandleFunc(TypeLimited, log.spanned)
 	mux.HandleFunc(TypePaced, log.spanned)
+	mux.HandleFunc(TypeOrdered, log.spanned)
 	w, err := consumer.New(nc, mux,
 		consumer.WithNames(cfg.Names()),
 		consumer.WithLogger(logger),
