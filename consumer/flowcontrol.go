@@ -71,9 +71,22 @@ func (w *Worker) startFlow(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
+		l.Close()
 		return err
 	}
+	if w.kickSub, err = w.nc.QueueSubscribe(w.o.Names.KickFilter(), kickQueue, w.onKick); err != nil {
+		l.Close()
+		return fmt.Errorf("subscribing to kick requests: %w", err)
+	}
 	return nil
+}
+
+// closeFlow ends the kick subscription and the limiter (both may be nil).
+func (w *Worker) closeFlow() {
+	if w.kickSub != nil {
+		_ = w.kickSub.Unsubscribe()
+	}
+	w.flow.Close()
 }
 
 // admitFlow takes the leases the flow-control rule of the task's type asks

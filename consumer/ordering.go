@@ -19,6 +19,32 @@ type orderRef struct {
 	skip   bool // limits.OrderSkip: a failure passes the turn on
 }
 
+// kickQueue is the queue group of the workers' kick subscriptions: one
+// worker of the fleet serves each kick request.
+const kickQueue = "spool-kick"
+
+// onKick serves a kick request (Names.KickSubject) of a producer that
+// parked tasks: it releases the key's held tasks while its window has
+// room.
+func (w *Worker) onKick(m *nats.Msg) {
+	token, typ, err := w.o.Names.ParseKickSubject(m.Subject)
+	var key string
+	if err == nil {
+		key, err = limits.DecodeKey(token)
+	}
+	if err != nil {
+		w.log.Warn("ignoring a kick request", "subject", m.Subject, "error", err)
+		return
+	}
+	rule, _ := w.flow.Rule(typ)
+	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
+	defer cancel()
+	// A rule lifted meanwhile still drains the key, one at a time.
+	if err := w.turns.Kick(ctx, typ, key, max(1, rule.KeyWindow(key))); err != nil {
+		w.log.Warn("starting an ordered key", "type", typ, "key", key, "error", err)
+	}
+}
+
 // orderWait is the delay of a task handed back because another task of
 // its key holds the turn (a release raced the previous task's end).
 const orderWait = 250 * time.Millisecond

@@ -55,12 +55,13 @@ type Worker struct {
 	ackWait    [numPriorities]time.Duration
 	results    *results.Store
 	cancels    *cancels
-	reconnects uint64           // the connection's reconnect count at the last cancel load
-	wf         *workflow.Store  // nil without a workflows bucket
-	flow       *flow.Limiter    // nil: flow control off
-	turns      *limits.Turns    // per-key ordering; nil: flow control off
-	parking    *parking.Parking // nil: type pauses off
-	ioCtx      context.Context  // values of Start's ctx, never cancelled
+	reconnects uint64             // the connection's reconnect count at the last cancel load
+	wf         *workflow.Store    // nil without a workflows bucket
+	flow       *flow.Limiter      // nil: flow control off
+	turns      *limits.Turns      // per-key ordering; nil: flow control off
+	kickSub    *nats.Subscription // the fleet's kick requests (spool.kick.>); nil: flow control off
+	parking    *parking.Parking   // nil: type pauses off
+	ioCtx      context.Context    // values of Start's ctx, never cancelled
 
 	// life runs Start and Stop; stopping is its Stopping channel, closed
 	// by Stop: no more pulls.
@@ -242,18 +243,18 @@ func (w *Worker) start(ctx context.Context) error {
 		return err
 	}
 	if err := w.startParking(ctx); err != nil {
-		w.flow.Close()
+		w.closeFlow()
 		return err
 	}
 	if w.pipe, err = newPipeline(w); err != nil {
 		w.parking.Close()
-		w.flow.Close()
+		w.closeFlow()
 		return err
 	}
 	if w.pl, err = newPuller(w); err != nil {
 		w.pipe.close()
 		w.parking.Close()
-		w.flow.Close()
+		w.closeFlow()
 		return err
 	}
 
@@ -333,7 +334,7 @@ func (w *Worker) shutdown() {
 	w.pipe.close()
 	w.pl.close()
 	w.runners.Wait()
-	w.flow.Close()
+	w.closeFlow()
 	w.parking.Close()
 	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
 	if err := w.nc.FlushWithContext(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {

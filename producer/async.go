@@ -50,7 +50,7 @@ func (c *Client) EnqueueAsync(ctx context.Context, task Task, opts ...EnqueueOpt
 
 // enqueueAsync is EnqueueAsync for a task whose stream limit is known;
 // last, when not nil, caches the subject of the previous task.
-func (c *Client) enqueueAsync(ctx context.Context, t Task, now time.Time, limit int, last *lastSubject, held map[heldKey]*limits.Turns) (*Pending, error) {
+func (c *Client) enqueueAsync(ctx context.Context, t Task, now time.Time, limit int, last *lastSubject, held map[heldKey]bool) (*Pending, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("task not published: %w", context.Cause(ctx))
 	}
@@ -60,7 +60,7 @@ func (c *Client) enqueueAsync(ctx context.Context, t Task, now time.Time, limit 
 	}
 	if t.Key != "" && !p.scheduled {
 		octx, cancel := c.withTimeout(ctx)
-		turns, window, err := c.keyWindow(octx, t.Type, t.Key)
+		window, err := c.keyWindow(octx, t.Type, t.Key)
 		cancel()
 		if err != nil {
 			return &Pending{id: p.id}, err
@@ -78,8 +78,8 @@ func (c *Client) enqueueAsync(ctx context.Context, t Task, now time.Time, limit 
 			return &Pending{id: p.id, done: true, res: res}, nil
 		}
 		if window > 0 {
-			turns.Hold(t.Type, t.Key, p.msg)
-			held[heldKey{t.Type, t.Key, window}] = turns
+			limits.Hold(c.names, t.Type, t.Key, p.msg)
+			held[heldKey{t.Type, t.Key}] = true
 		}
 	}
 	claimed := false

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/spoolq/spool/shared/limits"
 )
 
 // BatchResult is the outcome of one task of a batch: its EnqueueResult when
@@ -59,7 +57,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []Task) ([]BatchResult,
 	pending := make([]*Pending, len(tasks))
 	// Tasks of ordered or fair keys are parked on their key's held
 	// subject in batch order; their keys start once the batch is stored.
-	held := map[heldKey]*limits.Turns{}
+	held := map[heldKey]bool{}
 	for i, t := range tasks {
 		p, err := c.enqueueAsync(ctx, t, now, limit, &last, held)
 		if err != nil {
@@ -77,9 +75,9 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []Task) ([]BatchResult,
 			results[i].EnqueueResult, results[i].Err = p.Wait(ctx)
 		}
 	}
-	kickCtx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	c.kickHeld(kickCtx, held)
+	for k := range held {
+		c.kick(ctx, k.typ, k.key)
+	}
 	err = c.batchError(results)
 	c.logger.DebugContext(ctx, "batch enqueued", "tasks", len(tasks), "error", err)
 	return results, err

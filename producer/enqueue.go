@@ -96,22 +96,14 @@ func (c *Client) publishOrParked(ctx context.Context, task Task, p prepared) (*j
 	if task.Key == "" || p.scheduled {
 		return c.publish(ctx, p.id, p.msg)
 	}
-	turns, window, err := c.keyWindow(ctx, task.Type, task.Key)
+	window, err := c.keyWindow(ctx, task.Type, task.Key)
 	if err != nil {
 		return nil, err
 	}
 	if window == 0 {
 		return c.publish(ctx, p.id, p.msg)
 	}
-	ack, err := c.park(ctx, turns, task.Type, task.Key, window, p)
-	if ack != nil {
-		// Stored. A key left unstarted starts at its next park or finish.
-		if err != nil {
-			c.logger.WarnContext(ctx, "task parked, its key not started yet", "task_id", p.id, "error", err)
-		}
-		return ack, nil
-	}
-	return nil, err
+	return c.park(ctx, task.Type, task.Key, p)
 }
 
 // publish publishes a task message and waits for its ack, retried through

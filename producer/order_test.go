@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spoolq/spool/producer"
@@ -12,10 +13,11 @@ import (
 )
 
 // A task of an ordered type with a key is parked on its key's held
-// subject, in enqueue order, by Enqueue and EnqueueBatch alike; the key's
-// first task is released to its task subject at once (it holds the turn)
-// and the others wait. Tasks without a key, and of other types, are
-// published as usual.
+// subject, in enqueue order, by Enqueue and EnqueueBatch alike, and the
+// producer asks the workers to start the key (a kick request: it has no
+// right to release held tasks itself). Tasks without a key, and of other
+// types, are published as usual. A worker's kick then releases the key's
+// first task with its turn.
 func TestEnqueueParksOrderedKeys(t *testing.T) {
 	t.Parallel()
 	e := startEnv(t)
@@ -25,6 +27,15 @@ func TestEnqueueParksOrderedKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := st.Put(ctx, limits.Rule{Type: "ledger.post", Ordered: limits.OrderHold}); err != nil {
+		t.Fatal(err)
+	}
+	kicks := make(chan string, 16)
+	sub, err := e.nc.Subscribe(e.names.KickFilter(), func(m *nats.Msg) { kicks <- m.Subject })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := e.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.client.Enqueue(ctx, producer.Task{Type: "ledger.post", Key: "acct-1", ID: "post-0"}); err != nil {
@@ -38,25 +49,52 @@ func TestEnqueueParksOrderedKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	held1 := e.names.HeldSubject(limits.EncodeKey("acct-1"), "ledger.post")
-	if n := e.subjectCount(t, held1); n != 3 {
-		t.Errorf("%d tasks held for acct-1, want 3 (its first runs)", n)
+	if n := e.subjectCount(t, held1); n != 4 {
+		t.Errorf("%d tasks held for acct-1, want 4", n)
 	}
-	if n := e.subjectCount(t, e.names.HeldFilter()); n != 3 {
-		t.Errorf("%d tasks held in all, want 3 (acct-2's only task runs)", n)
+	if n := e.subjectCount(t, e.names.HeldFilter()); n != 5 {
+		t.Errorf("%d tasks held in all, want 5 (acct-1's four and acct-2's one)", n)
 	}
-	// Released: post-0 and post-b0 with their turn; unordered: nokey-0.
-	if n := e.subjectCount(t, "spool.tasks.normal.ledger.post"); n != 3 {
-		t.Errorf("%d ledger.post tasks on the task subject, want 3", n)
+	// Unordered: nokey-0 and the other type's task.
+	if n := e.subjectCount(t, "spool.tasks.normal.ledger.post"); n != 1 {
+		t.Errorf("%d ledger.post tasks on the task subject, want 1 (the task without a key)", n)
 	}
 	if n := e.subjectCount(t, "spool.tasks.normal.other"); n != 1 {
 		t.Errorf("%d other tasks on the task subject, want 1", n)
+	}
+	want := map[string]bool{
+		e.names.KickSubject(limits.EncodeKey("acct-1"), "ledger.post"): true,
+		e.names.KickSubject(limits.EncodeKey("acct-2"), "ledger.post"): true,
+	}
+	for len(want) > 0 {
+		select {
+		case subj := <-kicks:
+			delete(want, subj)
+		case <-ctx.Done():
+			t.Fatalf("no kick request on %v", want)
+		}
+	}
+	// A worker serving the kick releases acct-1's first task with its turn.
+	turns, err := limits.NewTurns(ctx, e.js, e.names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := turns.Kick(ctx, "ledger.post", "acct-1", 1); err != nil {
+		t.Fatal(err)
 	}
 	first, err := e.tasks.GetMsg(ctx, 0, jetstream.WithGetMsgSubject("spool.tasks.normal.ledger.post"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id := spool.TaskID(first.Header, first.Sequence); id != "post-0" || first.Header.Get(spool.HeaderOrderSeq) == "" {
-		t.Errorf("first released task %q with %s %q, want post-0 with its turn", id, spool.HeaderOrderSeq, first.Header.Get(spool.HeaderOrderSeq))
+	if id := spool.TaskID(first.Header, first.Sequence); id != "nokey-0" {
+		t.Errorf("first task on the task subject %q, want nokey-0", id)
+	}
+	released, err := e.tasks.GetLastMsgForSubject(ctx, "spool.tasks.normal.ledger.post")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := spool.TaskID(released.Header, released.Sequence); id != "post-0" || released.Header.Get(spool.HeaderOrderSeq) == "" {
+		t.Errorf("released task %q with %s %q, want post-0 with its turn", id, spool.HeaderOrderSeq, released.Header.Get(spool.HeaderOrderSeq))
 	}
 	next, err := e.tasks.GetMsg(ctx, 0, jetstream.WithGetMsgSubject(held1))
 	if err != nil {

@@ -214,6 +214,29 @@ func (n Names) HeldSubject(keyToken, typ string) string {
 // HeldFilter matches every held subject: spool.held.>.
 func (n Names) HeldFilter() string { return n.prefix + ".held.>" }
 
+// KickSubject returns spool.kick.<keytoken>.<type>: a core NATS request
+// to the fleet (one worker of the queue group "spool-kick" takes it) to
+// release the key's held tasks while its window has room. A producer that
+// parked a task sends it, so producers need no right to read or delete
+// held tasks.
+func (n Names) KickSubject(keyToken, typ string) string {
+	return n.prefix + ".kick." + keyToken + "." + typ
+}
+
+// KickFilter matches every kick request: spool.kick.>.
+func (n Names) KickFilter() string { return n.prefix + ".kick.>" }
+
+// ParseKickSubject returns the key token and the type of
+// spool.kick.<keytoken>.<type>.
+func (n Names) ParseKickSubject(subject string) (keyToken, typ string, err error) {
+	rest, ok := strings.CutPrefix(subject, n.prefix+".kick.")
+	keyToken, typ, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 || keyToken == "" || typ == "" {
+		return "", "", fmt.Errorf("%q is not a kick subject %s.kick.<keytoken>.<type>", subject, n.prefix)
+	}
+	return keyToken, typ, nil
+}
+
 // CronSubject returns spool.cron.<name>, the subject holding the periodic
 // schedule name (a name follows the task-id rules).
 func (n Names) CronSubject(name string) (string, error) {

@@ -131,13 +131,18 @@ func (t *Turns) Park(ctx context.Context, typ, key string, window int, target, m
 // into its parked copy: on the key's held subject, with the task subject
 // in Spool-Held-Target. Publishing it parks the task; Kick then releases
 // it when the key's window has room.
-func (t *Turns) Hold(typ, key string, msg *nats.Msg) {
+func (t *Turns) Hold(typ, key string, msg *nats.Msg) { Hold(t.names, typ, key, msg) }
+
+// Hold is Turns.Hold for a caller without Turns (a producer, which parks
+// tasks and asks the fleet to start the key with a kick request, see
+// Names.KickSubject).
+func Hold(names spool.Names, typ, key string, msg *nats.Msg) {
 	if msg.Header == nil {
 		msg.Header = nats.Header{}
 	}
 	msg.Header.Del(spool.HeaderOrderSeq)
 	msg.Header.Set(spool.HeaderHeldTarget, msg.Subject)
-	msg.Subject = t.names.HeldSubject(EncodeKey(key), typ)
+	msg.Subject = names.HeldSubject(EncodeKey(key), typ)
 }
 
 // Kick releases the key's next parked tasks while its window has room.

@@ -232,6 +232,8 @@ func TestRolesDenyByConstruction(t *testing.T) {
 		"$KV.spool_paused.>",
 		// Flow control: changes of the concurrency slots.
 		"$KV.spool_leases.c.>", "$KV.spool_leases.kc.>",
+		// Producers' requests to start an ordered or fair key.
+		"spool.kick.>",
 	}
 	if p := perms["spool-consumer"]; p == nil || p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, consumerSubs) || p.Response == nil {
 		t.Errorf("spool-consumer subscribe permissions %+v, want %v and responses", p, consumerSubs)
