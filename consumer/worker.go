@@ -60,8 +60,10 @@ type Worker struct {
 	flow       *flow.Limiter      // nil: flow control off
 	turns      *limits.Turns      // per-key ordering; nil: flow control off
 	kickSub    *nats.Subscription // the fleet's kick requests (spool.kick.>); nil: flow control off
-	parking    *parking.Parking   // nil: type pauses off
-	ioCtx      context.Context    // values of Start's ctx, never cancelled
+	sweepStop  chan struct{}      // ends sweepHeld; nil: flow control off
+	sweepDone  chan struct{}
+	parking    *parking.Parking // nil: type pauses off
+	ioCtx      context.Context  // values of Start's ctx, never cancelled
 
 	// life runs Start and Stop; stopping is its Stopping channel, closed
 	// by Stop: no more pulls.

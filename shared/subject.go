@@ -214,6 +214,12 @@ func (n Names) HeldSubject(keyToken, typ string) string {
 // HeldFilter matches every held subject: spool.held.>.
 func (n Names) HeldFilter() string { return n.prefix + ".held.>" }
 
+// ParseHeldSubject returns the key token and the type of
+// spool.held.<keytoken>.<type>.
+func (n Names) ParseHeldSubject(subject string) (keyToken, typ string, err error) {
+	return n.parseKeyed(subject, ".held.", "held subject")
+}
+
 // KickSubject returns spool.kick.<keytoken>.<type>: a core NATS request
 // to the fleet (one worker of the queue group "spool-kick" takes it) to
 // release the key's held tasks while its window has room. A producer that
@@ -229,10 +235,15 @@ func (n Names) KickFilter() string { return n.prefix + ".kick.>" }
 // ParseKickSubject returns the key token and the type of
 // spool.kick.<keytoken>.<type>.
 func (n Names) ParseKickSubject(subject string) (keyToken, typ string, err error) {
-	rest, ok := strings.CutPrefix(subject, n.prefix+".kick.")
+	return n.parseKeyed(subject, ".kick.", "kick subject")
+}
+
+// parseKeyed splits <prefix><infix><keytoken>.<type>.
+func (n Names) parseKeyed(subject, infix, what string) (keyToken, typ string, err error) {
+	rest, ok := strings.CutPrefix(subject, n.prefix+infix)
 	keyToken, typ, ok2 := strings.Cut(rest, ".")
 	if !ok || !ok2 || keyToken == "" || typ == "" {
-		return "", "", fmt.Errorf("%q is not a kick subject %s.kick.<keytoken>.<type>", subject, n.prefix)
+		return "", "", fmt.Errorf("%q is not a %s %s%s<keytoken>.<type>", subject, what, n.prefix, infix)
 	}
 	return keyToken, typ, nil
 }
