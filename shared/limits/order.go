@@ -218,6 +218,12 @@ func (t *Turns) release(ctx context.Context, m *jetstream.RawStreamMsg) error {
 		h[k] = v
 	}
 	h.Del(spool.HeaderHeldTarget)
+	// A direct get adds the stored message's place (Nats-Subject,
+	// Nats-Sequence, ...) to its headers; the released copy must not carry
+	// the held copy's, or a direct get of it reads the held subject.
+	for _, k := range directGetHeaders {
+		h.Del(k)
+	}
 	seq := strconv.FormatUint(m.Sequence, 10)
 	id := spool.TaskID(m.Header, m.Sequence)
 	h.Set(spool.HeaderTaskID, id)
@@ -227,6 +233,12 @@ func (t *Turns) release(ctx context.Context, m *jetstream.RawStreamMsg) error {
 		return fmt.Errorf("releasing held task %d to %s: %w", m.Sequence, target, err)
 	}
 	return t.delete(ctx, m.Sequence)
+}
+
+// directGetHeaders are the headers a direct get adds to a stored message.
+var directGetHeaders = []string{
+	jetstream.StreamHeader, jetstream.SequenceHeader, jetstream.SubjectHeader,
+	"Nats-Time-Stamp", jetstream.LastSequenceHeader, "Nats-Num-Pending",
 }
 
 func (t *Turns) delete(ctx context.Context, seq uint64) error {
@@ -274,15 +286,24 @@ func (t *Turns) Admit(ctx context.Context, typ, key string, window int, seq uint
 // message is acked: a worker killed between the two sees the task again,
 // and its Finish then does the kick the killed one did not.
 func (t *Turns) Finish(ctx context.Context, typ, key string, window int, seq uint64) error {
+	if _, err := t.Leave(ctx, typ, key, seq); err != nil {
+		return err
+	}
+	// Also when the place was given up already (by this task's run before
+	// a crash, which may have stopped before the kick): kick anyway.
+	return t.Kick(ctx, typ, key, window)
+}
+
+// Leave gives up the place of the task with held sequence seq, if it holds
+// one, without releasing the next task: for a caller that does not know
+// the key's window (the DLQ router), which then asks the fleet to start the
+// key with a kick request (Names.KickSubject). It reports whether the task
+// held a place.
+func (t *Turns) Leave(ctx context.Context, typ, key string, seq uint64) (bool, error) {
 	for {
 		turn, rev, err := t.get(ctx, typ, key)
-		if err != nil {
-			return err
-		}
-		if !turn.holds(seq) {
-			// Given up already (by this task's run before a crash, which
-			// may have stopped before the kick): kick anyway.
-			return t.Kick(ctx, typ, key, window)
+		if err != nil || !turn.holds(seq) {
+			return false, err
 		}
 		next := Turn{Seq: turn.Seq, Running: make([]uint64, 0, len(turn.Running)-1)}
 		for _, s := range turn.Running {
@@ -294,11 +315,38 @@ func (t *Turns) Finish(ctx context.Context, typ, key string, window int, seq uin
 		if errors.Is(err, errTurnMoved) {
 			continue
 		}
-		if err != nil {
-			return err
-		}
-		return t.Kick(ctx, typ, key, window)
+		return err == nil, err
 	}
+}
+
+// Unblock gives up every place of the key's turn, keeping its position
+// (Turn.Seq), and returns the held sequences that held them: the operator's
+// way out when a task holding a place left the stream without passing the
+// turn on (purged, deleted by hand). Tasks released earlier that are still
+// queued or running then run outside the turn (RunFree). The caller kicks
+// the key afterwards.
+func (t *Turns) Unblock(ctx context.Context, typ, key string) ([]uint64, error) {
+	for {
+		turn, rev, err := t.get(ctx, typ, key)
+		if err != nil || len(turn.Running) == 0 {
+			return nil, err
+		}
+		err = t.put(ctx, typ, key, Turn{Seq: turn.Seq}, rev)
+		if errors.Is(err, errTurnMoved) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return turn.Running, nil
+	}
+}
+
+// Get reads the turn of key among typ's tasks; the zero Turn when the key
+// has none.
+func (t *Turns) Get(ctx context.Context, typ, key string) (Turn, error) {
+	turn, _, err := t.get(ctx, typ, key)
+	return turn, err
 }
 
 var errTurnMoved = errors.New("the turn changed meanwhile")
