@@ -118,3 +118,48 @@ func (w *Worker) finishOrder(a attemptInfo) error {
 		return w.turns.Finish(ctx, a.typ, a.order.key, a.order.window, a.order.seq)
 	})
 }
+
+// The sweep of held keys: every heldSweepEvery (±20%) each worker lists up
+// to heldSweepKeys keys with parked tasks (limits.Turns.Held, one stream
+// info over spool.held.>) and kicks each, so a key whose producer died
+// between parking a task and kicking it, or whose kick request no worker
+// heard (none ran), starts within seconds. A kick of a key whose window is
+// full costs two reads and changes nothing. With more held keys than
+// heldSweepKeys each sweep takes another sample.
+const (
+	heldSweepEvery = 5 * time.Second
+	heldSweepKeys  = 64
+)
+
+// heldSweepLoop runs the sweep of held keys until the worker stops.
+func (w *Worker) heldSweepLoop() {
+	defer w.loops.Done()
+	for {
+		t := time.NewTimer(jitter(heldSweepEvery, 0.2))
+		select {
+		case <-w.stopping:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		w.sweepHeld()
+	}
+}
+
+// sweepHeld kicks a sample of the keys that have parked tasks.
+func (w *Worker) sweepHeld() {
+	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
+	defer cancel()
+	held, err := w.turns.Held(ctx, heldSweepKeys)
+	if err != nil {
+		w.log.Warn("listing keys with parked tasks; trying again at the next sweep", "error", err)
+		return
+	}
+	for _, h := range held {
+		rule, _ := w.flow.Rule(h.Type)
+		if err := w.turns.Kick(ctx, h.Type, h.Key, max(1, rule.KeyWindow(h.Key))); err != nil {
+			w.log.Warn("starting a key with parked tasks; trying again at the next sweep", "type", h.Type, "key", h.Key, "error", err)
+			return
+		}
+	}
+}
