@@ -93,6 +93,10 @@ type config struct {
 	// wfChains is how many chains of 10 the workflow scenario times;
 	// wfGroup the members of its group.
 	wfChains, wfGroup int
+	// fairBig and fairSmall are the fairness scenario's big key backlog
+	// and small keys' backlogs; fairPer the shares' backlog per key (0:
+	// fairBig/100, at least 40).
+	fairBig, fairSmall, fairPer int
 }
 
 func defaultConfig(quick bool) config {
@@ -106,6 +110,7 @@ func defaultConfig(quick bool) config {
 		backlogLo: 10_000, backlogHi: 1_000_000, backlogN: 8000, backlogReps: 6, backlogConc: 100,
 		concs: []int{10, 100}, limitsN: 2_000,
 		wfChains: 20, wfGroup: 10_000,
+		fairBig: 100_000, fairSmall: 100,
 	}
 	if quick {
 		c = config{
@@ -117,6 +122,7 @@ func defaultConfig(quick bool) config {
 			backlogLo: 300, backlogHi: 1000, backlogN: 100, backlogReps: 1, backlogConc: 10,
 			concs: []int{10}, limitsN: 200,
 			wfChains: 3, wfGroup: 300,
+			fairBig: 300, fairSmall: 3,
 		}
 	}
 	return c
@@ -129,6 +135,9 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.scenarios, "scenarios", c.scenarios, "run only these scenarios (comma-separated: enqueue,processing,pickup,shares,limits,workflows,natsbench,fairness,backlog,peers)")
 	fs.StringVar(&c.profileDir, "profile", c.profileDir, "write CPU profiles of the processing consumers to this directory")
 	fs.IntVar(&c.queued, "queued", c.queued, "queued tasks of the processing scenario")
+	fs.IntVar(&c.fairBig, "fair-big", c.fairBig, "the fairness scenario's big key backlog")
+	fs.IntVar(&c.fairSmall, "fair-small", c.fairSmall, "the fairness scenario's backlog of each of its 99 small keys")
+	fs.IntVar(&c.fairPer, "fair-per", c.fairPer, "the fairness shares' backlog per key (0: fair-big/100, at least 40)")
 	fs.IntVar(&c.processN, "processed", c.processN, "tasks processed per processing run with default sync (at most -queued)")
 }
 
