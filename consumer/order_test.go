@@ -332,31 +332,3 @@ func TestFairKeys(t *testing.T) {
 		t.Errorf("the big key ran %d of its %d tasks before the last small key completed: the small keys waited behind it", bigThen, big)
 	}
 }
-
-// A producer that died between parking a task and kicking its key leaves
-// the task on its held subject with no kick request: the workers' sweep of
-// held keys starts the key.
-func TestOrderedKeysStartedBySweep(t *testing.T) {
-	t.Parallel()
-	e, _ := newTurnsEnv(t, limits.Rule{Type: "swept", Ordered: limits.OrderHold})
-	mux := consumer.NewMux()
-	mux.HandleFunc("swept", func(ctx context.Context, task *consumer.Task) ([]byte, error) { return nil, nil })
-	e.worker(mux, consumer.WithConcurrency(2, 2))
-	subject, err := e.names.TaskSubject(spool.Normal, "swept")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 3 {
-		id := fmt.Sprintf("swept-%d", i)
-		m := &nats.Msg{Subject: subject, Header: nats.Header{}, Data: []byte(id)}
-		m.Header.Set(spool.HeaderMsgID, id)
-		m.Header.Set(spool.HeaderKey, "orphan")
-		limits.Hold(e.names, "swept", "orphan", m)
-		if _, err := e.js.PublishMsg(testCtx(t), m); err != nil { // parked, never kicked
-			t.Fatal(err)
-		}
-	}
-	for i := range 3 {
-		e.waitResult(fmt.Sprintf("swept-%d", i), spool.StateCompleted, 30*time.Second)
-	}
-}

@@ -265,10 +265,6 @@ func (w *Worker) start(ctx context.Context) error {
 	w.loops.Add(2)
 	go w.dispatchLoop()
 	go w.refreshLoop()
-	if w.turns != nil {
-		w.loops.Add(1)
-		go w.heldSweepLoop()
-	}
 	w.log.InfoContext(ctx, "worker started", "min_slots", w.o.MinConcurrency, "max_slots", w.o.MaxConcurrency, "strict", w.o.Strict)
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -459,38 +458,4 @@ func OrderSeq(h nats.Header) (seq uint64, ok bool) {
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
 	return n, err == nil && n > 0
-}
-
-// HeldKey is a key with tasks parked on its held subject.
-type HeldKey struct {
-	Type, Key string
-	// Parked counts the key's held messages.
-	Parked uint64
-}
-
-// Held lists up to limit keys (in no set order: a different sample each
-// call when there are more) that have tasks parked on their held subject,
-// from the task stream's subject counts over spool.held.>.
-func (t *Turns) Held(ctx context.Context, limit int) ([]HeldKey, error) {
-	info, err := t.tasks.Info(ctx, jetstream.WithSubjectFilter(t.names.HeldFilter()))
-	if err != nil {
-		return nil, fmt.Errorf("listing held keys: %w", err)
-	}
-	prefix := strings.TrimSuffix(t.names.HeldFilter(), ">")
-	var out []HeldKey
-	for subj, n := range info.State.Subjects {
-		if len(out) >= limit {
-			break
-		}
-		token, typ, ok := strings.Cut(strings.TrimPrefix(subj, prefix), ".")
-		if !ok || n == 0 {
-			continue
-		}
-		key, err := DecodeKey(token)
-		if err != nil {
-			continue // not parked by Spool: left alone
-		}
-		out = append(out, HeldKey{Type: typ, Key: key, Parked: n})
-	}
-	return out, nil
 }
