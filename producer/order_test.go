@@ -24,13 +24,7 @@ func TestEnqueueParksOrderedKeys(t *testing.T) {
 	t.Parallel()
 	e := startEnv(t)
 	ctx := ctxFor(t)
-	st, err := limits.Open(ctx, e.js, e.names)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Put(ctx, limits.Rule{Type: "ledger.post", Ordered: limits.OrderHold}); err != nil {
-		t.Fatal(err)
-	}
+	e.orderType(t, "ledger.post")
 	kicks := make(chan string, 16)
 	sub, err := e.nc.Subscribe(e.names.KickFilter(), func(m *nats.Msg) { kicks <- m.Subject })
 	if err != nil {
@@ -107,6 +101,18 @@ func TestEnqueueParksOrderedKeys(t *testing.T) {
 	}
 }
 
+// orderType makes typ ordered (hold).
+func (e *env) orderType(t *testing.T, typ string) {
+	t.Helper()
+	st, err := limits.Open(ctxFor(t), e.js, e.names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Put(ctxFor(t), limits.Rule{Type: typ, Ordered: limits.OrderHold}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // heldIDs lists the task ids on a held subject, in stream order.
 func (e *env) heldIDs(t *testing.T, held string) []string {
 	t.Helper()
@@ -131,13 +137,7 @@ func TestEnqueueAsyncAndBatchKeepKeyOrder(t *testing.T) {
 	t.Parallel()
 	e := startEnv(t)
 	ctx := ctxFor(t)
-	st, err := limits.Open(ctx, e.js, e.names)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Put(ctx, limits.Rule{Type: "ledger.post", Ordered: limits.OrderHold}); err != nil {
-		t.Fatal(err)
-	}
+	e.orderType(t, "ledger.post")
 	want := map[string][]string{}
 	task := func(key string, i int) producer.Task {
 		id := key + "-" + strconv.Itoa(i)
