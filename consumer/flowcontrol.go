@@ -74,17 +74,27 @@ func (w *Worker) startFlow(ctx context.Context) error {
 		l.Close()
 		return err
 	}
+	w.kickSem = make(chan struct{}, kickParallel)
 	if w.kickSub, err = w.nc.QueueSubscribe(w.o.Names.KickFilter(), kickQueue, w.onKick); err != nil {
 		l.Close()
 		return fmt.Errorf("subscribing to kick requests: %w", err)
 	}
+	w.sweepStop, w.sweepDone = make(chan struct{}), make(chan struct{})
+	go w.sweepHeld(w.sweepStop, w.sweepDone)
 	return nil
 }
 
-// closeFlow ends the kick subscription and the limiter (both may be nil).
+// closeFlow ends the kick subscription, the sweep of held keys and the
+// limiter (each may be off).
 func (w *Worker) closeFlow() {
 	if w.kickSub != nil {
 		_ = w.kickSub.Unsubscribe()
+		w.kicking.Wait()
+	}
+	if w.sweepStop != nil {
+		close(w.sweepStop)
+		<-w.sweepDone
+		w.sweepStop = nil
 	}
 	w.flow.Close()
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/limits"
@@ -23,9 +24,15 @@ type orderRef struct {
 // worker of the fleet serves each kick request.
 const kickQueue = "spool-kick"
 
+// kickParallel is how many kick requests a worker serves at once: a
+// producer's batch over many keys sends a kick per key, and each kick is a
+// few round trips.
+const kickParallel = 16
+
 // onKick serves a kick request (Names.KickSubject) of a producer that
 // parked tasks: it releases the key's held tasks while its window has
-// room.
+// room, in a goroutine of its own (at most kickParallel at once; beyond
+// that the subscription waits).
 func (w *Worker) onKick(m *nats.Msg) {
 	token, typ, err := w.o.Names.ParseKickSubject(m.Subject)
 	var key string
@@ -36,12 +43,75 @@ func (w *Worker) onKick(m *nats.Msg) {
 		w.log.Warn("ignoring a kick request", "subject", m.Subject, "error", err)
 		return
 	}
-	rule, _ := w.flow.Rule(typ)
-	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
+	w.kickSem <- struct{}{}
+	w.kicking.Add(1)
+	go func() {
+		defer func() { <-w.kickSem; w.kicking.Done() }()
+		rule, _ := w.flow.Rule(typ)
+		ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
+		defer cancel()
+		// A rule lifted meanwhile still drains the key, one at a time.
+		if err := w.turns.Kick(ctx, typ, key, max(1, rule.KeyWindow(key))); err != nil {
+			w.log.Warn("starting an ordered key", "type", typ, "key", key, "error", err)
+		}
+	}()
+}
+
+// heldSweepEvery is how often a worker looks for held keys with room in
+// their window (heldSweepMax at most per look): it starts the keys whose
+// kick request no worker heard (none ran, or it was lost in a
+// reconnect).
+const (
+	heldSweepEvery = 5 * time.Second
+	heldSweepMax   = 256
+)
+
+// sweepHeld kicks the keys that have held tasks, every heldSweepEvery
+// (with jitter, so the fleet's looks spread out), until stop closes.
+func (w *Worker) sweepHeld(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTimer(jitter(heldSweepEvery/5, 1))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		w.kickHeldKeys()
+		t.Reset(jitter(heldSweepEvery, deferJitter))
+	}
+}
+
+// kickHeldKeys kicks up to heldSweepMax keys that have held tasks.
+func (w *Worker) kickHeldKeys() {
+	ctx, cancel := context.WithTimeout(w.ioCtx, heldSweepEvery)
 	defer cancel()
-	// A rule lifted meanwhile still drains the key, one at a time.
-	if err := w.turns.Kick(ctx, typ, key, max(1, rule.KeyWindow(key))); err != nil {
-		w.log.Warn("starting an ordered key", "type", typ, "key", key, "error", err)
+	info, err := w.tasks.Info(ctx, jetstream.WithSubjectFilter(w.o.Names.HeldFilter()))
+	if err != nil {
+		w.log.Debug("looking for held keys", "error", err)
+		return
+	}
+	n := 0
+	for subj, count := range info.State.Subjects {
+		if count == 0 {
+			continue
+		}
+		if n++; n > heldSweepMax {
+			return
+		}
+		token, typ, err := w.o.Names.ParseHeldSubject(subj)
+		var key string
+		if err == nil {
+			key, err = limits.DecodeKey(token)
+		}
+		if err != nil {
+			continue
+		}
+		rule, _ := w.flow.Rule(typ)
+		if err := w.turns.Kick(ctx, typ, key, max(1, rule.KeyWindow(key))); err != nil {
+			w.log.Debug("starting a held key", "type", typ, "key", key, "error", err)
+		}
 	}
 }
 
