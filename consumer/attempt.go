@@ -121,7 +121,8 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 		MaxAttempts: a.maxAttempts,
 		EnqueuedAt:  md.Timestamp,
 
-		progressSubject: w.o.Names.ProgressSubject(a.id),
+		names: &w.o.Names,
+		id:    a.id,
 	}
 	pickup := time.Duration(-1)
 	if a.attempt == 1 {
@@ -261,7 +262,11 @@ const handlerGrace = 50 * time.Millisecond
 // shutdown cancelled it (timeout, or hand-back); the slot then stays busy
 // until the handler returns.
 func (w *Worker) run(a attemptInfo, t *Task, timeout time.Duration, o outcome) {
-	ctx, cancel := context.WithTimeout(w.hardCtx, timeout)
+	// The attempt's contexts hang off handlerBase (hardCtx's values, no
+	// cancellation): deriving them from hardCtx itself registered every
+	// attempt in hardCtx under its one lock, which all runners contended
+	// for. Shutdown reaches them through the watches (endHandlers).
+	ctx, cancel := context.WithTimeout(w.handlerBase, timeout)
 	defer cancel()
 	ctx, cancelTask := context.WithCancelCause(ctx)
 	defer cancelTask(nil)
@@ -305,6 +310,10 @@ type watch struct {
 	processingAt time.Time // zero once written or not wanted
 	expireAt     time.Time // the deadline plus handlerGrace
 	timer        *time.Timer
+
+	// sameTask is the next running attempt of the same task in the
+	// cancellation registry (cancels.running); guarded by its lock.
+	sameTask *watch
 }
 
 func (w *Worker) startWatch(ctx context.Context, cancel context.CancelCauseFunc, a attemptInfo, o outcome) *watch {
@@ -329,6 +338,7 @@ func (w *Worker) startWatch(ctx context.Context, cancel context.CancelCauseFunc,
 	w.watches[h] = struct{}{}
 	w.watchMu.Unlock()
 	if w.hardCtx.Err() != nil {
+		h.cancel(context.Cause(w.hardCtx))
 		h.expireSoon()
 	}
 	return h
@@ -446,9 +456,18 @@ func (h *watch) stop() {
 // handlerGrace to return before their attempts are settled without them.
 func (w *Worker) cancelHandlers() {
 	w.hardCancel()
+	w.endHandlers(context.Cause(w.hardCtx))
+}
+
+// endHandlers cancels the context of every running attempt with cause
+// (hardCtx's) and gives it handlerGrace. It runs once hardCtx ends,
+// whatever ended it (cancelHandlers, or its parent: see Start); an attempt
+// whose watch registers later sees hardCtx ended in startWatch.
+func (w *Worker) endHandlers(cause error) {
 	w.watchMu.Lock()
 	defer w.watchMu.Unlock()
 	for h := range w.watches {
+		h.cancel(cause)
 		h.expireSoon()
 	}
 }

@@ -40,8 +40,10 @@ type cancels struct {
 	mu sync.Mutex
 	// ids are the cancelled tasks, with their cancellation when it came
 	// by the subscription (a listed one is read when needed).
-	ids     map[string]*spool.Cancellation
-	running map[string]map[*watch]struct{}
+	ids map[string]*spool.Cancellation
+	// running lists each task's running attempts (usually one), linked
+	// through watch.sameTask: no allocation per attempt.
+	running map[string]*watch
 }
 
 func newCancels(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, names spool.Names, bind jsproto.Retry, log *slog.Logger) (*cancels, error) {
@@ -58,7 +60,7 @@ func newCancels(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, name
 		prefix:  strings.TrimSuffix(names.CancelFilter(), ">"),
 		log:     log,
 		ids:     make(map[string]*spool.Cancellation),
-		running: make(map[string]map[*watch]struct{}),
+		running: make(map[string]*watch),
 	}
 	// Subscribe before listing: a cancellation published meanwhile is
 	// seen by one or the other.
@@ -117,7 +119,7 @@ func (c *cancels) add(id string, doc *spool.Cancellation) {
 		c.ids[id] = doc
 	}
 	var hs []*watch
-	for h := range c.running[id] {
+	for h := c.running[id]; h != nil; h = h.sameTask {
 		hs = append(hs, h)
 	}
 	c.mu.Unlock()
@@ -138,12 +140,8 @@ func (c *cancels) cancelled(id string) bool {
 // already is.
 func (c *cancels) track(id string, h *watch) {
 	c.mu.Lock()
-	m := c.running[id]
-	if m == nil {
-		m = make(map[*watch]struct{}, 1)
-		c.running[id] = m
-	}
-	m[h] = struct{}{}
+	h.sameTask = c.running[id]
+	c.running[id] = h
 	_, gone := c.ids[id]
 	c.mu.Unlock()
 	if gone {
@@ -153,13 +151,21 @@ func (c *cancels) track(id string, h *watch) {
 
 func (c *cancels) untrack(id string, h *watch) {
 	c.mu.Lock()
-	if m := c.running[id]; m != nil {
-		delete(m, h)
-		if len(m) == 0 {
-			delete(c.running, id)
+	defer c.mu.Unlock()
+	switch head := c.running[id]; {
+	case head == h && h.sameTask == nil:
+		delete(c.running, id)
+	case head == h:
+		c.running[id] = h.sameTask
+	default:
+		for prev := head; prev != nil; prev = prev.sameTask {
+			if prev.sameTask == h {
+				prev.sameTask = h.sameTask
+				break
+			}
 		}
 	}
-	c.mu.Unlock()
+	h.sameTask = nil
 }
 
 // get returns the cancellation of id: as it arrived, else read from the

@@ -32,8 +32,11 @@ type Task struct {
 	EnqueuedAt time.Time
 
 	// Set by the worker for the running attempt.
-	progress        func(spool.Progress) error
-	progressSubject string
+	progress func(spool.Progress) error
+	// names and id make ProgressSubject on demand: few handlers ask for
+	// it, and building it for every attempt was an allocation each.
+	names *spool.Names
+	id    string
 }
 
 // ErrSettled: Progress was called after the attempt ended (the handler
@@ -61,7 +64,12 @@ func (t *Task) Progress(percent float64, value json.RawMessage) error {
 
 // ProgressSubject is the subject a remote handler publishes progress of
 // this task to (a JSON spool.Progress): <prefix>.progress.<task-id>.
-func (t *Task) ProgressSubject() string { return t.progressSubject }
+func (t *Task) ProgressSubject() string {
+	if t.names == nil {
+		return ""
+	}
+	return t.names.ProgressSubject(t.id)
+}
 
 // Handler processes tasks of one type. The returned bytes become the result
 // (JSON is kept as JSON). A nil error completes the task; an error retries it

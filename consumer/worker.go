@@ -71,10 +71,13 @@ type Worker struct {
 	// by Stop: no more pulls.
 	life     *lifecycle.Lifecycle
 	stopping <-chan struct{}
-	// hardCtx is the parent of every handler context; hardCancel ends
-	// running handlers when the shutdown timeout runs out.
-	hardCtx    context.Context
-	hardCancel context.CancelFunc
+	// hardCtx ends running handlers (through endHandlers) when the
+	// shutdown timeout runs out; hardCancel ends it. handlerBase, its
+	// values without its cancellation, is the parent of every handler
+	// context.
+	hardCtx     context.Context
+	hardCancel  context.CancelFunc
+	handlerBase context.Context
 	// watches are the running attempts' timers, for cancelHandlers.
 	watchMu sync.Mutex
 	watches map[*watch]struct{}
@@ -264,6 +267,9 @@ func (w *Worker) start(ctx context.Context) error {
 
 	w.mu.Lock()
 	w.hardCtx, w.hardCancel = context.WithCancel(w.ioCtx)
+	w.handlerBase = context.WithoutCancel(w.hardCtx)
+	hard := w.hardCtx
+	context.AfterFunc(hard, func() { w.endHandlers(context.Cause(hard)) })
 	w.state = WorkerIdle
 	w.slots.startWindow(time.Now())
 	for p := range w.prio {

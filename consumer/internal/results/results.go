@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,7 +29,14 @@ type Store struct {
 	// putPrefix is the subject prefix of a put to the results bucket, for
 	// writes that do not wait ($KV.<bucket>.).
 	putPrefix string
+	// evBufs holds event buffers (*[]byte): the connection copies a
+	// message as it publishes it, so Event gives its buffer back at once
+	// instead of allocating one per attempt.
+	evBufs sync.Pool
 }
+
+// maxPooledEvent is the largest event buffer kept for reuse.
+const maxPooledEvent = 4 << 10
 
 // New binds the results and unique-key buckets of names. worker names the
 // writer in every document (host-pid, "dlq-router", ...).
@@ -115,11 +124,20 @@ func (r *Store) Event(kind spool.EventKind, doc spool.Result) {
 	}
 	// The document is encoded into the event's own buffer: one buffer
 	// and no copy for the event a worker publishes as each attempt starts.
-	head := spool.AppendEvent(make([]byte, 0, 480+len(doc.Result)+len(doc.Error)), kind, time.Now(), nil)
+	buf, _ := r.evBufs.Get().(*[]byte)
+	if buf == nil {
+		buf = new([]byte)
+	}
+	head := spool.AppendEvent(slices.Grow((*buf)[:0], 480+len(doc.Result)+len(doc.Error)), kind, time.Now(), nil)
 	head = head[:len(head)-1] // AppendEvent closed the object after an empty document
 	if body, ok := spool.AppendResult(head, &doc); ok {
 		subj := r.names.EventSubject(kind, doc.Priority, doc.ID, doc.Type)
-		_ = r.js.Conn().Publish(subj, append(body, '}')) // best effort: events are notifications
+		body = append(body, '}')
+		_ = r.js.Conn().Publish(subj, body) // best effort: events are notifications
+		if cap(body) <= maxPooledEvent {
+			*buf = body[:0]
+			r.evBufs.Put(buf)
+		}
 		return
 	}
 	b, err := r.encode(&doc)
