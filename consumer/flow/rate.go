@@ -30,12 +30,12 @@ import (
 // few that come back too many wait in their worker for a start or are
 // booked again.
 func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, limit string) error {
-	iv := r.Interval()
+	iv, tol := r.GCRA()
 	var wait time.Duration
 	for waited := time.Duration(0); ; waited += wait {
 		var err error
 		var taken bool
-		wait, taken, err = l.gcra(ctx, limits.RateKey(typ, key), iv, time.Duration(r.BurstOrOne())*iv, 0, false)
+		wait, taken, err = l.gcra(ctx, limits.RateKey(typ, key), iv, iv+tol, 0, false)
 		if err != nil {
 			return fmt.Errorf("%s limit of %q: %w", limit, typ, err)
 		}
@@ -114,8 +114,7 @@ func (l *Limiter) gcra(ctx context.Context, k string, iv, burst, after time.Dura
 			cancel()
 			return 0, false, fmt.Errorf("reading %q: %w", k, err)
 		}
-		next := tat.Add(iv)
-		wait := next.Sub(now) - burst
+		next, wait := gcraStep(tat, now, iv, burst)
 		if !book && wait > 0 {
 			cancel()
 			return wait, false, nil
@@ -145,6 +144,14 @@ func (l *Limiter) gcra(ctx context.Context, k string, iv, burst, after time.Dura
 		return 0, false, fmt.Errorf("%q kept changing: gave up after %d tries", k, casTries)
 	}
 	return iv, false, nil
+}
+
+// gcraStep is the arithmetic of one GCRA step: with tat no earlier than
+// now, the start moves tat to next, and is due in wait (allowed now when
+// wait ≤ 0).
+func gcraStep(tat, now time.Time, iv, burst time.Duration) (next time.Time, wait time.Duration) {
+	next = tat.Add(iv)
+	return next, next.Sub(now) - burst
 }
 
 // put writes k if its last revision is still rev, with a per-key TTL (KV
