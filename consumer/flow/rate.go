@@ -22,7 +22,7 @@ import (
 // interval.
 //
 // The tasks of one rate key waiting in this worker form a line, first
-// come first served, of at most rateWaiters: only its head reads the key
+// come first served, of at most lineCap: only its head reads the key
 // (when the next start is due), so a waiting task costs no reads of its
 // own; a task that finds the line full, or whose wait would pass
 // localWait, is handed back.
@@ -40,7 +40,7 @@ func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, 
 	iv, tol := r.GCRA()
 	rk := limits.RateKey(typ, key)
 	deadline := time.Now().Add(localWait)
-	turn, ahead := l.joinLine(rk)
+	turn, ahead := l.joinLine(rk, lineCap(iv))
 	if turn == nil {
 		// The line is full: come back after it.
 		return l.bookReturn(ctx, typ, key, limit, iv, time.Duration(ahead+1)*iv)
@@ -94,19 +94,30 @@ func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, 
 	}
 }
 
-// rateWaiters is the most tasks of one rate key that wait in a worker for
-// a start; the next ones are handed back at once. A worker killed while
-// its tasks wait holds them until AckWait, so few wait in each.
-const rateWaiters = 4
+// A line holds the tasks for the starts of the next lineSpan (handed-back
+// tasks come back that early, and the server fires schedules in clumps
+// about that far apart), at least minLine and at most maxLine: the next
+// ones are handed back at once. A worker killed while its tasks wait
+// holds them until AckWait, so no more wait than the line can use.
+const (
+	lineSpan = 300 * time.Millisecond
+	minLine  = 4
+	maxLine  = 32
+)
+
+// lineCap is the most tasks in the line of a rate of interval iv.
+func lineCap(iv time.Duration) int {
+	return min(maxLine, max(minLine, int(lineSpan/max(iv, 1))+1))
+}
 
 // joinLine puts a task at the end of the line of rate key rk: turn is
 // closed when the task reaches the head (at once when ahead is 0); nil
 // when the line is full.
-func (l *Limiter) joinLine(rk string) (turn chan struct{}, ahead int) {
+func (l *Limiter) joinLine(rk string, most int) (turn chan struct{}, ahead int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	line := l.lines[rk]
-	if len(line) >= rateWaiters {
+	if len(line) >= most {
 		return nil, len(line)
 	}
 	turn = make(chan struct{})
