@@ -661,6 +661,7 @@ func (w *Worker) deadLetter(a attemptInfo, reason spool.Reason, cause error, o o
 	}
 	dm := dlq.Message{
 		Subject:    a.msg.Subject(),
+		Stream:     w.o.Names.PartitionStream(w.o.Partition),
 		Seq:        a.seq,
 		Header:     a.msg.Headers(),
 		Data:       a.msg.Data(),

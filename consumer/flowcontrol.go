@@ -78,13 +78,21 @@ func (w *Worker) startFlow(ctx context.Context) error {
 		l.Close()
 		return fmt.Errorf("subscribing to kick requests: %w", err)
 	}
+	w.sweepStop, w.sweepDone = make(chan struct{}), make(chan struct{})
+	go w.sweepHeld(w.sweepStop, w.sweepDone)
 	return nil
 }
 
-// closeFlow ends the kick subscription and the limiter (both may be nil).
+// closeFlow ends the kick subscription, the sweep of held keys and the
+// limiter (each may be off).
 func (w *Worker) closeFlow() {
 	if w.kickSub != nil {
 		_ = w.kickSub.Unsubscribe()
+	}
+	if w.sweepStop != nil {
+		close(w.sweepStop)
+		<-w.sweepDone
+		w.sweepStop = nil
 	}
 	w.flow.Close()
 }

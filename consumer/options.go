@@ -10,6 +10,7 @@ import (
 
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/logging"
+	"github.com/spoolq/spool/streams"
 )
 
 // BoostStep multiplies a priority's weight once its oldest waiting task is
@@ -43,6 +44,8 @@ type config struct {
 	Names      spool.Names
 	Logger     *slog.Logger
 	WorkerName string
+	// Partition is the task partition pulled: WithPartition.
+	Partition int
 	// MinConcurrency and MaxConcurrency bound the number of worker slots
 	// (handlers running at once). The pool starts at MinConcurrency and
 	// autoscales between them.
@@ -175,6 +178,22 @@ func validateBoost(steps []BoostStep) error {
 // Option changes one setting of a Worker, validating it; New fails with an
 // error wrapping ErrInvalidOption when one does not hold.
 type Option func(*config) error
+
+// WithPartition makes the worker pull task partition k (see
+// streams.Settings.Partitions and docs/scaling.md): the stream
+// spool.Names.PartitionStream(k) and its five priority consumers, with the
+// worker's weights, slots and limits applied to that partition's tasks.
+// Run one worker per partition. Default: 0, SPOOL_TASKS (the only
+// partition of an unpartitioned topology).
+func WithPartition(k int) Option {
+	return func(o *config) error {
+		if k < 0 || k >= streams.MaxPartitions {
+			return fmt.Errorf("%w: partition %d must be 0 to %d", ErrInvalidOption, k, streams.MaxPartitions-1)
+		}
+		o.Partition = k
+		return nil
+	}
+}
 
 // WithNames sets the names (prefix) of the streams, consumers and buckets.
 // Default: spool.DefaultNames().

@@ -235,6 +235,46 @@ func TestOrderedKeysParkedByWorker(t *testing.T) {
 	}
 }
 
+// Tasks parked by a producer whose kick request no worker heard (none
+// ran) are started by the workers' sweep of held keys once a worker runs,
+// in order.
+func TestOrderedKeysStartedBySweep(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, streams.Settings{})
+	e.putRule(limits.Rule{Type: "ords", Ordered: limits.OrderHold})
+	subject, err := e.names.TaskSubject(spool.Normal, "ords")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	for i := range n {
+		m := &nats.Msg{Subject: subject, Header: nats.Header{}, Data: []byte(strconv.Itoa(i))}
+		m.Header.Set(spool.HeaderMsgID, fmt.Sprintf("ords-%d", i))
+		m.Header.Set(spool.HeaderKey, "k")
+		limits.Hold(e.names, "ords", "k", m)
+		if _, err := e.js.PublishMsg(testCtx(t), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log := newOrderLog()
+	mux := consumer.NewMux()
+	mux.HandleFunc("ords", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		i, _ := strconv.Atoi(string(task.Payload))
+		log.start("k", i)
+		log.end("k", i, true)
+		return nil, nil
+	})
+	e.worker(mux)
+	for i := range n {
+		e.waitResult(fmt.Sprintf("ords-%d", i), spool.StateCompleted, time.Minute)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if got := log.finished["k"]; !slices.Equal(got, []int{0, 1, 2, 3, 4}) || len(log.overlap) > 0 {
+		t.Errorf("completed in order %v, overlapping %v", got, log.overlap)
+	}
+}
+
 // With "fair", a key with a deep backlog queued first does not starve the
 // keys queued after it: each key has at most its window of tasks queued
 // or running, so the 99 small keys all complete while the big key has

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/limits"
@@ -42,6 +43,64 @@ func (w *Worker) onKick(m *nats.Msg) {
 	// A rule lifted meanwhile still drains the key, one at a time.
 	if err := w.turns.Kick(ctx, typ, key, max(1, rule.KeyWindow(key))); err != nil {
 		w.log.Warn("starting an ordered key", "type", typ, "key", key, "error", err)
+	}
+}
+
+// heldSweepEvery is how often a worker looks for held keys with room in
+// their window (heldSweepMax at most per look): it starts the keys whose
+// kick request no worker heard (none ran, or it was lost in a
+// reconnect).
+const (
+	heldSweepEvery = 5 * time.Second
+	heldSweepMax   = 256
+)
+
+// sweepHeld kicks the keys that have held tasks, every heldSweepEvery
+// (with jitter, so the fleet's looks spread out), until stop closes.
+func (w *Worker) sweepHeld(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTimer(jitter(heldSweepEvery/5, 1))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		w.kickHeldKeys()
+		t.Reset(jitter(heldSweepEvery, deferJitter))
+	}
+}
+
+// kickHeldKeys kicks up to heldSweepMax keys that have held tasks.
+func (w *Worker) kickHeldKeys() {
+	ctx, cancel := context.WithTimeout(w.ioCtx, heldSweepEvery)
+	defer cancel()
+	info, err := w.tasks.Info(ctx, jetstream.WithSubjectFilter(w.o.Names.HeldFilter()))
+	if err != nil {
+		w.log.Debug("looking for held keys", "error", err)
+		return
+	}
+	n := 0
+	for subj, count := range info.State.Subjects {
+		if count == 0 {
+			continue
+		}
+		if n++; n > heldSweepMax {
+			return
+		}
+		token, typ, err := w.o.Names.ParseHeldSubject(subj)
+		var key string
+		if err == nil {
+			key, err = limits.DecodeKey(token)
+		}
+		if err != nil {
+			continue
+		}
+		rule, _ := w.flow.Rule(typ)
+		if err := w.turns.Kick(ctx, typ, key, max(1, rule.KeyWindow(key))); err != nil {
+			w.log.Debug("starting a held key", "type", typ, "key", key, "error", err)
+		}
 	}
 }
 

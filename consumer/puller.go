@@ -110,7 +110,7 @@ func newPuller(w *Worker) (*puller, error) {
 	}
 	for _, p := range spool.Priorities {
 		pl.cons[p] = w.o.Names.Consumer(p)
-		pl.next[p] = jsproto.NextSubject(w.o.Names.TaskStream(), pl.cons[p])
+		pl.next[p] = jsproto.NextSubject(w.o.Names.PartitionStream(w.o.Partition), pl.cons[p])
 	}
 	sub, err := jsproto.SubscribeUnbounded(w.nc, pl.prefix+"*.*", pl.onMsg)
 	if err != nil {

@@ -60,8 +60,10 @@ type Worker struct {
 	flow       *flow.Limiter      // nil: flow control off
 	turns      *limits.Turns      // per-key ordering; nil: flow control off
 	kickSub    *nats.Subscription // the fleet's kick requests (spool.kick.>); nil: flow control off
-	parking    *parking.Parking   // nil: type pauses off
-	ioCtx      context.Context    // values of Start's ctx, never cancelled
+	sweepStop  chan struct{}      // ends sweepHeld; nil: flow control off
+	sweepDone  chan struct{}
+	parking    *parking.Parking // nil: type pauses off
+	ioCtx      context.Context  // values of Start's ctx, never cancelled
 
 	// life runs Start and Stop; stopping is its Stopping channel, closed
 	// by Stop: no more pulls.
@@ -193,12 +195,17 @@ func (w *Worker) start(ctx context.Context) error {
 	// answers or ctx ends, saying what it waits for now and then. A
 	// missing stream or consumer fails at once.
 	bind := jsproto.Retry{PerTry: min(w.o.IOTimeout, jsproto.DefaultPerTry), Logger: w.log}
-	err = bind.Do(ctx, "binding task stream "+names.TaskStream(), func(ctx context.Context) (err error) {
-		w.tasks, err = js.Stream(ctx, names.TaskStream())
+	taskStream := names.PartitionStream(w.o.Partition)
+	err = bind.Do(ctx, "binding task stream "+taskStream, func(ctx context.Context) (err error) {
+		w.tasks, err = js.Stream(ctx, taskStream)
 		return err
 	})
 	if err != nil {
-		return bindError("stream", names.TaskStream(), err)
+		return bindError("stream", taskStream, err)
+	}
+	if k := streams.PartitionsOf(w.tasks.CachedInfo().Config); w.o.Partition == 0 && k > 1 {
+		w.log.Warn("the tasks are spread over several partitions and this worker pulls the first only: run a worker per partition (consumer.WithPartition)",
+			"partitions", k, "stream", taskStream)
 	}
 	for _, p := range spool.Priorities {
 		var c jetstream.Consumer

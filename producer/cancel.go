@@ -149,6 +149,21 @@ func (c *Client) locate(ctx context.Context, id string) (doc spool.Result, rev u
 	if err != nil {
 		return doc, 0, "", err
 	}
+	// The task partitions after the first (streams.Settings.Partitions).
+	for k := 1; msg == nil && k < streams.PartitionsOf(s.CachedInfo().Config); k++ {
+		name := c.names.PartitionStream(k)
+		err = c.do(ctx, "looking for task "+id+" in "+name, func(ctx context.Context) error {
+			part, err := c.js.Stream(ctx, name)
+			if err != nil {
+				return err
+			}
+			msg, err = streams.FindQueued(ctx, part, c.names, id)
+			return err
+		})
+		if err != nil {
+			return doc, 0, "", fmt.Errorf("looking for task %q in %s: %w", id, name, err)
+		}
+	}
 	if msg == nil {
 		// A worker stores a task's result before its ack removes it from
 		// the stream: a task that finished after the first read of its

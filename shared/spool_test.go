@@ -325,3 +325,28 @@ func TestResultValue(t *testing.T) {
 		t.Error("terminal states wrong")
 	}
 }
+
+func TestParseKeyedSubjects(t *testing.T) {
+	n := spool.DefaultNames()
+	for _, c := range []struct {
+		subject, token, typ string
+		held                bool
+	}{
+		{n.HeldSubject("YWNjdC0x", "ledger.post"), "YWNjdC0x", "ledger.post", true},
+		{n.KickSubject("YWNjdC0x", "ledger.post"), "YWNjdC0x", "ledger.post", false},
+	} {
+		parse := n.ParseKickSubject
+		if c.held {
+			parse = n.ParseHeldSubject
+		}
+		token, typ, err := parse(c.subject)
+		if err != nil || token != c.token || typ != c.typ {
+			t.Errorf("%s: %q %q %v, want %q %q", c.subject, token, typ, err, c.token, c.typ)
+		}
+	}
+	for _, bad := range []string{"spool.kick.", "spool.kick.x", "spool.held.x.y", "other.kick.x.y"} {
+		if _, _, err := n.ParseKickSubject(bad); err == nil {
+			t.Errorf("ParseKickSubject(%q) accepted", bad)
+		}
+	}
+}

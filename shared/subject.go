@@ -2,6 +2,7 @@ package spool
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -42,6 +43,31 @@ func (n Names) upper() string { return strings.ToUpper(n.prefix) }
 
 // TaskStream is the WorkQueue stream holding queued tasks: SPOOL_TASKS.
 func (n Names) TaskStream() string { return n.upper() + "_TASKS" }
+
+// PartitionStream is task partition k's stream: partition 0 is TaskStream
+// (SPOOL_TASKS), partition k > 0 is SPOOL_TASKS_<k>. See
+// streams.Settings.Partitions.
+func (n Names) PartitionStream(k int) string {
+	if k == 0 {
+		return n.TaskStream()
+	}
+	return n.TaskStream() + "_" + strconv.Itoa(k)
+}
+
+// PartitionFilter is the subject tree task partition k's stream listens
+// on: spool.part.<k>.tasks.>. The server's subject mapping
+// (PartitionMapping) moves every task publish there; the stream's subject
+// transform stores it back under spool.tasks.<priority>.<type>.
+func (n Names) PartitionFilter(k int) string {
+	return n.prefix + ".part." + strconv.Itoa(k) + ".tasks.>"
+}
+
+// PartitionMapping is the server's subject mapping that spreads task
+// publishes over k partitions by a hash of the whole subject (priority and
+// type): spool.tasks.> → spool.part.{{partition(k)}}.tasks.>.
+func (n Names) PartitionMapping(k int) (source, destination string) {
+	return n.prefix + ".tasks.>", n.prefix + ".part.{{partition(" + strconv.Itoa(k) + ")}}.tasks.>"
+}
 
 // DLQStream is the dead-letter stream: SPOOL_DLQ.
 func (n Names) DLQStream() string { return n.upper() + "_DLQ" }
@@ -108,8 +134,12 @@ func (n Names) DLQFilter() string { return n.prefix + ".dlq.>" }
 
 // AdvisoryFilter matches the MAX_DELIVERIES advisories of the task stream's
 // consumers.
-func (n Names) AdvisoryFilter() string {
-	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + n.TaskStream() + ".*"
+func (n Names) AdvisoryFilter() string { return n.PartitionAdvisoryFilter(0) }
+
+// PartitionAdvisoryFilter matches the MAX_DELIVERIES advisories of task
+// partition k's consumers.
+func (n Names) PartitionAdvisoryFilter(k int) string {
+	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + n.PartitionStream(k) + ".*"
 }
 
 // TaskSubject returns spool.tasks.<priority>.<type> after validating both.
@@ -184,6 +214,12 @@ func (n Names) HeldSubject(keyToken, typ string) string {
 // HeldFilter matches every held subject: spool.held.>.
 func (n Names) HeldFilter() string { return n.prefix + ".held.>" }
 
+// ParseHeldSubject returns the key token and the type of
+// spool.held.<keytoken>.<type>.
+func (n Names) ParseHeldSubject(subject string) (keyToken, typ string, err error) {
+	return n.parseKeyed(subject, ".held.", "held subject")
+}
+
 // KickSubject returns spool.kick.<keytoken>.<type>: a core NATS request
 // to the fleet (one worker of the queue group "spool-kick" takes it) to
 // release the key's held tasks while its window has room. A producer that
@@ -199,10 +235,15 @@ func (n Names) KickFilter() string { return n.prefix + ".kick.>" }
 // ParseKickSubject returns the key token and the type of
 // spool.kick.<keytoken>.<type>.
 func (n Names) ParseKickSubject(subject string) (keyToken, typ string, err error) {
-	rest, ok := strings.CutPrefix(subject, n.prefix+".kick.")
+	return n.parseKeyed(subject, ".kick.", "kick subject")
+}
+
+// parseKeyed splits <prefix><infix><keytoken>.<type>.
+func (n Names) parseKeyed(subject, infix, what string) (keyToken, typ string, err error) {
+	rest, ok := strings.CutPrefix(subject, n.prefix+infix)
 	keyToken, typ, ok2 := strings.Cut(rest, ".")
 	if !ok || !ok2 || keyToken == "" || typ == "" {
-		return "", "", fmt.Errorf("%q is not a kick subject %s.kick.<keytoken>.<type>", subject, n.prefix)
+		return "", "", fmt.Errorf("%q is not a %s %s%s<keytoken>.<type>", subject, what, n.prefix, infix)
 	}
 	return keyToken, typ, nil
 }

@@ -36,15 +36,27 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology, logger *
 	if err := CheckServer(ctx, js); err != nil {
 		return err
 	}
-	for _, cfg := range []jetstream.StreamConfig{t.TaskStreamConfig(), t.DLQStreamConfig(), t.AdvisoryStreamConfig()} {
+	if err := checkShrink(ctx, js, t); err != nil {
+		return err
+	}
+	cfgs := []jetstream.StreamConfig{t.DLQStreamConfig(), t.AdvisoryStreamConfig()}
+	for k := range t.Settings.Partitions {
+		cfgs = append(cfgs, t.PartitionStreamConfig(k))
+	}
+	for _, cfg := range cfgs {
 		if err := ensureStream(ctx, js, cfg, logger); err != nil {
 			return err
 		}
 	}
-	for _, p := range spool.Priorities {
-		if err := ensureConsumer(ctx, js, t.Names.TaskStream(), t.ConsumerConfig(p), logger); err != nil {
-			return err
+	for k := range t.Settings.Partitions {
+		for _, p := range spool.Priorities {
+			if err := ensureConsumer(ctx, js, t.Names.PartitionStream(k), t.ConsumerConfig(p), logger); err != nil {
+				return err
+			}
 		}
+	}
+	if err := SpreadLeaders(ctx, js, t, logger); err != nil {
+		return err
 	}
 	if err := ensureConsumer(ctx, js, t.Names.AdvisoryStream(), t.RouterConsumerConfig(), logger); err != nil {
 		return err
@@ -153,4 +165,19 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.Ke
 		return fmt.Errorf("updating KV bucket %q: %w", want.Bucket, err)
 	}
 	return nil
+}
+
+// checkShrink refuses fewer partitions than a previous provisioning made:
+// the tasks of a partition no worker pulls would wait forever.
+func checkShrink(ctx context.Context, js jetstream.JetStream, t Topology) error {
+	name := t.Names.PartitionStream(t.Settings.Partitions)
+	_, err := js.Stream(ctx, name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("looking up stream %q: %w", name, err)
+	}
+	return fmt.Errorf("%w: stream %q exists but SPOOL_PARTITIONS is %d; partitions cannot shrink while tasks may wait in them: drain and delete %q and the partitions after it, or raise SPOOL_PARTITIONS",
+		ErrConflict, name, t.Settings.Partitions, name)
 }

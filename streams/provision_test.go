@@ -31,7 +31,14 @@ func startServer(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(s.ClientURL())
+	return connect(t, s.ClientURL())
+}
+
+// connect opens a connection to url, closed by t.Cleanup, and a JetStream
+// context on it.
+func connect(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,6 +48,20 @@ func startServer(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 		t.Fatal(err)
 	}
 	return nc, js
+}
+
+// startCluster starts a 3-node cluster owned by t (opts without StoreDir)
+// and returns a JetStream context on a connection to all its nodes.
+func startCluster(t *testing.T, opts embedded.Options) jetstream.JetStream {
+	t.Helper()
+	opts.StoreDir = t.TempDir()
+	c, err := embedded.StartCluster(3, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Shutdown)
+	_, js := connect(t, c.ClientURLs())
+	return js
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -209,20 +230,7 @@ func TestRawPublishByPriority(t *testing.T) {
 
 func TestProvisionCluster(t *testing.T) {
 	t.Parallel()
-	c, err := embedded.StartCluster(3, embedded.Options{StoreDir: t.TempDir(), Name: "prov"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Shutdown)
-	nc, err := nats.Connect(c.ClientURLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := startCluster(t, embedded.Options{Name: "prov"})
 	ctx := ctxFor(t)
 	names := spool.DefaultNames()
 	topo, err := streams.New(names, streams.Settings{Replicas: 3})

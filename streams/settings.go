@@ -35,10 +35,20 @@ type Settings struct {
 	// including tasks waiting in retry backoff. SPOOL_MAX_ACK_PENDING,
 	// default 100000.
 	MaxAckPending int `envconfig:"MAX_ACK_PENDING" default:"100000" desc:"tasks in flight per priority"`
+	// Partitions is how many task streams hold the queued tasks (see
+	// docs/scaling.md): 1 is the single SPOOL_TASKS stream; K > 1 adds
+	// SPOOL_TASKS_1 … SPOOL_TASKS_<K-1>, fed by the server's subject
+	// mapping (spool.Names.PartitionMapping), each with its leader on
+	// another server. SPOOL_PARTITIONS, default 1.
+	Partitions int `envconfig:"PARTITIONS" default:"1" desc:"task streams (partitions); more than 1 needs the server's subject mapping, see docs/scaling.md"`
 	// ResultTTL is how long result documents are kept. SPOOL_RESULT_TTL,
 	// default 24h.
 	ResultTTL time.Duration `envconfig:"RESULT_TTL" default:"24h" desc:"how long result documents are kept"`
 }
+
+// MaxPartitions caps Settings.Partitions: a worker sends pull requests to
+// every partition, so partitions beyond the servers' count buy nothing.
+const MaxPartitions = 16
 
 // DefaultSettings returns the documented defaults.
 func DefaultSettings() Settings {
@@ -71,6 +81,9 @@ func (s Settings) WithDefaults() Settings {
 	if s.ResultTTL == 0 {
 		s.ResultTTL = 24 * time.Hour
 	}
+	if s.Partitions == 0 {
+		s.Partitions = 1
+	}
 	return s
 }
 
@@ -94,6 +107,8 @@ func (s Settings) Validate() error {
 		return bad("SPOOL_MAX_DELIVER: %d must be at least 2", s.MaxDeliver)
 	case s.MaxAckPending < 1:
 		return bad("SPOOL_MAX_ACK_PENDING: %d must be positive", s.MaxAckPending)
+	case s.Partitions < 1 || s.Partitions > MaxPartitions:
+		return bad("SPOOL_PARTITIONS: %d must be 1 to %d", s.Partitions, MaxPartitions)
 	case s.ResultTTL < time.Second:
 		return bad("SPOOL_RESULT_TTL: %s must be at least 1s", s.ResultTTL)
 	}

@@ -1,6 +1,8 @@
 package streams
 
 import (
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -44,6 +46,51 @@ func (t Topology) TaskStreamConfig() jetstream.StreamConfig {
 	}
 }
 
+// PartitionsKey is the metadata key of SPOOL_TASKS that records how many
+// task partitions the topology has (absent: one).
+const PartitionsKey = "spool_partitions"
+
+// PartitionStreamConfig is task partition k's stream. With one partition
+// it is TaskStreamConfig. With K > 1, every partition k listens on
+// spool.part.<k>.tasks.> (where the server's subject mapping sends a task
+// publish) and stores the task back under spool.tasks.<priority>.<type>
+// with a subject transform, so consumers, filters and subjects read as
+// with one stream. Partition 0 is SPOOL_TASKS: it keeps the plain task
+// subjects too (where due schedules land, and where tasks go while the
+// server lacks the mapping), the schedule trees, and PartitionsKey.
+func (t Topology) PartitionStreamConfig(k int) jetstream.StreamConfig {
+	if t.Settings.Partitions <= 1 {
+		return t.TaskStreamConfig()
+	}
+	src := t.Names.PartitionFilter(k)
+	_, dst, _ := strings.Cut(src, ".tasks.")
+	transform := &jetstream.SubjectTransformConfig{Source: src, Destination: t.Names.Prefix() + ".tasks." + dst}
+	if k == 0 {
+		c := t.TaskStreamConfig()
+		c.Subjects = append(c.Subjects, src)
+		c.SubjectTransform = transform
+		c.Metadata = map[string]string{PartitionsKey: strconv.Itoa(t.Settings.Partitions)}
+		return c
+	}
+	c := t.TaskStreamConfig()
+	c.Name = t.Names.PartitionStream(k)
+	c.Description = "Spool queued tasks, partition " + strconv.Itoa(k) + " of " + strconv.Itoa(t.Settings.Partitions)
+	c.Subjects = []string{src}
+	c.SubjectTransform = transform
+	c.AllowMsgSchedules = false
+	return c
+}
+
+// PartitionsOf reads the partition count recorded on SPOOL_TASKS (1 when
+// none is).
+func PartitionsOf(taskStream jetstream.StreamConfig) int {
+	k, err := strconv.Atoi(taskStream.Metadata[PartitionsKey])
+	if err != nil || k < 1 {
+		return 1
+	}
+	return k
+}
+
 // ConsumerConfig is the durable pull consumer of one priority.
 func (t Topology) ConsumerConfig(p spool.Priority) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
@@ -83,10 +130,14 @@ func (t Topology) DLQStreamConfig() jetstream.StreamConfig {
 // AdvisoryStreamConfig is SPOOL_ADVISORIES: it keeps MAX_DELIVERIES
 // advisories until the DLQ router has handled them.
 func (t Topology) AdvisoryStreamConfig() jetstream.StreamConfig {
+	subjects := []string{t.Names.AdvisoryFilter()}
+	for k := 1; k < t.Settings.Partitions; k++ {
+		subjects = append(subjects, t.Names.PartitionAdvisoryFilter(k))
+	}
 	return jetstream.StreamConfig{
 		Name:              t.Names.AdvisoryStream(),
 		Description:       "Spool MAX_DELIVERIES advisories for the DLQ router",
-		Subjects:          []string{t.Names.AdvisoryFilter()},
+		Subjects:          subjects,
 		Retention:         jetstream.WorkQueuePolicy,
 		Discard:           jetstream.DiscardOld,
 		MaxMsgs:           -1,

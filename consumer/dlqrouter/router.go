@@ -240,6 +240,7 @@ func defaultRouterWorker() string {
 // routerBinding is what one run of the router works on.
 type routerBinding struct {
 	tasks   jetstream.Stream
+	parts   map[string]jetstream.Stream // task partitions after the first, by stream name
 	cons    jetstream.Consumer
 	results *results.Store
 	wf      *workflow.Store // nil without a workflows bucket
@@ -321,7 +322,7 @@ func (r *Router) bind(ctx context.Context) (routerBinding, error) {
 	if err != nil {
 		return b, fmt.Errorf("starting dlq router: %w", err)
 	}
-	return routerBinding{tasks: tasks, cons: cons, results: store, wf: wf}, nil
+	return routerBinding{tasks: tasks, parts: map[string]jetstream.Stream{}, cons: cons, results: store, wf: wf}, nil
 }
 
 // Stop stops pulling, lets the advisory in hand finish, and waits for the
@@ -473,8 +474,8 @@ func (r *Router) parseAdvisory(data []byte) (routerAdvisory, error) {
 		return a, fmt.Errorf("%w: type %q, want %q", ErrBadAdvisory, a.Type, routerAdvisoryType)
 	case a.StreamSeq == 0:
 		return a, fmt.Errorf("%w: no stream_seq", ErrBadAdvisory)
-	case a.Stream != "" && a.Stream != r.names.TaskStream():
-		return a, fmt.Errorf("%w: stream %q is not the task stream %q", ErrBadAdvisory, a.Stream, r.names.TaskStream())
+	case a.Stream != "" && !r.isTaskStream(a.Stream):
+		return a, fmt.Errorf("%w: stream %q is not the task stream %q or one of its partitions", ErrBadAdvisory, a.Stream, r.names.TaskStream())
 	}
 	return a, nil
 }
@@ -541,15 +542,47 @@ func (r *Router) ack(ctx context.Context, msg jetstream.Msg) {
 	}
 }
 
+// isTaskStream reports whether name is SPOOL_TASKS or one of its
+// partitions, SPOOL_TASKS_<k> (spool.Names.PartitionStream).
+func (r *Router) isTaskStream(name string) bool {
+	if name == r.names.TaskStream() {
+		return true
+	}
+	k, ok := strings.CutPrefix(name, r.names.TaskStream()+"_")
+	n, err := strconv.Atoi(k)
+	return ok && err == nil && n > 0 && name == r.names.PartitionStream(n)
+}
+
+// partition returns the task stream (partition) an advisory names, bound
+// at its first advisory.
+func (r *Router) partition(ctx context.Context, b routerBinding, name string) (jetstream.Stream, error) {
+	if name == "" || name == r.names.TaskStream() {
+		return b.tasks, nil
+	}
+	if s, ok := b.parts[name]; ok {
+		return s, nil
+	}
+	s, err := r.js.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("binding task partition %s: %w", name, err)
+	}
+	b.parts[name] = s
+	return s, nil
+}
+
 // route moves the task of adv to the dead-letter stream. Every step is
 // idempotent.
 func (r *Router) route(ctx context.Context, b routerBinding, adv routerAdvisory, log *slog.Logger) (routerOutcome, error) {
-	raw, err := b.tasks.GetMsg(ctx, adv.StreamSeq)
+	tasks, err := r.partition(ctx, b, adv.Stream)
+	if err != nil {
+		return 0, err
+	}
+	raw, err := tasks.GetMsg(ctx, adv.StreamSeq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return routerGone, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("reading task seq %d from %s: %w", adv.StreamSeq, r.names.TaskStream(), err)
+		return 0, fmt.Errorf("reading task seq %d from %s: %w", adv.StreamSeq, tasks.CachedInfo().Config.Name, err)
 	}
 	if strings.HasPrefix(raw.Subject, r.names.Prefix()+".sched.") {
 		return 0, fmt.Errorf("%w: seq %d is the pending schedule %q, which no Spool consumer delivers; left alone",
@@ -562,6 +595,9 @@ func (r *Router) route(ctx context.Context, b routerBinding, adv routerAdvisory,
 
 	attempts := int(adv.Deliveries)
 	m := dlq.MessageFromRaw(raw, spool.ReasonMaxDeliver, fmt.Sprintf(routerMaxDeliverError, attempts), attempts)
+	if adv.Stream != r.names.TaskStream() {
+		m.Stream = adv.Stream
+	}
 	// The advisory's time is the same for every router and every retry, so
 	// the dead letter and the result document agree whoever writes them.
 	m.FailedAt = adv.Time
@@ -594,10 +630,10 @@ func (r *Router) route(ctx context.Context, b routerBinding, adv routerAdvisory,
 			return 0, err
 		}
 	}
-	if err := b.tasks.DeleteMsg(ctx, adv.StreamSeq); err != nil {
+	if err := tasks.DeleteMsg(ctx, adv.StreamSeq); err != nil {
 		// Deleting a message that is already gone fails too; that is fine.
-		if _, gerr := b.tasks.GetMsg(ctx, adv.StreamSeq); !errors.Is(gerr, jetstream.ErrMsgNotFound) {
-			return 0, fmt.Errorf("deleting dead task %s (seq %d) from %s: %w", id, adv.StreamSeq, r.names.TaskStream(), err)
+		if _, gerr := tasks.GetMsg(ctx, adv.StreamSeq); !errors.Is(gerr, jetstream.ErrMsgNotFound) {
+			return 0, fmt.Errorf("deleting dead task %s (seq %d) from %s: %w", id, adv.StreamSeq, tasks.CachedInfo().Config.Name, err)
 		}
 	}
 	log.InfoContext(ctx, "task dead-lettered after exhausting its deliveries", "dlq_subject", dlq.SubjectFor(r.names, raw.Subject))

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
 )
 
 // Forever is the pause-until time of a pause without an end: the year
@@ -31,11 +32,18 @@ func (c *Client) PausePriority(ctx context.Context, p spool.Priority, until time
 	if !until.After(time.Now()) {
 		return time.Time{}, fmt.Errorf("pause until %s: the time is past, give a later one", until.Format(time.RFC3339))
 	}
-	resp, err := call(ctx, c, "pausing consumer "+c.names.Consumer(p), func(ctx context.Context) (*jetstream.ConsumerPauseResponse, error) {
-		return c.js.PauseConsumer(ctx, c.names.TaskStream(), c.names.Consumer(p), until)
-	})
+	parts, err := c.partitions(ctx)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("pausing priority %s (consumer %q): %w", p, c.names.Consumer(p), err)
+		return time.Time{}, err
+	}
+	var resp *jetstream.ConsumerPauseResponse
+	for _, stream := range parts {
+		resp, err = call(ctx, c, "pausing consumer "+c.names.Consumer(p), func(ctx context.Context) (*jetstream.ConsumerPauseResponse, error) {
+			return c.js.PauseConsumer(ctx, stream, c.names.Consumer(p), until)
+		})
+		if err != nil {
+			return time.Time{}, fmt.Errorf("pausing priority %s (consumer %q on %s): %w", p, c.names.Consumer(p), stream, err)
+		}
 	}
 	c.logger.InfoContext(ctx, "priority paused", "priority", p.String(), "until", resp.PauseUntil)
 	return resp.PauseUntil, nil
@@ -47,12 +55,34 @@ func (c *Client) ResumePriority(ctx context.Context, p spool.Priority) error {
 	if !p.Valid() {
 		return fmt.Errorf("%w: %q", spool.ErrInvalidPriority, p.String())
 	}
-	_, err := call(ctx, c, "resuming consumer "+c.names.Consumer(p), func(ctx context.Context) (*jetstream.ConsumerPauseResponse, error) {
-		return c.js.ResumeConsumer(ctx, c.names.TaskStream(), c.names.Consumer(p))
-	})
+	parts, err := c.partitions(ctx)
 	if err != nil {
-		return fmt.Errorf("resuming priority %s (consumer %q): %w", p, c.names.Consumer(p), err)
+		return err
+	}
+	for _, stream := range parts {
+		_, err := call(ctx, c, "resuming consumer "+c.names.Consumer(p), func(ctx context.Context) (*jetstream.ConsumerPauseResponse, error) {
+			return c.js.ResumeConsumer(ctx, stream, c.names.Consumer(p))
+		})
+		if err != nil {
+			return fmt.Errorf("resuming priority %s (consumer %q on %s): %w", p, c.names.Consumer(p), stream, err)
+		}
 	}
 	c.logger.InfoContext(ctx, "priority resumed", "priority", p.String())
 	return nil
+}
+
+// partitions returns the task streams: SPOOL_TASKS, then the partitions
+// after it (streams.Settings.Partitions).
+func (c *Client) partitions(ctx context.Context) ([]string, error) {
+	tasks, err := call(ctx, c, "reading stream "+c.names.TaskStream(), func(ctx context.Context) (jetstream.Stream, error) {
+		return c.js.Stream(ctx, c.names.TaskStream())
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading stream %q: %w", c.names.TaskStream(), err)
+	}
+	parts := []string{c.names.TaskStream()}
+	for k := 1; k < streams.PartitionsOf(tasks.CachedInfo().Config); k++ {
+		parts = append(parts, c.names.PartitionStream(k))
+	}
+	return parts, nil
 }

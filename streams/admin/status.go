@@ -74,34 +74,25 @@ func (c *Client) status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return st, fmt.Errorf("reading stream %q: %w", names.TaskStream(), err)
 	}
-	now := time.Now()
-	for _, p := range spool.Priorities {
-		cons, err := tasks.Consumer(ctx, names.Consumer(p))
-		if errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return st, &spool.NotProvisionedError{Kind: "consumer", Name: names.Consumer(p), Err: err}
+	// Every partition's consumers add up (one partition: SPOOL_TASKS only).
+	parts := []jetstream.Stream{tasks}
+	for k := 1; k < streams.PartitionsOf(tasks.CachedInfo().Config); k++ {
+		name := names.PartitionStream(k)
+		part, err := c.js.Stream(ctx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return st, &spool.NotProvisionedError{Kind: "stream", Name: name, Err: err}
 		}
 		if err != nil {
-			return st, fmt.Errorf("reading consumer %q: %w", names.Consumer(p), err)
+			return st, fmt.Errorf("reading stream %q: %w", name, err)
 		}
-		info := cons.CachedInfo()
-		ps := PriorityStatus{
-			Priority:    p,
-			Pending:     info.NumPending,
-			InFlight:    info.NumAckPending,
-			Redelivered: info.NumRedelivered,
-			Paused:      info.Paused,
-		}
-		if info.Paused && info.Config.PauseUntil != nil {
-			until := *info.Config.PauseUntil
-			ps.PausedUntil = &until
-		}
-		if ps.Pending > 0 {
-			oldest, err := streams.OldestWaiting(ctx, tasks, names, p, info)
-			if err != nil {
+		parts = append(parts, part)
+		st.StoreBytes += part.CachedInfo().State.Bytes
+	}
+	for _, p := range spool.Priorities {
+		ps := PriorityStatus{Priority: p}
+		for _, part := range parts {
+			if err := c.addPriority(ctx, part, p, &ps); err != nil {
 				return st, err
-			}
-			if !oldest.IsZero() {
-				ps.OldestWait = now.Sub(oldest)
 			}
 		}
 		st.Priorities = append(st.Priorities, ps)
@@ -116,7 +107,7 @@ func (c *Client) status(ctx context.Context) (Status, error) {
 	for _, n := range info.State.Subjects {
 		st.Scheduled += n
 	}
-	st.StoreBytes = info.State.Bytes
+	st.StoreBytes += info.State.Bytes
 	if st.DeadLetters, err = c.streamMsgs(ctx, names.DLQStream()); err != nil {
 		return st, err
 	}
@@ -142,4 +133,39 @@ func (c *Client) streamMsgs(ctx context.Context, name string) (uint64, error) {
 		return 0, fmt.Errorf("reading stream %q: %w", name, err)
 	}
 	return s.CachedInfo().State.Msgs, nil
+}
+
+// addPriority adds priority p's consumer on one task partition to ps:
+// counts summed, paused when any partition's consumer is, the oldest wait
+// the longest.
+func (c *Client) addPriority(ctx context.Context, part jetstream.Stream, p spool.Priority, ps *PriorityStatus) error {
+	names := c.names
+	cons, err := part.Consumer(ctx, names.Consumer(p))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return &spool.NotProvisionedError{Kind: "consumer", Name: names.Consumer(p), Err: err}
+	}
+	if err != nil {
+		return fmt.Errorf("reading consumer %q: %w", names.Consumer(p), err)
+	}
+	info := cons.CachedInfo()
+	ps.Pending += info.NumPending
+	ps.InFlight += info.NumAckPending
+	ps.Redelivered += info.NumRedelivered
+	if info.Paused {
+		ps.Paused = true
+		if info.Config.PauseUntil != nil {
+			until := *info.Config.PauseUntil
+			ps.PausedUntil = &until
+		}
+	}
+	if info.NumPending > 0 {
+		oldest, err := streams.OldestWaiting(ctx, part, names, p, info)
+		if err != nil {
+			return err
+		}
+		if !oldest.IsZero() {
+			ps.OldestWait = max(ps.OldestWait, time.Since(oldest))
+		}
+	}
+	return nil
 }

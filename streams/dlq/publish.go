@@ -20,6 +20,9 @@ import (
 type Message struct {
 	// Subject is the task's subject, spool.tasks.<priority>.<type>.
 	Subject string
+	// Stream is the task stream (partition) the task was in; "" means
+	// SPOOL_TASKS.
+	Stream string
 	// Seq is the task's sequence in the task stream.
 	Seq uint64
 	// Header holds the task's headers as stored; it is not modified.
@@ -61,7 +64,14 @@ func MessageFromRaw(m *jetstream.RawStreamMsg, reason spool.Reason, errText stri
 // the router, or a retried publish) stores one dead letter within the DLQ
 // stream's duplicate window.
 func MsgID(names spool.Names, seq uint64) string {
-	return "dlq-" + names.TaskStream() + "-" + strconv.FormatUint(seq, 10)
+	return PartitionMsgID(names.TaskStream(), seq)
+}
+
+// PartitionMsgID is the Nats-Msg-Id of the dead letter of sequence seq of
+// task stream stream (a partition's: spool.Names.PartitionStream):
+// dlq-<stream>-<seq>.
+func PartitionMsgID(stream string, seq uint64) string {
+	return "dlq-" + stream + "-" + strconv.FormatUint(seq, 10)
 }
 
 // SubjectFor returns the dead-letter subject of a task subject:
@@ -121,7 +131,11 @@ func Header(names spool.Names, m Message) nats.Header {
 	h.Set(spool.HeaderFailedAt, failedAt.UTC().Format(time.RFC3339Nano))
 	h.Set(spool.HeaderOriginalSubject, m.Subject)
 	h.Set(spool.HeaderOriginalSeq, strconv.FormatUint(m.Seq, 10))
-	h.Set(spool.HeaderMsgID, MsgID(names, m.Seq))
+	id := MsgID(names, m.Seq)
+	if m.Stream != "" {
+		id = PartitionMsgID(m.Stream, m.Seq)
+	}
+	h.Set(spool.HeaderMsgID, id)
 	return h
 }
 

@@ -39,7 +39,7 @@ func StartCluster(n int, o Options) (*Cluster, error) {
 	if o.Name == "" {
 		o.Name = "spool"
 	}
-	ports, err := freePorts(2 * n)
+	ports, err := FreePorts(2 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +70,7 @@ func StartCluster(n int, o Options) (*Cluster, error) {
 		c.opts = append(c.opts, opts)
 	}
 	for _, opts := range c.opts {
-		s, err := startServer(opts, o.Logger, o.Debug)
+		s, err := startServer(opts, o)
 		if err != nil {
 			c.Shutdown()
 			return nil, err
@@ -84,8 +84,10 @@ func StartCluster(n int, o Options) (*Cluster, error) {
 	return c, nil
 }
 
-// freePorts reserves n distinct loopback ports by listening and closing.
-func freePorts(n int) ([]int, error) {
+// FreePorts reserves n distinct loopback ports by listening and closing:
+// ports for servers started later (a cluster's, or a node restarted on its
+// old ports).
+func FreePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	var ls []net.Listener
 	defer func() {
@@ -190,7 +192,7 @@ func (c *Cluster) Restart(i int) error {
 	c.mu.Lock()
 	opts := c.opts[i].Clone()
 	c.mu.Unlock()
-	s, err := startServer(opts, c.base.Logger, c.base.Debug)
+	s, err := startServer(opts, c.base)
 	if err != nil {
 		return fmt.Errorf("restarting node %d: %w", i, err)
 	}

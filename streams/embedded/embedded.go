@@ -35,6 +35,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Debug logs the server's debug lines too (with Logger).
 	Debug bool
+	// Mappings are subject mappings of the server's account, source →
+	// destination (a server config's `mappings`), e.g.
+	// spool.Names.PartitionMapping for task partitions.
+	Mappings map[string]string
 }
 
 // ReadyTimeout bounds how long Start waits for the server to accept clients.
@@ -75,10 +79,11 @@ func Start(o Options) (*server.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return startServer(opts, o.Logger, o.Debug)
+	return startServer(opts, o)
 }
 
-func startServer(opts *server.Options, logger *slog.Logger, debug bool) (*server.Server, error) {
+// startServer starts a server with opts; o gives its logger and mappings.
+func startServer(opts *server.Options, o Options) (*server.Server, error) {
 	if opts.Port > 0 {
 		// A taken port would only show as "not ready" after ReadyTimeout:
 		// say so at once.
@@ -98,8 +103,14 @@ func startServer(opts *server.Options, logger *slog.Logger, debug bool) (*server
 	if err != nil {
 		return nil, fmt.Errorf("creating embedded nats-server: %w", err)
 	}
-	if logger != nil {
-		s.SetLogger(slogAdapter{logger.With("component", "nats-server")}, debug, false)
+	if o.Logger != nil {
+		s.SetLogger(slogAdapter{o.Logger.With("component", "nats-server")}, o.Debug, false)
+	}
+	for src, dst := range o.Mappings {
+		if err := s.GlobalAccount().AddMapping(src, dst); err != nil {
+			s.Shutdown()
+			return nil, fmt.Errorf("embedded nats-server: mapping %q to %q: %w", src, dst, err)
+		}
 	}
 	s.Start()
 	if !s.ReadyForConnections(ReadyTimeout) {

@@ -62,10 +62,17 @@ func StartWith(t testing.TB, opts embedded.Options, settings streams.Settings) *
 }
 
 // StartCluster starts an n-node cluster owned by t and provisions the
-// topology with n replicas.
+// topology with n replicas. With settings.Partitions > 1 the servers carry
+// the partition mapping of the default prefix.
 func StartCluster(t testing.TB, n int, settings streams.Settings) *Env {
 	t.Helper()
-	c, err := embedded.StartCluster(n, embedded.Options{StoreDir: t.TempDir(), Name: "test"})
+	opts := embedded.Options{StoreDir: t.TempDir(), Name: "test"}
+	if settings.Partitions > 1 {
+		// The servers spread task publishes of the default prefix.
+		src, dst := spool.DefaultNames().PartitionMapping(settings.Partitions)
+		opts.Mappings = map[string]string{src: dst}
+	}
+	c, err := embedded.StartCluster(n, opts)
 	if err != nil {
 		t.Fatalf("starting an embedded cluster: %v", err)
 	}

@@ -304,18 +304,10 @@ func testPermanent(t *testing.T, s *stack) {
 	}
 }
 
-// A task whose worker crashes at every delivery (never settles it) runs out
-// of deliveries; the DLQ router moves it to the DLQ with reason
-// max_deliver and its result is dead.
-func testMaxDeliver(t *testing.T, s *stack) {
-	s.router()
-	res := s.enqueue(producer.NewTask("crashes.worker", []byte("body")), producer.MaxRetries(5))
-	cons, err := s.env.JS.Consumer(streamstest.Context(t), s.names.TaskStream(), s.names.Consumer(spool.Normal))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The "worker": pulls and never settles, keeping a pull outstanding so
-	// the server emits the max-deliveries advisory.
+// crashing runs a "worker" on cons that pulls and never settles, keeping a
+// pull outstanding so the server emits the max-deliveries advisory, until
+// the returned stop is called.
+func crashing(t *testing.T, cons jetstream.Consumer) (stop func()) {
 	ctx, cancel := context.WithCancel(t.Context())
 	crashed := make(chan struct{})
 	go func() {
@@ -329,7 +321,20 @@ func testMaxDeliver(t *testing.T, s *stack) {
 			fcancel()
 		}
 	}()
-	t.Cleanup(func() { cancel(); <-crashed })
+	return func() { cancel(); <-crashed }
+}
+
+// A task whose worker crashes at every delivery (never settles it) runs out
+// of deliveries; the DLQ router moves it to the DLQ with reason
+// max_deliver and its result is dead.
+func testMaxDeliver(t *testing.T, s *stack) {
+	s.router()
+	res := s.enqueue(producer.NewTask("crashes.worker", []byte("body")), producer.MaxRetries(5))
+	cons, err := s.env.JS.Consumer(streamstest.Context(t), s.names.TaskStream(), s.names.Consumer(spool.Normal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(crashing(t, cons))
 	r := s.wait(res.ID, spool.StateDead)
 	if r.Reason != spool.ReasonMaxDeliver || r.Attempts != 2 {
 		t.Errorf("dead result %+v, want reason max_deliver after 2 deliveries", r)

@@ -23,6 +23,10 @@ import (
 type Config struct {
 	config.Common
 
+	// Partition is the task partition this process pulls (see
+	// docs/scaling.md): run one process (or more) per partition.
+	// SPOOL_PARTITION, default 0 (SPOOL_TASKS, the only one unpartitioned).
+	Partition int `envconfig:"PARTITION" default:"0" desc:"task partition pulled (0 to SPOOL_PARTITIONS-1); run workers for every partition"`
 	// ConcurrencyMin and ConcurrencyMax bound the worker slots; the pool
 	// autoscales between them. SPOOL_CONCURRENCY_MIN default 1,
 	// SPOOL_CONCURRENCY_MAX default 10.
@@ -179,6 +183,7 @@ func (c *Config) Options() []consumer.Option {
 		consumer.WithNames(c.Names()),
 		consumer.WithWorkerName(c.WorkerName),
 		consumer.WithConcurrency(c.ConcurrencyMin, c.ConcurrencyMax),
+		consumer.WithPartition(c.Partition),
 		consumer.WithWeights(c.weights),
 		consumer.WithBoost(c.boost...),
 		consumer.WithStrict(c.Strict),

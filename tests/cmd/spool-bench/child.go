@@ -45,6 +45,8 @@ func runChild(args []string) int {
 		err = serveChild(ctx, args[1:])
 	case "consume":
 		err = consumeChild(ctx, args[1:])
+	case "node":
+		err = nodeChild(ctx, args[1:])
 	default:
 		err = fmt.Errorf("unknown role %q", args[0])
 	}

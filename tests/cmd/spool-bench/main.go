@@ -57,6 +57,15 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 			break
 		}
 	}
+	for _, syncAlways := range cfg.syncModes() {
+		if err != nil || !cfg.cluster || !cfg.wants("cluster") {
+			break
+		}
+		err = runCluster(ctx, cfg, syncAlways, res, log)
+	}
+	if err == nil && cfg.cluster && cfg.wants("partitions") {
+		err = runPartitions(ctx, cfg, res, log)
+	}
 	if werr := writeReport(cfg, res, time.Since(started)); werr != nil {
 		return errors.Join(err, werr)
 	}
@@ -93,6 +102,14 @@ type config struct {
 	// wfChains is how many chains of 10 the workflow scenario times;
 	// wfGroup the members of its group.
 	wfChains, wfGroup int
+	// cluster runs the cluster scenario (a local 3-node cluster): on by
+	// default, off in a quick run.
+	cluster bool
+	leaderN int // tasks drained per leader-change run
+	// leaderKill adds the SIGKILL of the leader's node to the step-down in
+	// the leader-change scenario (on; the quick test leaves it out: each
+	// takes an election timeout and a node restart).
+	leaderKill bool
 }
 
 func defaultConfig(quick bool) config {
@@ -106,6 +123,7 @@ func defaultConfig(quick bool) config {
 		backlogLo: 10_000, backlogHi: 1_000_000, backlogN: 8000, backlogReps: 6, backlogConc: 100,
 		concs: []int{10, 100}, limitsN: 2_000,
 		wfChains: 20, wfGroup: 10_000,
+		cluster: true, leaderN: 20_000, leaderKill: true,
 	}
 	if quick {
 		c = config{
@@ -117,6 +135,7 @@ func defaultConfig(quick bool) config {
 			backlogLo: 300, backlogHi: 1000, backlogN: 100, backlogReps: 1, backlogConc: 10,
 			concs: []int{10}, limitsN: 200,
 			wfChains: 3, wfGroup: 300,
+			leaderN: 3000, leaderKill: true,
 		}
 	}
 	return c
@@ -126,9 +145,10 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.runs, "runs", c.runs, "repetitions of every scenario (medians are reported)")
 	fs.StringVar(&c.out, "out", c.out, "report file (empty: stdout only)")
 	fs.StringVar(&c.only, "sync", c.only, "run one sync mode only: default or always")
-	fs.StringVar(&c.scenarios, "scenarios", c.scenarios, "run only these scenarios (comma-separated: enqueue,processing,pickup,shares,limits,workflows,natsbench,fairness,backlog,peers)")
+	fs.StringVar(&c.scenarios, "scenarios", c.scenarios, "run only these scenarios (comma-separated: enqueue,processing,pickup,shares,limits,workflows,natsbench,fairness,backlog,peers,cluster,partitions)")
 	fs.StringVar(&c.profileDir, "profile", c.profileDir, "write CPU profiles of the processing consumers to this directory")
 	fs.IntVar(&c.queued, "queued", c.queued, "queued tasks of the processing scenario")
+	fs.BoolVar(&c.cluster, "cluster", c.cluster, "run the cluster and partitions scenarios on a local 3-node cluster (default on; off with BENCH_QUICK)")
 	fs.IntVar(&c.processN, "processed", c.processN, "tasks processed per processing run with default sync (at most -queued)")
 }
 

@@ -24,6 +24,7 @@ func TestMain(m *testing.M) {
 // TestQuickRun runs every scenario once with tiny counts under the default
 // sync, so the harness cannot rot. It checks the report, not the figures.
 func TestQuickRun(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	cfg := defaultConfig(true)

@@ -18,6 +18,9 @@ type serverProc struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	url   string
+	// nodes, when set, are the processes of a cluster this one stands
+	// for: cpu sums theirs.
+	nodes []*serverProc
 	// profile, when set, is the file the next consume child's measured
 	// window is CPU-profiled to on the server's side.
 	profile string
@@ -39,28 +42,7 @@ func startServer(ctx context.Context, dir string, syncAlways bool) (*serverProc,
 	if syncAlways {
 		args = append(args, "-sync")
 	}
-	cmd, err := childCmd(ctx, args...)
-	if err != nil {
-		return nil, err
-	}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, fmt.Errorf("server stdin: %w", err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, fmt.Errorf("server stdout: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting the server child: %w", err)
-	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return nil, fmt.Errorf("reading the server URL: %w", err)
-	}
-	return &serverProc{cmd: cmd, stdin: stdin, url: strings.TrimSpace(line)}, nil
+	return startChildServer(ctx, args...)
 }
 
 // stop closes the server's stdin and waits for it to exit.
@@ -78,7 +60,16 @@ func (s *serverProc) stop() error {
 }
 
 // cpu returns the server child's user+sys CPU time so far.
-func (s *serverProc) cpu() time.Duration { return procCPU(s.cmd.Process.Pid) }
+func (s *serverProc) cpu() time.Duration {
+	if len(s.nodes) > 0 {
+		var sum time.Duration
+		for _, n := range s.nodes {
+			sum += n.cpu()
+		}
+		return sum
+	}
+	return procCPU(s.cmd.Process.Pid)
+}
 
 // procCPU reads the CPU time of a live process from /proc/<pid>/stat.
 func procCPU(pid int) time.Duration {

@@ -97,6 +97,9 @@ func writeReport(cfg config, r *results, wall time.Duration) error {
 	fmt.Fprintf(&b, "| storage | file, in a temporary directory; one server per sync mode, topology from `streams.Provision` with default settings (R1) |\n")
 	fmt.Fprintf(&b, "| runs | every figure is the median of %d runs; raw and Spool run back to back in each run |\n\n", cfg.runs)
 	b.WriteString(methodNotes(cfg))
+	if cfg.cluster {
+		b.WriteString(clusterNote())
+	}
 	b.WriteString(peerMethod(r))
 	for _, mode := range r.modes {
 		fmt.Fprintf(&b, "\n## %s\n\n", mode)
