@@ -74,6 +74,7 @@ func (w *Worker) startFlow(ctx context.Context) error {
 		l.Close()
 		return err
 	}
+	w.kickSem = make(chan struct{}, kickParallel)
 	if w.kickSub, err = w.nc.QueueSubscribe(w.o.Names.KickFilter(), kickQueue, w.onKick); err != nil {
 		l.Close()
 		return fmt.Errorf("subscribing to kick requests: %w", err)
@@ -88,6 +89,7 @@ func (w *Worker) startFlow(ctx context.Context) error {
 func (w *Worker) closeFlow() {
 	if w.kickSub != nil {
 		_ = w.kickSub.Unsubscribe()
+		w.kicking.Wait()
 	}
 	if w.sweepStop != nil {
 		close(w.sweepStop)

@@ -24,9 +24,15 @@ type orderRef struct {
 // worker of the fleet serves each kick request.
 const kickQueue = "spool-kick"
 
+// kickParallel is how many kick requests a worker serves at once: a
+// producer's batch over many keys sends a kick per key, and each kick is a
+// few round trips.
+const kickParallel = 16
+
 // onKick serves a kick request (Names.KickSubject) of a producer that
 // parked tasks: it releases the key's held tasks while its window has
-// room.
+// room, in a goroutine of its own (at most kickParallel at once; beyond
+// that the subscription waits).
 func (w *Worker) onKick(m *nats.Msg) {
 	token, typ, err := w.o.Names.ParseKickSubject(m.Subject)
 	var key string
@@ -37,13 +43,18 @@ func (w *Worker) onKick(m *nats.Msg) {
 		w.log.Warn("ignoring a kick request", "subject", m.Subject, "error", err)
 		return
 	}
-	rule, _ := w.flow.Rule(typ)
-	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
-	defer cancel()
-	// A rule lifted meanwhile still drains the key, one at a time.
-	if err := w.turns.Kick(ctx, typ, key, max(1, rule.KeyWindow(key))); err != nil {
-		w.log.Warn("starting an ordered key", "type", typ, "key", key, "error", err)
-	}
+	w.kickSem <- struct{}{}
+	w.kicking.Add(1)
+	go func() {
+		defer func() { <-w.kickSem; w.kicking.Done() }()
+		rule, _ := w.flow.Rule(typ)
+		ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
+		defer cancel()
+		// A rule lifted meanwhile still drains the key, one at a time.
+		if err := w.turns.Kick(ctx, typ, key, max(1, rule.KeyWindow(key))); err != nil {
+			w.log.Warn("starting an ordered key", "type", typ, "key", key, "error", err)
+		}
+	}()
 }
 
 // heldSweepEvery is how often a worker looks for held keys with room in

@@ -60,6 +60,8 @@ type Worker struct {
 	flow       *flow.Limiter      // nil: flow control off
 	turns      *limits.Turns      // per-key ordering; nil: flow control off
 	kickSub    *nats.Subscription // the fleet's kick requests (spool.kick.>); nil: flow control off
+	kickSem    chan struct{}      // bounds the kicks served at once
+	kicking    sync.WaitGroup     // kicks being served
 	sweepStop  chan struct{}      // ends sweepHeld; nil: flow control off
 	sweepDone  chan struct{}
 	parking    *parking.Parking // nil: type pauses off

@@ -15,6 +15,10 @@ type Lease struct {
 	typ   string
 	value []byte
 
+	// op serialises renew and release: a delete must carry the revision
+	// a renewal in flight is about to write, or it fails and the slot
+	// stays taken until its TTL runs out.
+	op       sync.Mutex
 	mu       sync.Mutex
 	slots    []slot
 	released bool
@@ -56,6 +60,8 @@ func (le *Lease) Release(ctx context.Context) {
 }
 
 func (le *Lease) release(ctx context.Context) {
+	le.op.Lock()
+	defer le.op.Unlock()
 	le.mu.Lock()
 	slots := le.slots
 	le.slots, le.released = nil, true
@@ -78,6 +84,8 @@ func (le *Lease) release(ctx context.Context) {
 // renew restarts the TTL of every slot, at the revision this lease wrote
 // last: a slot that is no longer ours (it expired) is not taken back.
 func (le *Lease) renew(ctx context.Context) {
+	le.op.Lock()
+	defer le.op.Unlock()
 	le.mu.Lock()
 	slots := append([]slot(nil), le.slots...)
 	le.mu.Unlock()

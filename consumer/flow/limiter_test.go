@@ -94,10 +94,20 @@ func TestSlotRenewedAndReleased(t *testing.T) {
 		}
 	}
 	lease.Release(ctx)
-	l2, err := b.Acquire(ctx, "one", "", "t2")
+	a.Close() // waits for the release's delete
+	kv, err := e.JS.KeyValue(ctx, e.Names.LeasesBucket())
 	if err != nil {
-		t.Fatalf("acquire after release: %v", err)
+		t.Fatal(err)
 	}
+	// Deleted by the release, not left to expire (the TTL is a second).
+	if en, err := kv.Get(ctx, limits.SlotKey("one", "", 0)); err == nil {
+		t.Fatalf("slot still held after its release: %s (revision %d)", en.Value(), en.Revision())
+	}
+	var l2 *flow.Lease
+	streamstest.WaitFor(t, 5*time.Second, func() (err error) {
+		l2, err = b.Acquire(ctx, "one", "", "t2")
+		return err
+	})
 	l2.Release(ctx)
 }
 
