@@ -102,7 +102,7 @@ func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, 
 const (
 	lineSpan = 300 * time.Millisecond
 	minLine  = 4
-	maxLine  = 32
+	maxLine  = 64
 )
 
 // lineCap is the most tasks in the line of a rate of interval iv.
