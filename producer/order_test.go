@@ -1,6 +1,8 @@
 package producer_test
 
 import (
+	"errors"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -22,13 +24,7 @@ func TestEnqueueParksOrderedKeys(t *testing.T) {
 	t.Parallel()
 	e := startEnv(t)
 	ctx := ctxFor(t)
-	st, err := limits.Open(ctx, e.js, e.names)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Put(ctx, limits.Rule{Type: "ledger.post", Ordered: limits.OrderHold}); err != nil {
-		t.Fatal(err)
-	}
+	e.orderType(t, "ledger.post")
 	kicks := make(chan string, 16)
 	sub, err := e.nc.Subscribe(e.names.KickFilter(), func(m *nats.Msg) { kicks <- m.Subject })
 	if err != nil {
@@ -102,5 +98,82 @@ func TestEnqueueParksOrderedKeys(t *testing.T) {
 	}
 	if id := spool.TaskID(next.Header, next.Sequence); id != "post-1" {
 		t.Errorf("next held task of acct-1 %q, want post-1", id)
+	}
+}
+
+// orderType makes typ ordered (hold).
+func (e *env) orderType(t *testing.T, typ string) {
+	t.Helper()
+	st, err := limits.Open(ctxFor(t), e.js, e.names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Put(ctxFor(t), limits.Rule{Type: typ, Ordered: limits.OrderHold}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// heldIDs lists the task ids on a held subject, in stream order.
+func (e *env) heldIDs(t *testing.T, held string) []string {
+	t.Helper()
+	var ids []string
+	for seq := uint64(0); ; {
+		m, err := e.tasks.GetMsg(ctxFor(t), seq, jetstream.WithGetMsgSubject(held))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return ids
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, spool.TaskID(m.Header, m.Sequence))
+		seq = m.Sequence + 1
+	}
+}
+
+// A run of EnqueueAsync calls, EnqueueBatch, and the two mixed keep the
+// enqueue order of an ordered key's tasks on its held subject, with
+// another key's tasks interleaved.
+func TestEnqueueAsyncAndBatchKeepKeyOrder(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	ctx := ctxFor(t)
+	e.orderType(t, "ledger.post")
+	want := map[string][]string{}
+	task := func(key string, i int) producer.Task {
+		id := key + "-" + strconv.Itoa(i)
+		want[key] = append(want[key], id)
+		return producer.Task{Type: "ledger.post", Key: key, ID: id}
+	}
+	var pending []*producer.Pending
+	async := func(from, to int) {
+		for i := from; i < to; i++ {
+			for _, key := range []string{"a", "b"} {
+				p, err := e.client.EnqueueAsync(ctx, task(key, i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				pending = append(pending, p)
+			}
+		}
+	}
+	async(0, 25)
+	var batch []producer.Task
+	for i := 25; i < 75; i++ {
+		batch = append(batch, task("a", i), task("b", i))
+	}
+	if _, err := e.client.EnqueueBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	async(75, 100)
+	for _, p := range pending {
+		if _, err := p.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, key := range []string{"a", "b"} {
+		got := e.heldIDs(t, e.names.HeldSubject(limits.EncodeKey(key), "ledger.post"))
+		if !slices.Equal(got, want[key]) {
+			t.Errorf("key %s held in order %v, want %v", key, got, want[key])
+		}
 	}
 }

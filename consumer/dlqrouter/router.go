@@ -20,6 +20,7 @@ import (
 	"github.com/spoolq/spool/shared/fleet"
 	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/shared/lifecycle"
+	"github.com/spoolq/spool/shared/limits"
 	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/shared/workflow"
 	"github.com/spoolq/spool/streams/dlq"
@@ -244,6 +245,7 @@ type routerBinding struct {
 	cons    jetstream.Consumer
 	results *results.Store
 	wf      *workflow.Store // nil without a workflows bucket
+	turns   *limits.Turns   // nil without a leases bucket (no flow control)
 }
 
 // Start binds the task stream, the router's consumer and the buckets, then
@@ -322,7 +324,18 @@ func (r *Router) bind(ctx context.Context) (routerBinding, error) {
 	if err != nil {
 		return b, fmt.Errorf("starting dlq router: %w", err)
 	}
-	return routerBinding{tasks: tasks, parts: map[string]jetstream.Stream{}, cons: cons, results: store, wf: wf}, nil
+	var turns *limits.Turns
+	err = retry.Do(ctx, "binding the leases bucket for ordered keys", func(ctx context.Context) (err error) {
+		turns, err = limits.NewTurns(ctx, r.js, r.names)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			turns, err = nil, nil // provisioned before flow control: no ordered keys
+		}
+		return err
+	})
+	if err != nil {
+		return b, fmt.Errorf("starting dlq router: %w", err)
+	}
+	return routerBinding{tasks: tasks, parts: map[string]jetstream.Stream{}, cons: cons, results: store, wf: wf, turns: turns}, nil
 }
 
 // Stop stops pulling, lets the advisory in hand finish, and waits for the
@@ -630,6 +643,9 @@ func (r *Router) route(ctx context.Context, b routerBinding, adv routerAdvisory,
 			return 0, err
 		}
 	}
+	if err := r.passTurn(ctx, b, raw, log); err != nil {
+		return 0, err
+	}
 	if err := tasks.DeleteMsg(ctx, adv.StreamSeq); err != nil {
 		// Deleting a message that is already gone fails too; that is fine.
 		if _, gerr := tasks.GetMsg(ctx, adv.StreamSeq); !errors.Is(gerr, jetstream.ErrMsgNotFound) {
@@ -638,6 +654,36 @@ func (r *Router) route(ctx context.Context, b routerBinding, adv routerAdvisory,
 	}
 	log.InfoContext(ctx, "task dead-lettered after exhausting its deliveries", "dlq_subject", dlq.SubjectFor(r.names, raw.Subject))
 	return routerRouted, nil
+}
+
+// passTurn gives up the place in its key's turn that a dead task of an
+// ordered or fair key holds (Spool-Order-Seq, limits.Turns.Leave) before
+// the task goes, and asks the fleet to release the key's next task with a
+// kick request: the worker that would have done it died on the task's last
+// delivery. Without it the key would wait for good.
+func (r *Router) passTurn(ctx context.Context, b routerBinding, raw *jetstream.RawStreamMsg, log *slog.Logger) error {
+	seq, ok := limits.OrderSeq(raw.Header)
+	key := raw.Header.Get(spool.HeaderKey)
+	if !ok || key == "" || b.turns == nil {
+		return nil
+	}
+	_, typ, err := r.names.ParseTaskSubject(raw.Subject)
+	if err != nil {
+		return nil // not a task subject: no key of a type to pass on
+	}
+	held, err := b.turns.Leave(ctx, typ, key, seq)
+	if err != nil {
+		return fmt.Errorf("passing the turn of key %q of %q on: %w", key, typ, err)
+	}
+	// Kicked also when the place was given up already: a router that
+	// crashed after giving it up may not have kicked.
+	if err := r.js.Conn().Publish(r.names.KickSubject(limits.EncodeKey(key), typ), nil); err != nil {
+		log.WarnContext(ctx, "dead task's key not started again; the workers' sweep of held keys will", "key", key, "error", err)
+	}
+	if held {
+		log.InfoContext(ctx, "dead task gave up its place in its key's turn", "key", key, "order_seq", seq)
+	}
+	return nil
 }
 
 // routerBackoff is base doubled for each failure after the first, capped at

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spoolq/spool/consumer/dlqrouter"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/limits"
 	"github.com/spoolq/spool/shared/workflow"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/dlq"
@@ -695,5 +696,78 @@ func TestRouterAdvancesWorkflowOfCrashedStep(t *testing.T) {
 	if r.State != workflow.Failed || st.Steps[0].State != workflow.Failed || st.Steps[1].State != workflow.Cancelled ||
 		r.Failure == nil || r.Failure.Reason != string(spool.ReasonMaxDeliver) {
 		t.Errorf("workflow %+v, steps %+v", r, st.Steps)
+	}
+}
+
+// A task of an ordered key whose worker died on its last delivery holds
+// its key's place; the router gives the place up when it dead-letters the
+// task and asks the fleet to start the key, so the key's next task runs.
+func TestRouterPassesTheTurnOfADeadOrderedTask(t *testing.T) {
+	t.Parallel()
+	e := newRouterEnv(t)
+	ctx := routerCtx(t)
+	const typ, key = "ledger.post", "acct-7"
+	subject, err := e.names.TaskSubject(spool.Normal, typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kicks, err := e.nc.SubscribeSync(e.names.KickSubject(limits.EncodeKey(key), typ))
+	if err != nil {
+		t.Fatal(err)
+	}
+	turns, err := limits.NewTurns(ctx, e.js, e.names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		h := nats.Header{}
+		h.Set(spool.HeaderKey, key)
+		h.Set(spool.HeaderTaskID, fmt.Sprintf("ordered-%d", i))
+		if _, err := turns.Park(ctx, typ, key, 1, subject, fmt.Sprintf("ordered-%d", i), &nats.Msg{Header: h, Data: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	turn, err := turns.Get(ctx, typ, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(turn.Running) != 1 {
+		t.Fatalf("turn after parking two tasks = %+v, want one place held", turn)
+	}
+	first := turn.Running[0]
+
+	e.crashWorker(t, spool.Normal)
+	e.startRouter(t)
+	routerWaitFor(t, 20*time.Second, "the first task in the DLQ", func() (bool, string) {
+		n := e.msgCount(t, e.names.DLQStream())
+		return n == 1, fmt.Sprintf("%d dead letters", n)
+	})
+	if _, err := kicks.NextMsg(10 * time.Second); err != nil {
+		t.Fatalf("no kick request for the dead task's key: %v", err)
+	}
+	turn, err = turns.Get(ctx, typ, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(turn.Running) != 0 || turn.Seq != first {
+		t.Fatalf("turn after the dead letter = %+v, want seq %d and no place held", turn, first)
+	}
+	// The kick a worker serves now releases the second task.
+	if err := turns.Kick(ctx, typ, key, 1); err != nil {
+		t.Fatal(err)
+	}
+	turn, err = turns.Get(ctx, typ, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(turn.Running) != 1 || turn.Running[0] <= first {
+		t.Fatalf("turn after the kick = %+v, want the second task (after %d) holding the place", turn, first)
+	}
+	dead := e.streamMsgs(t, e.names.DLQStream())[0]
+	if got := dead.Header.Get(spool.HeaderTaskID); got != "ordered-0" {
+		t.Errorf("dead letter is task %q, want ordered-0", got)
+	}
+	if want := "spool.dlq.normal." + typ; dead.Subject != want {
+		t.Errorf("dead letter subject = %q, want %q (the released copy must not carry its held copy's subject)", dead.Subject, want)
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -86,10 +88,29 @@ const (
 // bucket. Its methods are safe for concurrent use. window is the key's
 // window (Rule.KeyWindow), at least 1.
 type Turns struct {
+	// locks serialize this process's writes of a key's turn (by a hash of
+	// type and key): concurrent finishers of one key would otherwise lose
+	// compare-and-sets to each other and retry, a cost growing with the
+	// square of the key's window. Other processes still race by CAS.
+	locks  [turnLockStripes]sync.Mutex
 	js     jetstream.JetStream
 	tasks  jetstream.Stream
 	leases jetstream.KeyValue
 	names  spool.Names
+}
+
+// turnLockStripes is the number of local turn locks of a Turns.
+const turnLockStripes = 256
+
+// lock takes the local lock of the key's turn and returns its unlock.
+func (t *Turns) lock(typ, key string) func() {
+	h := fnv.New32a()
+	h.Write([]byte(typ))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	mu := &t.locks[h.Sum32()%turnLockStripes]
+	mu.Lock()
+	return mu.Unlock
 }
 
 // NewTurns binds the task stream and the leases bucket.
@@ -152,12 +173,25 @@ func Hold(names spool.Names, typ, key string, msg *nats.Msg) {
 // releaser stopped midway) is released again; its Nats-Msg-Id makes that
 // one message within the duplicate window.
 func (t *Turns) Kick(ctx context.Context, typ, key string, window int) error {
+	unlock := t.lock(typ, key)
+	defer unlock()
+	return t.kick(ctx, typ, key, window, nil, 0)
+}
+
+// kick is Kick under the key's local lock; known, when not nil, is the
+// turn at revision rev, read or written just before (saves a read).
+func (t *Turns) kick(ctx context.Context, typ, key string, window int, known *Turn, rev uint64) error {
 	window = max(1, window)
 	held := t.names.HeldSubject(EncodeKey(key), typ)
 	for {
-		turn, rev, err := t.get(ctx, typ, key)
-		if err != nil {
-			return err
+		var turn Turn
+		if known != nil {
+			turn, known = *known, nil
+		} else {
+			var err error
+			if turn, rev, err = t.get(ctx, typ, key); err != nil {
+				return err
+			}
 		}
 		m, err := t.next(ctx, held, 0)
 		if err != nil || m == nil {
@@ -173,13 +207,14 @@ func (t *Turns) Kick(ctx context.Context, typ, key string, window int) error {
 				// Released already; a crash kept its held copy.
 				return err
 			}
+			known = &turn // unchanged
 			continue
 		}
 		if len(turn.Running) >= window {
 			return nil
 		}
 		next := Turn{Seq: m.Sequence, Running: append(turn.Running[:len(turn.Running):len(turn.Running)], m.Sequence)}
-		err = t.put(ctx, typ, key, next, rev)
+		nrev, err := t.putRev(ctx, typ, key, next, rev)
 		if errors.Is(err, errTurnMoved) {
 			continue
 		}
@@ -189,6 +224,12 @@ func (t *Turns) Kick(ctx context.Context, typ, key string, window int) error {
 		if err := t.release(ctx, m); err != nil {
 			return err
 		}
+		if len(next.Running) >= window {
+			// m was the first held message: none before it is left to
+			// release again, and the window is full.
+			return nil
+		}
+		known, rev = &next, nrev
 	}
 }
 
@@ -218,6 +259,12 @@ func (t *Turns) release(ctx context.Context, m *jetstream.RawStreamMsg) error {
 		h[k] = v
 	}
 	h.Del(spool.HeaderHeldTarget)
+	// A direct get adds the stored message's place (Nats-Subject,
+	// Nats-Sequence, ...) to its headers; the released copy must not carry
+	// the held copy's, or a direct get of it reads the held subject.
+	for _, k := range directGetHeaders {
+		h.Del(k)
+	}
 	seq := strconv.FormatUint(m.Sequence, 10)
 	id := spool.TaskID(m.Header, m.Sequence)
 	h.Set(spool.HeaderTaskID, id)
@@ -227,6 +274,12 @@ func (t *Turns) release(ctx context.Context, m *jetstream.RawStreamMsg) error {
 		return fmt.Errorf("releasing held task %d to %s: %w", m.Sequence, target, err)
 	}
 	return t.delete(ctx, m.Sequence)
+}
+
+// directGetHeaders are the headers a direct get adds to a stored message.
+var directGetHeaders = []string{
+	jetstream.StreamHeader, jetstream.SequenceHeader, jetstream.SubjectHeader,
+	"Nats-Time-Stamp", jetstream.LastSequenceHeader, "Nats-Num-Pending",
 }
 
 func (t *Turns) delete(ctx context.Context, seq uint64) error {
@@ -274,15 +327,36 @@ func (t *Turns) Admit(ctx context.Context, typ, key string, window int, seq uint
 // message is acked: a worker killed between the two sees the task again,
 // and its Finish then does the kick the killed one did not.
 func (t *Turns) Finish(ctx context.Context, typ, key string, window int, seq uint64) error {
+	unlock := t.lock(typ, key)
+	defer unlock()
+	turn, rev, _, err := t.leave(ctx, typ, key, seq)
+	if err != nil {
+		return err
+	}
+	// Also when the place was given up already (by this task's run before
+	// a crash, which may have stopped before the kick): kick anyway.
+	return t.kick(ctx, typ, key, window, &turn, rev)
+}
+
+// Leave gives up the place of the task with held sequence seq, if it holds
+// one, without releasing the next task: for a caller that does not know
+// the key's window (the DLQ router), which then asks the fleet to start the
+// key with a kick request (Names.KickSubject). It reports whether the task
+// held a place.
+func (t *Turns) Leave(ctx context.Context, typ, key string, seq uint64) (bool, error) {
+	unlock := t.lock(typ, key)
+	defer unlock()
+	_, _, held, err := t.leave(ctx, typ, key, seq)
+	return held, err
+}
+
+// leave gives up the place of seq, if it holds one (held), and returns
+// the turn after it with its revision.
+func (t *Turns) leave(ctx context.Context, typ, key string, seq uint64) (_ Turn, rev uint64, held bool, _ error) {
 	for {
 		turn, rev, err := t.get(ctx, typ, key)
-		if err != nil {
-			return err
-		}
-		if !turn.holds(seq) {
-			// Given up already (by this task's run before a crash, which
-			// may have stopped before the kick): kick anyway.
-			return t.Kick(ctx, typ, key, window)
+		if err != nil || !turn.holds(seq) {
+			return turn, rev, false, err
 		}
 		next := Turn{Seq: turn.Seq, Running: make([]uint64, 0, len(turn.Running)-1)}
 		for _, s := range turn.Running {
@@ -290,15 +364,42 @@ func (t *Turns) Finish(ctx context.Context, typ, key string, window int, seq uin
 				next.Running = append(next.Running, s)
 			}
 		}
-		err = t.put(ctx, typ, key, next, rev)
+		rev, err = t.putRev(ctx, typ, key, next, rev)
+		if errors.Is(err, errTurnMoved) {
+			continue
+		}
+		return next, rev, err == nil, err
+	}
+}
+
+// Unblock gives up every place of the key's turn, keeping its position
+// (Turn.Seq), and returns the held sequences that held them: the operator's
+// way out when a task holding a place left the stream without passing the
+// turn on (purged, deleted by hand). Tasks released earlier that are still
+// queued or running then run outside the turn (RunFree). The caller kicks
+// the key afterwards.
+func (t *Turns) Unblock(ctx context.Context, typ, key string) ([]uint64, error) {
+	for {
+		turn, rev, err := t.get(ctx, typ, key)
+		if err != nil || len(turn.Running) == 0 {
+			return nil, err
+		}
+		err = t.put(ctx, typ, key, Turn{Seq: turn.Seq}, rev)
 		if errors.Is(err, errTurnMoved) {
 			continue
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return t.Kick(ctx, typ, key, window)
+		return turn.Running, nil
 	}
+}
+
+// Get reads the turn of key among typ's tasks; the zero Turn when the key
+// has none.
+func (t *Turns) Get(ctx context.Context, typ, key string) (Turn, error) {
+	turn, _, err := t.get(ctx, typ, key)
+	return turn, err
 }
 
 var errTurnMoved = errors.New("the turn changed meanwhile")
@@ -322,23 +423,30 @@ func (t *Turns) get(ctx context.Context, typ, key string) (Turn, uint64, error) 
 // put writes the turn of key if it is still at revision rev (0: absent);
 // errTurnMoved when it is not.
 func (t *Turns) put(ctx context.Context, typ, key string, turn Turn, rev uint64) error {
+	_, err := t.putRev(ctx, typ, key, turn, rev)
+	return err
+}
+
+// putRev is put returning the turn's new revision.
+func (t *Turns) putRev(ctx context.Context, typ, key string, turn Turn, rev uint64) (uint64, error) {
 	b, err := json.Marshal(turn)
 	if err != nil {
-		return fmt.Errorf("encoding a turn: %w", err)
+		return 0, fmt.Errorf("encoding a turn: %w", err)
 	}
 	k := TurnKey(typ, key)
+	var next uint64
 	if rev == 0 {
-		_, err = t.leases.Create(ctx, k, b)
+		next, err = t.leases.Create(ctx, k, b)
 	} else {
-		_, err = t.leases.Update(ctx, k, b, rev)
+		next, err = t.leases.Update(ctx, k, b, rev)
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return errTurnMoved
+		return 0, errTurnMoved
 	}
 	if err != nil {
-		return fmt.Errorf("writing the turn of key %q of %q: %w", key, typ, err)
+		return 0, fmt.Errorf("writing the turn of key %q of %q: %w", key, typ, err)
 	}
-	return nil
+	return next, nil
 }
 
 // OrderSeq reads a released task's held sequence; ok is false for a task

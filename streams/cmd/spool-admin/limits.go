@@ -24,6 +24,10 @@ commands:
                         busiest keys, whether the rate is at its limit and the tasks waiting
   set --type T [limits] set the rule of a task type (replaces it; workers apply it within a second)
   rm TYPE               remove the rule of a task type: its tasks run unlimited
+  unblock TYPE KEY      give up every place in the turn of an ordered or fair key and start its
+                        next held tasks: for a key whose place holder left the stream without
+                        being settled (purged or deleted by hand); tasks of the key already
+                        queued or running then run outside the order
 
 limits (set; omitted ones are not limited):
   --concurrency N       at most N tasks of the type running at once
@@ -72,12 +76,23 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var weights weightFlag
 	fs.Var(&weights, "fair-weight", "P=W: weight of the keys matching P")
 	switch cmd {
-	case "ls", "set", "rm":
+	case "ls", "set", "rm", "unblock":
 	default:
 		fmt.Fprint(stderr, limitsUsage)
 		return fmt.Errorf("unknown limits command %q", cmd)
 	}
-	if err := fs.Parse(args); err != nil {
+	// Flags may follow the arguments (limits rm TYPE --url URL).
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+	if err := fs.Parse(pos); err != nil {
 		return err
 	}
 	if *timeout <= 0 {
@@ -88,6 +103,10 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case "rm":
 		if fs.NArg() != 1 {
 			return fmt.Errorf("limits rm takes one task type, got %q", fs.Args())
+		}
+	case "unblock":
+		if fs.NArg() != 2 || fs.Arg(0) == "" || fs.Arg(1) == "" {
+			return fmt.Errorf("limits unblock takes a task type and a key, got %q", fs.Args())
 		}
 	case "set":
 		if fs.NArg() > 0 {
@@ -137,6 +156,8 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		fmt.Fprintf(stdout, "rule of %s removed\n", fs.Arg(0))
 		return nil
+	case "unblock":
+		return unblockKey(ctx, sess, st, fs.Arg(0), fs.Arg(1), stdout)
 	case "set":
 		if err := st.Put(ctx, rule); err != nil {
 			return err
@@ -154,6 +175,34 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return enc.Encode(usage)
 	}
 	return printUsage(stdout, usage)
+}
+
+// unblockKey frees every place of the key's turn (limits.Turns.Unblock)
+// and releases its next held tasks while its window has room.
+func unblockKey(ctx context.Context, sess *session, st *limits.Store, typ, key string, stdout io.Writer) error {
+	rule, err := st.Get(ctx, typ)
+	if err != nil && !errors.Is(err, limits.ErrNoRule) {
+		return err
+	}
+	turns, err := limits.NewTurns(ctx, sess.js, sess.cfg.Names())
+	if err != nil {
+		return err
+	}
+	freed, err := turns.Unblock(ctx, typ, key)
+	if err != nil {
+		return err
+	}
+	// A rule lifted meanwhile still drains the key, one at a time.
+	if err := turns.Kick(ctx, typ, key, max(1, rule.KeyWindow(key))); err != nil {
+		return fmt.Errorf("places freed, but starting key %q of %s failed (the next task or kick of the key retries): %w", key, typ, err)
+	}
+	turn, err := turns.Get(ctx, typ, key)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "key %q of %s: %d place(s) given up (held seq %v); %d task(s) now hold a place\n",
+		key, typ, len(freed), freed, len(turn.Running))
+	return nil
 }
 
 // printUsage prints the rules and their use across the fleet, one line a

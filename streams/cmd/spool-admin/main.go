@@ -10,7 +10,7 @@
 //	spool-admin resume type <type>                       resume it
 //	spool-admin schedule list|set|pause|resume|delete    periodic tasks
 //	spool-admin workflows list|show|cancel|retry   manage workflows
-//	spool-admin limits ls|set|rm   flow-control rules and their usage
+//	spool-admin limits ls|set|rm|unblock   flow-control rules and their usage
 //
 // Configuration comes from SPOOL_ environment variables (spool-admin help
 // lists them); --url overrides SPOOL_NATS_URL.
@@ -70,7 +70,7 @@ commands:
   resume type T  resume task type T (the workers move its parked tasks back)
   schedule    list, set, pause, resume and delete periodic tasks (spool-admin schedule help)
   workflows   list, show, cancel and retry workflows (spool-admin workflows help)
-  limits      flow-control rules: ls, set, rm (spool-admin limits help)
+  limits      flow-control rules: ls, set, rm, unblock (spool-admin limits help)
   help        show this text and the environment variables
 
 flags of provision and status:

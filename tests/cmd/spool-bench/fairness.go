@@ -33,10 +33,7 @@ import (
 // compare-and-set (a few round trips per task, one task at a time per
 // key), not the workers, limits each key, and the shares come out equal.
 func (b *bench) fairness(ctx context.Context) error {
-	big, small := 100_000, 100
-	if b.cfg.quick {
-		big, small = 300, 3
-	}
+	big, small := b.cfg.fairBig, b.cfg.fairSmall
 	if err := b.purge(ctx); err != nil {
 		return err
 	}
@@ -186,6 +183,9 @@ func (b *bench) fairness(ctx context.Context) error {
 	order = order[:0]
 	mu.Unlock()
 	per := max(40, big/100)
+	if b.cfg.fairPer > 0 {
+		per = b.cfg.fairPer
+	}
 	keys := slices.Sorted(func(yield func(string) bool) {
 		for k := range weights {
 			if !yield(k) {

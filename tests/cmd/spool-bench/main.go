@@ -110,6 +110,10 @@ type config struct {
 	// the leader-change scenario (on; the quick test leaves it out: each
 	// takes an election timeout and a node restart).
 	leaderKill bool
+	// fairBig and fairSmall are the fairness scenario's big key backlog
+	// and small keys' backlogs; fairPer the shares' backlog per key (0:
+	// fairBig/100, at least 40).
+	fairBig, fairSmall, fairPer int
 }
 
 func defaultConfig(quick bool) config {
@@ -124,6 +128,7 @@ func defaultConfig(quick bool) config {
 		concs: []int{10, 100}, limitsN: 2_000,
 		wfChains: 20, wfGroup: 10_000,
 		cluster: true, leaderN: 20_000, leaderKill: true,
+		fairBig: 100_000, fairSmall: 100,
 	}
 	if quick {
 		c = config{
@@ -136,6 +141,7 @@ func defaultConfig(quick bool) config {
 			concs: []int{10}, limitsN: 200,
 			wfChains: 3, wfGroup: 300,
 			leaderN: 3000, leaderKill: true,
+			fairBig: 300, fairSmall: 3,
 		}
 	}
 	return c
@@ -149,6 +155,9 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.profileDir, "profile", c.profileDir, "write CPU profiles of the processing consumers to this directory")
 	fs.IntVar(&c.queued, "queued", c.queued, "queued tasks of the processing scenario")
 	fs.BoolVar(&c.cluster, "cluster", c.cluster, "run the cluster and partitions scenarios on a local 3-node cluster (default on; off with BENCH_QUICK)")
+	fs.IntVar(&c.fairBig, "fair-big", c.fairBig, "the fairness scenario's big key backlog")
+	fs.IntVar(&c.fairSmall, "fair-small", c.fairSmall, "the fairness scenario's backlog of each of its 99 small keys")
+	fs.IntVar(&c.fairPer, "fair-per", c.fairPer, "the fairness shares' backlog per key (0: fair-big/100, at least 40)")
 	fs.IntVar(&c.processN, "processed", c.processN, "tasks processed per processing run with default sync (at most -queued)")
 }
 
