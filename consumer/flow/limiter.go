@@ -88,6 +88,9 @@ type Limiter struct {
 	// compare-and-set of a rate key (striped by the key's hash): the others
 	// wait their turn here instead of colliding on the server.
 	rateLocks [64]chan struct{}
+	// lines are the tasks waiting in this worker for a start of a rate
+	// key, first come first served (see takeRate).
+	lines map[string][]chan struct{}
 }
 
 // TypeStats count one type's flow-control decisions in this worker.
@@ -156,6 +159,7 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 		rules:      map[string]limits.Rule{}, taken: map[string]time.Time{},
 		mine: map[*Lease]struct{}{}, stats: map[string]*TypeStats{},
 		waiters: map[string][]chan struct{}{}, turnover: map[string]*turnover{},
+		lines: map[string][]chan struct{}{},
 	}
 	for i := range l.rateLocks {
 		l.rateLocks[i] = make(chan struct{}, 1)

@@ -254,3 +254,79 @@ func TestUsageShowsBusiestKeysAndRate(t *testing.T) {
 		t.Errorf("paced stats %+v, want 1 acquired, 2 denied by the rate, none waiting", s)
 	}
 }
+
+// The tasks of one worker waiting for a rate's starts form a line, first
+// come first served, of at most four: the starts go to them in arrival
+// order, and the tasks that find the line full are handed back at once
+// instead of waiting.
+func TestRateLineFirstComeFirstServed(t *testing.T) {
+	t.Parallel()
+	e := streamstest.Start(t, streams.Settings{})
+	putRule(t, e, limits.Rule{Type: "paced", Rate: &limits.Rate{Limit: 5, Period: limits.Duration(time.Second)}})
+	ctx := streamstest.Context(t)
+	l := newLimiter(t, e, "w", time.Second)
+	defer l.Close()
+	if _, err := l.Acquire(ctx, "paced", "", "first"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	var (
+		mu       sync.Mutex
+		started  []int
+		finished atomic.Int32
+		most     atomic.Int32
+		wg       sync.WaitGroup
+	)
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			most.Store(max(most.Load(), int32(l.Stats()["paced"].Waiting)))
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer finished.Add(1)
+			_, err := l.Acquire(ctx, "paced", "", fmt.Sprint("t", i))
+			var denied *flow.DeniedError
+			switch {
+			case err == nil:
+				mu.Lock()
+				started = append(started, i)
+				mu.Unlock()
+			case !errors.As(err, &denied):
+				t.Errorf("task %d: %v", i, err)
+			}
+		}()
+		// The next task arrives once this one is in the line or done.
+		streamstest.WaitFor(t, 10*time.Second, func() error {
+			if got := l.Stats()["paced"].Waiting + int(finished.Load()); got < i+1 {
+				return fmt.Errorf("%d of %d tasks in line or done", got, i+1)
+			}
+			return nil
+		})
+	}
+	wg.Wait()
+	close(stop)
+	<-sampled
+	for j := 1; j < len(started); j++ {
+		if started[j] < started[j-1] {
+			t.Errorf("starts in the order %v, want arrival order", started)
+		}
+	}
+	if m := most.Load(); m > 4 {
+		t.Errorf("%d tasks waited at once for the rate in one worker, want at most 4", m)
+	}
+	if len(started) == n {
+		t.Errorf("all %d tasks started within the wait at 5/s", n)
+	}
+	t.Logf("started in order %v of %d; most waiting at once %d", started, n, most.Load())
+}

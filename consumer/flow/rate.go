@@ -16,9 +16,16 @@ import (
 
 // Rate limits: GCRA on a KV key, compare-and-set per start.
 
-// takeRate takes one start from a rate limit (GCRA): the key holds the
-// theoretical arrival time tat in Unix nanoseconds; a start is allowed when
-// max(tat, now) + interval - now <= burst·interval, and moves tat there.
+// takeRate takes one start from a rate limit (GCRA, limits.Rate.GCRA): the
+// key holds the theoretical arrival time tat in Unix nanoseconds; a start
+// is allowed when tat − now ≤ tolerance, and moves tat to max(tat, now) +
+// interval.
+//
+// The tasks of one rate key waiting in this worker form a line, first
+// come first served, of at most lineCap: only its head reads the key
+// (when the next start is due), so a waiting task costs no reads of its
+// own; a task that finds the line full, or whose wait would pass
+// localWait, is handed back.
 //
 // A denied start books its return in the limit's queue key (q.<type> or
 // kq.<type>.<key>, the same arithmetic with a burst of 1): waiting tasks
@@ -30,27 +37,53 @@ import (
 // few that come back too many wait in their worker for a start or are
 // booked again.
 func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, limit string) error {
-	iv := r.Interval()
-	var wait time.Duration
-	for waited := time.Duration(0); ; waited += wait {
-		var err error
-		var taken bool
-		wait, taken, err = l.gcra(ctx, limits.RateKey(typ, key), iv, time.Duration(r.BurstOrOne())*iv, 0, false)
+	iv, tol := r.GCRA()
+	rk := limits.RateKey(typ, key)
+	deadline := time.Now().Add(localWait)
+	turn, ahead := l.joinLine(rk, lineCap(iv))
+	if turn == nil {
+		// The line is full: come back after it.
+		return l.bookReturn(ctx, typ, key, limit, iv, time.Duration(ahead+1)*iv)
+	}
+	defer l.leaveLine(rk, turn)
+	if ahead > 0 {
+		l.waiting(typ, 1)
+		t := time.NewTimer(localWait)
+		select {
+		case <-turn:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		l.waiting(typ, -1)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		select {
+		case <-turn:
+		default:
+			// Still not at the head: the line moves slower than the
+			// wait allows.
+			return l.bookReturn(ctx, typ, key, limit, iv, time.Duration(ahead)*iv)
+		}
+	}
+	for {
+		wait, taken, err := l.gcra(ctx, rk, iv, iv+tol, 0, false)
 		if err != nil {
 			return fmt.Errorf("%s limit of %q: %w", limit, typ, err)
 		}
 		if taken {
 			return nil
 		}
-		if waited+wait > localWait {
-			break
+		if time.Until(deadline) < wait {
+			return l.bookReturn(ctx, typ, key, limit, iv, wait)
 		}
 		// The next start is due soon: wait for it here rather than hand
 		// the task back (schedules fire in clumps, so tasks booked an
 		// interval apart often come back together). The start is taken
 		// when it is due, not reserved ahead: a task that wakes late
-		// then starts late, and never closer to the next start than an
-		// interval.
+		// then starts late (up to the slack without pushing the later
+		// starts back).
 		wait = max(wait, time.Millisecond)
 		l.waiting(typ, 1)
 		err = sleep(ctx, wait)
@@ -59,6 +92,68 @@ func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, 
 			return err
 		}
 	}
+}
+
+// A line holds the tasks for the starts of the next lineSpan (handed-back
+// tasks come back that early, and the server fires schedules in clumps
+// about that far apart), at least minLine and at most maxLine: the next
+// ones are handed back at once. A worker killed while its tasks wait
+// holds them until AckWait, so no more wait than the line can use.
+const (
+	lineSpan = 300 * time.Millisecond
+	minLine  = 4
+	maxLine  = 64
+)
+
+// lineCap is the most tasks in the line of a rate of interval iv.
+func lineCap(iv time.Duration) int {
+	return min(maxLine, max(minLine, int(lineSpan/max(iv, 1))+1))
+}
+
+// joinLine puts a task at the end of the line of rate key rk: turn is
+// closed when the task reaches the head (at once when ahead is 0); nil
+// when the line is full.
+func (l *Limiter) joinLine(rk string, most int) (turn chan struct{}, ahead int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	line := l.lines[rk]
+	if len(line) >= most {
+		return nil, len(line)
+	}
+	turn = make(chan struct{})
+	if len(line) == 0 {
+		close(turn)
+	}
+	l.lines[rk] = append(line, turn)
+	return turn, len(line)
+}
+
+// leaveLine takes turn out of the line of rk, and hands the head on when
+// it was the head.
+func (l *Limiter) leaveLine(rk string, turn chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	line := l.lines[rk]
+	for i, c := range line {
+		if c != turn {
+			continue
+		}
+		line = append(line[:i:i], line[i+1:]...)
+		if i == 0 && len(line) > 0 {
+			close(line[0])
+		}
+		break
+	}
+	if len(line) == 0 {
+		delete(l.lines, rk)
+		return
+	}
+	l.lines[rk] = line
+}
+
+// bookReturn books the return of a task turned away by a rate limit whose
+// next start is due in about wait, and says when it is.
+func (l *Limiter) bookReturn(ctx context.Context, typ, key, limit string, iv, wait time.Duration) error {
 	qiv := iv * limits.ReturnSpacing / 100
 	back, _, err := l.gcra(ctx, limits.QueueKey(typ, key), qiv, qiv, wait, true)
 	if err != nil {
@@ -114,8 +209,7 @@ func (l *Limiter) gcra(ctx context.Context, k string, iv, burst, after time.Dura
 			cancel()
 			return 0, false, fmt.Errorf("reading %q: %w", k, err)
 		}
-		next := tat.Add(iv)
-		wait := next.Sub(now) - burst
+		next, wait := gcraStep(tat, now, iv, burst)
 		if !book && wait > 0 {
 			cancel()
 			return wait, false, nil
@@ -145,6 +239,14 @@ func (l *Limiter) gcra(ctx context.Context, k string, iv, burst, after time.Dura
 		return 0, false, fmt.Errorf("%q kept changing: gave up after %d tries", k, casTries)
 	}
 	return iv, false, nil
+}
+
+// gcraStep is the arithmetic of one GCRA step: with tat no earlier than
+// now, the start moves tat to next, and is due in wait (allowed now when
+// wait ≤ 0).
+func gcraStep(tat, now time.Time, iv, burst time.Duration) (next time.Time, wait time.Duration) {
+	next = tat.Add(iv)
+	return next, next.Sub(now) - burst
 }
 
 // put writes k if its last revision is still rev, with a per-key TTL (KV

@@ -128,6 +128,35 @@ func (r Rate) Interval() time.Duration {
 // BurstOrOne is Burst, or 1 when unset.
 func (r Rate) BurstOrOne() int { return max(1, r.Burst) }
 
+// MaxSlack bounds the slack of a rate without a burst (see GCRA).
+const MaxSlack = 50 * time.Millisecond
+
+// GCRA returns the parameters of the generic cell-rate algorithm that
+// enforces r: a start is allowed when tat − now ≤ tolerance, and moves
+// the theoretical arrival time tat to max(tat, now) + interval.
+//
+// With a burst B above 1, interval is Period/Limit and tolerance
+// (B−1)·interval: B starts may go at once after an idle spell, so a
+// window of a period holds at most Limit+B−1 starts.
+//
+// Without a burst, a start may be up to a slack late (min(Period/Limit/2,
+// MaxSlack): a worker that wakes late for its turn) without pushing back
+// every later start, and any half-open window [t, t+Period) still holds
+// at most Limit starts: the interval is (Period+slack)/Limit, rounded up,
+// so the steady rate is Limit·Period/(Period+slack) (99% of 50/s, 95% of
+// 1/s). Proof: GCRA lets n starts t_1 ≤ … ≤ t_n through only when t_n −
+// t_1 ≥ (n−1)·interval − slack; for n = Limit+1 that is at least Period,
+// so they do not fit in a window of a period.
+func (r Rate) GCRA() (interval, tolerance time.Duration) {
+	iv := r.Interval()
+	if b := r.BurstOrOne(); b > 1 {
+		return iv, time.Duration(b-1) * iv
+	}
+	slack := min(iv/2, MaxSlack)
+	n := time.Duration(r.Limit)
+	return (time.Duration(r.Period) + slack + n - 1) / n, slack
+}
+
 // Duration is a time.Duration written in JSON as a Go duration string
 // ("1s", "1m30s").
 type Duration time.Duration

@@ -212,14 +212,14 @@ func busiest(keys map[string]int) []KeyUsage {
 // rateUsage reads the state of the type's rate limit: its r. and q. keys.
 func (s *Store) rateUsage(ctx context.Context, typ string, r Rate) (*RateUsage, error) {
 	now := time.Now()
-	iv := r.Interval()
+	iv, tol := r.GCRA()
 	u := &RateUsage{}
 	tat, err := s.instant(ctx, RateKey(typ, ""))
 	if err != nil {
 		return nil, err
 	}
 	if !tat.IsZero() {
-		u.NextStart = max(0, tat.Add(iv).Sub(now)-time.Duration(r.BurstOrOne())*iv)
+		u.NextStart = max(0, tat.Sub(now)-tol)
 	}
 	back, err := s.instant(ctx, QueueKey(typ, ""))
 	if err != nil {

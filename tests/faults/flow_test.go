@@ -204,10 +204,12 @@ func TestFlowControlUnderCrash(t *testing.T) {
 	t.Logf("fault.ordered: %d runs of %d tasks over %d keys, %d order breaches, most runs of one key at once %d (a run again of a completed task counts)",
 		ordRuns, nOrdered, len(byOrderedKey), len(breaches), ordMost)
 
-	// The rate: no window of a period holds more starts than the limit,
-	// counting handler starts (taken a few milliseconds after the start
-	// was granted, so one more than the limit is measurement jitter, not a
-	// breach); and the rate the backlog's middle 90% reached.
+	// The rate: no window of a period holds more starts than the limit.
+	// The limiter grants at most the limit in any half-open window [t,
+	// t+period) (limits.Rate.GCRA); the checker counts the windows [s,
+	// s+period) opening at each handler start, taken a few milliseconds
+	// after the grant, so one more than the limit is measurement jitter,
+	// not a breach. And the rate the backlog's middle 90% reached.
 	most, _ := checker.MaxInWindow(paced, ratePeriod)
 	sort.Slice(paced, func(i, j int) bool { return paced[i].Before(paced[j]) })
 	lo, hi := paced[len(paced)/20], paced[len(paced)-1-len(paced)/20]
@@ -221,9 +223,10 @@ func TestFlowControlUnderCrash(t *testing.T) {
 	// asserted: it depends on when the kills fall and on the machine's load
 	// (a killed worker's waiting tasks come back only after AckWait, and a
 	// turn nobody is there to take is lost; the returns of a backlog are
-	// booked faster than the rate to cover for them). spool-bench measures
-	// it without faults. A limiter that stalls fails the suite's wait for
-	// every task.
+	// booked faster than the rate to cover for them). On a shared 2-core
+	// machine it swung from 49% to 87% between runs of the same code, so
+	// no floor near 90% would hold there. spool-bench measures it without
+	// faults. A limiter that stalls fails the suite's wait for every task.
 	r := report(t, "flow control (SIGKILL)", fmt.Sprintf("%d SIGKILL; rate reached %.0f%%", fl.kills, 100*achieved/rate), start, chk, left)
 	if r.Tasks != len(tasks) {
 		t.Errorf("%d tasks recorded, want %d", r.Tasks, len(tasks))
