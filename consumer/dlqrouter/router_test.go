@@ -584,6 +584,10 @@ func TestRouterLifecycle(t *testing.T) {
 	})
 
 	t.Run("run until ctx ends", func(t *testing.T) {
+		// A server of its own: a router stopped above may leave its pull
+		// request waiting on the consumer, which would look like this
+		// router pulling before it has started.
+		e := newRouterEnv(t)
 		r, err := dlqrouter.New(e.nc, dlqrouter.WithLogger(streamstest.Logger(t)))
 		if err != nil {
 			t.Fatal(err)
