@@ -129,7 +129,7 @@ func TestDashboard(t *testing.T) {
 	}
 	b.screenshot("ui-dashboard-dlq.png")
 	b.do("asking to replay", 10*time.Second, chromedp.Click(chromedp.CSS("#dlq-replay")))
-	b.waitJS("the confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("ui-dead-1")`, 5*time.Second)
+	b.waitJS("the confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("ui-dead-1")`, 15*time.Second)
 	b.do("confirming the replay", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
 	b.waitJS("the replay done", fmt.Sprintf(`document.querySelector("#dlq-message").textContent.includes("Replayed #%s") && !document.querySelector(%s)`, seq, jsString(rowSel)), 10*time.Second)
 	b.waitJS("the replay in the task's history", `document.querySelector("#lookup-id").value === "ui-dead-1" && document.querySelector("#lookup-timeline").textContent.includes("replayed from the DLQ")`, 10*time.Second)
@@ -143,7 +143,7 @@ func TestDashboard(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#dlq-filter button[type="submit"]`)),
 		chromedp.Click(chromedp.CSS("#dlq-purge")),
 	)
-	b.waitJS("the purge confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("type=demo.fail")`, 5*time.Second)
+	b.waitJS("the purge confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("type=demo.fail")`, 15*time.Second)
 	b.do("confirming the purge", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
 	b.waitJS("the purge done", `document.querySelector("#dlq-message").textContent === "Purged 1 dead letter." && document.querySelectorAll("#dlq-list tbody tr").length === 0`, 10*time.Second)
 	b.waitJS("an empty dead-letter stream", numberIn("#dead-letters")+" === 0", 5*time.Second)
