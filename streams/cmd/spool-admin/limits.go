@@ -56,13 +56,7 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	cmd, args := args[0], args[1:]
-	fs := flag.NewFlagSet("spool-admin limits "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, limitsUsage) }
-	url := fs.String("url", "", "NATS server URL (overrides SPOOL_NATS_URL)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	timeout := fs.Duration("timeout", 30*time.Second, "time allowed for the command")
-	verbose := cli.Verbose(fs)
+	fs, url, asJSON, timeout, verbose := familyFlags("limits", cmd, limitsUsage, stderr)
 	typ := fs.String("type", "", "task type")
 	conc := fs.Int("concurrency", 0, "at most N running")
 	keyConc := fs.Int("key-concurrency", 0, "at most N running per key")
@@ -344,4 +338,17 @@ func familyHelp(family, usage string, args []string, stdout io.Writer) (done boo
 		return true, errors.New(family + ": no command given")
 	}
 	return true, nil
+}
+
+// familyFlags is the flag set of a command of a family (spool-admin
+// limits, workflows) with the flags every such command has: --url,
+// --json, --timeout and -v.
+func familyFlags(family, cmd, usage string, stderr io.Writer) (fs *flag.FlagSet, url *string, asJSON *bool, timeout *time.Duration, verbose *bool) {
+	fs = flag.NewFlagSet("spool-admin "+family+" "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	url = fs.String("url", "", "NATS server URL (overrides SPOOL_NATS_URL)")
+	asJSON = fs.Bool("json", false, "print JSON")
+	timeout = fs.Duration("timeout", 30*time.Second, "time allowed for the command")
+	return fs, url, asJSON, timeout, cli.Verbose(fs)
 }

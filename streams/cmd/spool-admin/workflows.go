@@ -3,14 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/spoolq/spool/shared/cli"
 	"github.com/spoolq/spool/shared/workflow"
 )
 
@@ -34,13 +32,7 @@ func runWorkflows(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	cmd, args := args[0], args[1:]
-	fs := flag.NewFlagSet("spool-admin workflows "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, workflowsUsage) }
-	url := fs.String("url", "", "NATS server URL (overrides SPOOL_NATS_URL)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	timeout := fs.Duration("timeout", 30*time.Second, "time allowed for the command")
-	verbose := cli.Verbose(fs)
+	fs, url, asJSON, timeout, verbose := familyFlags("workflows", cmd, workflowsUsage, stderr)
 	wantArgs := 1
 	switch cmd {
 	case "list":
