@@ -136,7 +136,8 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 		return
 	}
 	a.started = time.Now()
-	w.results.Event(spool.EventStarted, a.doc(spool.StateProcessing))
+	started := a.doc(spool.StateProcessing)
+	w.results.Event(spool.EventStarted, &started)
 	if w.o.ProcessingDelay <= 0 {
 		w.putProcessing(a)
 	}
@@ -419,7 +420,7 @@ func (h *watch) progress(p spool.Progress) error {
 	if err := h.w.results.PutUnacked(doc); err != nil {
 		return err
 	}
-	h.w.results.Event(spool.EventProgress, doc)
+	h.w.results.Event(spool.EventProgress, &doc)
 	return nil
 }
 
@@ -574,7 +575,7 @@ func (w *Worker) complete(a attemptInfo, out []byte, o outcome) {
 	fin := time.Now()
 	doc.FinishedAt = &fin
 	if a.uniqueKey == "" && a.wf == nil && a.order == nil {
-		err := w.pipe.put(a, o, doc)
+		err := w.pipe.put(&a, o, &doc)
 		if err == nil {
 			return
 		}
