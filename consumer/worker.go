@@ -100,6 +100,12 @@ type Worker struct {
 	state WorkerState
 	slots slots
 	prio  [numPriorities]prioState
+	// queue holds tasks pulled ahead, waiting for a slot (oldest first);
+	// rtt and inSlot are moving averages of a no-wait fetch's round trip
+	// and of an attempt's time in its slot, which size the pull-ahead
+	// (see slots).
+	queue       []job
+	rtt, inSlot time.Duration
 }
 
 // prioState is what the worker knows about one priority.
@@ -337,6 +343,7 @@ func (w *Worker) shutdown() {
 	}
 	timer.Stop()
 	w.cancelHandlers()
+	w.handBackQueued()
 	w.pulls.Wait()
 	w.attempts.Wait()
 	<-drained
@@ -446,7 +453,11 @@ func (w *Worker) isStopping() bool {
 func (w *Worker) dispatchLoop() {
 	defer w.loops.Done()
 	for {
-		w.pl.send(w.dispatch())
+		plans, start := w.dispatch()
+		for _, j := range start {
+			w.startAttempt(j.p, j.msg)
+		}
+		w.pl.send(plans)
 		select {
 		case <-w.wake:
 		case <-w.stopping:
@@ -455,7 +466,8 @@ func (w *Worker) dispatchLoop() {
 	}
 }
 
-// dispatch plans pulls under the lock; the caller sends them.
+// dispatch plans pulls under the lock; the caller sends them. Tasks
+// queued while the pool was full take the slots it grew by (start).
 //
 // Slots go first to priorities known to have work (no-wait fetches sized to
 // the free slots, split by the scheduler). When slots are left over (no
@@ -463,9 +475,9 @@ func (w *Worker) dispatchLoop() {
 // slots), every other priority gets a long-poll: a single-message pull
 // that reserves a slot out of MaxConcurrency, so a message it brings always
 // has a slot.
-func (w *Worker) dispatch() (plans []pullPlan) {
+func (w *Worker) dispatch() (plans []pullPlan, start []job) {
 	if w.isStopping() {
-		return nil
+		return nil, nil
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -482,7 +494,7 @@ func (w *Worker) dispatch() (plans []pullPlan) {
 		case resting[p]:
 		case w.slots.prio[p].polling:
 		case st.pending > 0:
-			caps[p] = int(min(st.pending, uint64(w.o.MaxConcurrency)))
+			caps[p] = int(min(st.pending, uint64(2*w.o.MaxConcurrency))) // what a round may ask for: the slots and as many ahead
 			known = true
 		case st.maybe && w.slots.prio[p].fetches == 0:
 			caps[p] = 1
@@ -491,16 +503,22 @@ func (w *Worker) dispatch() (plans []pullPlan) {
 	}
 	if known {
 		w.scaleUpLocked()
+		start = w.startQueuedLocked()
 		if w.slots.fetching > 0 {
 			// One round of fetches at a time: slots freed meanwhile are
 			// pulled together in the next round, in larger batches (the
 			// server answers fetch requests one by one, so batches carry
 			// the throughput).
-			return nil
+			return nil, start
 		}
+		w.slots.ahead = aheadFor(w.slots.size, w.o.MaxConcurrency, w.rtt, w.inSlot)
 		free := w.slots.free()
-		if free <= 0 {
-			return nil
+		if free <= 0 || w.slots.queued > 0 && 2*free < w.slots.size+w.slots.ahead {
+			// While tasks pulled ahead still wait, the slots do not
+			// wait for a pull: the next round waits until it can ask
+			// for half of what the slots and the queue take, rather
+			// than pulling a few tasks at a time.
+			return nil, start
 		}
 		alloc := w.sched.allocate(free, caps, w.sched.effective(w.o.now(), oldest))
 		used := 0
@@ -512,7 +530,7 @@ func (w *Worker) dispatch() (plans []pullPlan) {
 			}
 		}
 		if used == free {
-			return plans // every free slot is wanted: no spare capacity to long-poll
+			return plans, start // every free slot is wanted: no spare capacity to long-poll
 		}
 	}
 	// Spare capacity: long-poll every priority with no known work.
@@ -528,7 +546,7 @@ func (w *Worker) dispatch() (plans []pullPlan) {
 		budget--
 		plans = append(plans, w.pl.planLocked(p, 1, true))
 	}
-	return plans
+	return plans, start
 }
 
 // refreshLoop reads the backlog of priorities that have no long-poll
@@ -544,6 +562,7 @@ func (w *Worker) refreshLoop() {
 		case <-t.C:
 		}
 		w.pl.expire(false)
+		w.beatQueued()
 		w.reloadCancels()
 		w.refresh()
 		w.scaleDown()
