@@ -302,9 +302,10 @@ func bindError(kind, name string, err error) error {
 }
 
 // Stop stops pulling, lets running handlers finish for up to the shutdown
-// timeout (or until ctx ends, whichever is first), then cancels the
-// handlers still running and hands their tasks back at once (NAK without
-// delay) so another worker takes them. It returns when everything is done,
+// timeout (or until ctx ends, whichever is first), along with the tasks
+// pulled ahead and waiting for a slot, then cancels the handlers still
+// running and hands their tasks, and those still waiting, back at once
+// (NAK without delay) so another worker takes them. It returns when everything is done,
 // or ctx.Err() when ctx ends first (the hand-back still completes in the
 // background; wait on Stopped). A ctx that is already done makes Stop a
 // hard stop: running handlers are cancelled and their tasks handed back at
@@ -326,8 +327,13 @@ func (w *Worker) shutdown() {
 	w.state = WorkerStopping
 	w.mu.Unlock()
 	w.loops.Wait()
-	// No request is sent any more: give up the outstanding ones (a task
-	// one still brings is handed back at once).
+	// No request is sent any more. The no-wait fetches out end within a
+	// round trip: wait for them, so the tasks they bring are handed back
+	// while the subscription still takes them (once it is gone, a task
+	// sent to it stays unacknowledged until its AckWait runs out). Then
+	// give up the requests still out, long-polls (a task one still brings
+	// is handed back at once).
+	w.awaitFetches()
 	w.pl.expire(true)
 	drained := make(chan struct{})
 	go func() {
@@ -370,6 +376,30 @@ func (w *Worker) shutdown() {
 	w.log.Info("worker stopped")
 }
 
+// awaitFetches waits, for pullAnswerWait at most, until no no-wait fetch
+// is out. The dispatcher has stopped: a request that ends nudges w.wake,
+// which only this wait reads now.
+func (w *Worker) awaitFetches() {
+	timer := time.NewTimer(pullAnswerWait)
+	defer timer.Stop()
+	for {
+		w.mu.Lock()
+		fetching := w.slots.fetching > 0
+		for _, ps := range w.slots.prio {
+			fetching = fetching || ps.fetches > 0
+		}
+		w.mu.Unlock()
+		if !fetching {
+			return
+		}
+		select {
+		case <-w.wake:
+		case <-timer.C:
+			return
+		}
+	}
+}
+
 // State returns the lifecycle state.
 func (w *Worker) State() WorkerState {
 	w.mu.Lock()
@@ -406,6 +436,7 @@ func (w *Worker) Stats() Stats {
 		Slots:      w.slots.size,
 		Busy:       w.slots.busy,
 		Idle:       w.slots.idle(),
+		Queued:     w.slots.queued,
 		MinSlots:   w.o.MinConcurrency,
 		MaxSlots:   w.o.MaxConcurrency,
 		ScaleUps:   w.slots.scaleUps,
