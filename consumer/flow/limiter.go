@@ -74,7 +74,7 @@ type Limiter struct {
 	done    sync.WaitGroup
 
 	mu    sync.Mutex
-	rules map[string]limits.Rule
+	rules limits.Set
 	taken map[string]time.Time // slot key → until when the view holds it taken
 	mine  map[*Lease]struct{}
 	stats map[string]*TypeStats
@@ -156,8 +156,8 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 		js: c.JS, leases: leases, subj: "$KV." + c.Names.LeasesBucket() + ".",
 		owner: c.Owner, ttl: c.TTL, io: c.IOTimeout, log: c.Logger,
 		waitersMax: c.Waiters,
-		rules:      map[string]limits.Rule{}, taken: map[string]time.Time{},
-		mine: map[*Lease]struct{}{}, stats: map[string]*TypeStats{},
+		taken:      map[string]time.Time{},
+		mine:       map[*Lease]struct{}{}, stats: map[string]*TypeStats{},
 		waiters: map[string][]chan struct{}{}, turnover: map[string]*turnover{},
 		lines: map[string][]chan struct{}{},
 	}
@@ -242,8 +242,12 @@ func (l *Limiter) apply(e jetstream.KeyValueEntry) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e.Operation() != jetstream.KeyValuePut {
-		delete(l.rules, e.Key())
-		l.log.Info("flow-control rule removed", "type", e.Key())
+		name, err := limits.RuleName(e.Key())
+		if err != nil {
+			return // never in force
+		}
+		l.rules.Delete(name)
+		l.log.Info("flow-control rule removed", "type", name)
 		return
 	}
 	r, err := limits.Decode(e.Key(), e.Value())
@@ -253,17 +257,19 @@ func (l *Limiter) apply(e jetstream.KeyValueEntry) {
 		l.log.Error("ignoring invalid flow-control rule", "type", e.Key(), "error", err)
 		return
 	}
-	l.rules[r.Type] = r
+	l.rules.Put(r)
 	l.log.Info("flow-control rule in force", "type", r.Type, "concurrency", r.Concurrency, "key_concurrency", r.KeyConcurrency,
 		"rate", r.Rate != nil, "key_rate", r.KeyRate != nil)
 }
 
-// Rule returns the rule of typ in force, if any.
+// Rule returns the rule in force for typ, if any: the one stored under
+// typ, else the most precise pattern matching it (limits.Set), with Type
+// typ (limits.Rule.For).
 func (l *Limiter) Rule(typ string) (limits.Rule, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r, ok := l.rules[typ]
-	return r, ok
+	r, ok := l.rules.Match(typ)
+	return r.For(typ), ok
 }
 
 // Stats returns this worker's counts per limited type.
@@ -307,7 +313,7 @@ func (l *Limiter) Acquire(ctx context.Context, typ, key, taskID string) (*Lease,
 		return nil, fmt.Errorf("encoding lease holder: %w", err)
 	}
 	lease := &Lease{l: l, typ: typ, value: value}
-	err = l.acquire(ctx, rule, key, lease)
+	err = l.acquire(ctx, rule.ForKey(key), key, lease)
 	if err != nil {
 		// ctx may be what ended: give the release a context of its own.
 		lease.release(context.WithoutCancel(ctx))
