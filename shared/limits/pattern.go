@@ -44,11 +44,22 @@ func ValidateName(name string) error {
 	if len(name) > spool.MaxTypeLen {
 		return fmt.Errorf("%w: %d characters, at most %d", spool.ErrInvalidType, len(name), spool.MaxTypeLen)
 	}
-	if !IsPattern(name) {
+	if !strings.ContainsAny(name, "*>") {
 		return spool.ValidateType(name)
 	}
-	if err := spool.ValidateTypePattern(name); err != nil {
-		return fmt.Errorf("%w (a pattern's tokens are type tokens, * for any one token, and a final > for the rest)", err)
+	toks := strings.Split(name, ".")
+	for i, tok := range toks {
+		switch {
+		case tok == "*", tok == ">" && i == len(toks)-1:
+		case tok == ">":
+			return fmt.Errorf("%w: pattern %q: > stands for the rest of a type, so only the last token may be >", spool.ErrInvalidType, name)
+		case strings.ContainsAny(tok, "*>"):
+			return fmt.Errorf("%w: pattern %q: token %q: a wildcard is a whole token (email.*, email.>)", spool.ErrInvalidType, name, tok)
+		default:
+			if err := spool.ValidateType(tok); err != nil {
+				return fmt.Errorf("pattern %q: %w", name, err)
+			}
+		}
 	}
 	return nil
 }

@@ -26,7 +26,7 @@ func TestRuleKeys(t *testing.T) {
 	}
 	for _, tc := range []struct{ key, wantErr string }{
 		{"email.=star", `token "=star" is neither =any (*) nor =all (>)`},
-		{"=all.email", `token ">" is not a type token, * or a final >`},
+		{"=all.email", "only the last token may be >"},
 		{"email..send", "empty token"},
 	} {
 		_, err := limits.RuleName(tc.key)
@@ -43,8 +43,8 @@ func TestValidateName(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ name, wantErr string }{
-		{"email.>.x", `token ">" is not a type token, * or a final >`},
-		{"email.s*", `has '*' at 7`},
+		{"email.>.x", "only the last token may be >"},
+		{"email.s*", `token "s*": a wildcard is a whole token`},
 		{"email.", "empty token"},
 		{"", "empty"},
 		{strings.Repeat("a.", 101) + "*", "at most 200"},
