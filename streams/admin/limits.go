@@ -39,6 +39,15 @@ func (c *Client) DeleteLimit(ctx context.Context, name string) error {
 	return err
 }
 
+// Limit returns the rule stored under a type or type pattern (not the
+// rule that governs a type: see ResolveLimit); limits.ErrNoRule when
+// none is.
+func (c *Client) Limit(ctx context.Context, name string) (limits.Rule, error) {
+	return withLimits(ctx, c, func(ctx context.Context, st *limits.Store) (limits.Rule, error) {
+		return st.Get(ctx, name)
+	})
+}
+
 // ResolveLimit returns the rule that governs typ, as stored: the type's
 // own, else the most precise pattern rule matching it (its Type is the
 // pattern); limits.ErrNoRule when none does.
