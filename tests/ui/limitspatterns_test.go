@@ -1,0 +1,63 @@
+package ui_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/tests/devstack"
+)
+
+// A pattern rule with a key pattern is set from the limits form and
+// listed as a pattern; a type it governs that runs a task shows in a row
+// of its own "via" the pattern, with its slot counted; a bad pattern is
+// refused with the reason; the pattern rule is removed again.
+func TestDashboardPatternLimits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	st, err := devstack.Start(ctx, devstack.Options{
+		StoreDir:      t.TempDir(),
+		Logger:        slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Worker:        true,
+		WorkerOptions: []consumer.Option{consumer.WithConcurrency(2, 2)},
+		BrokerAddr:    "127.0.0.1:0",
+		BrokerToken:   token,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Stop)
+	b := startBrowser(t)
+	b.do("loading /ui", 15*time.Second,
+		chromedp.Navigate(st.BrokerURL+"/ui"),
+		chromedp.WaitVisible(chromedp.CSS("#token-form")),
+		chromedp.SendKeys(chromedp.CSS("#token-input"), token),
+		chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)),
+	)
+	b.waitJS("the page to go live", `document.querySelector("#conn").textContent === "live"`, 10*time.Second)
+	b.do("setting a pattern limit", 10*time.Second,
+		chromedp.SendKeys(chromedp.CSS("#limits-type"), "demo.*"),
+		chromedp.SendKeys(chromedp.CSS("#limits-concurrency"), "1"),
+		chromedp.SendKeys(chromedp.CSS("#limits-keys"), "vip-*=5,100/1s; free-*=1"),
+		chromedp.Click(chromedp.CSS(`#limits-form button[type="submit"]`)),
+	)
+	row := `document.querySelector('#limits-list tr[data-type="demo.*"]')`
+	b.waitJS("the pattern listed", `(`+row+`?.textContent || "").includes("(pattern") && `+row+`.querySelector(".key-limits").textContent === "free-*: concurrency 1, rate —; vip-*: concurrency 5, rate 100/1s"`, 10*time.Second)
+	post(t, ctx, st.BrokerURL+"/v1/tasks", `{"type":"demo.sleep","id":"ui-pattern-1","payload":{"ms":4000}}`)
+	via := `document.querySelector('#limits-list tr[data-type="demo.sleep"][data-via="demo.*"]')`
+	b.waitJS("the type it governs, via the pattern", `(`+via+`?.textContent || "").includes("via demo.*") && `+via+`.textContent.includes("1 / 1") && `+via+`.querySelector("button") === null`, 10*time.Second)
+	b.do("setting a bad pattern", 10*time.Second,
+		chromedp.SendKeys(chromedp.CSS("#limits-type"), "demo.>.x"),
+		chromedp.SendKeys(chromedp.CSS("#limits-concurrency"), "1"),
+		chromedp.Click(chromedp.CSS(`#limits-form button[type="submit"]`)),
+	)
+	b.waitJS("the bad pattern refused", `document.querySelector("#limits-message").textContent.includes("only the last token may be >")`, 10*time.Second)
+	b.do("removing the pattern", 10*time.Second, chromedp.Click(chromedp.CSS(`#limits-list tr[data-type="demo.*"] button`)))
+	b.waitJS("the removal confirmation", `document.querySelector("#confirm").open`, 5*time.Second)
+	b.do("confirming the removal", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.waitJS("the pattern gone", row+` === null`, 10*time.Second)
+}
