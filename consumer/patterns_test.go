@@ -3,6 +3,8 @@ package consumer_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -83,5 +85,57 @@ func TestPatternRules(t *testing.T) {
 		if p := groups[g].peak.Load(); p != n {
 			t.Errorf("%s: peak %d running at once, want its limit %d", g, p, n)
 		}
+	}
+}
+
+// An ordered rule stored under a pattern orders the keys of every type it
+// matches: the tasks of a key of ledger.post and of ledger.void run one
+// at a time in enqueue order across two workers.
+func TestOrderedKeysThroughPattern(t *testing.T) {
+	t.Parallel()
+	e, turns := newTurnsEnv(t, limits.Rule{Type: "ledger.*", Ordered: limits.OrderHold})
+	log := newOrderLog()
+	h := consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		key := task.Type + "/" + task.Headers.Get(spool.HeaderKey)
+		i, _ := strconv.Atoi(string(task.Payload))
+		log.start(key, i)
+		log.end(key, i, true)
+		return nil, nil
+	})
+	for i := range 2 {
+		e.worker(h, consumer.WithConcurrency(5, 5), consumer.WithWorkerName(fmt.Sprintf("w%d", i)))
+	}
+	const per = 10
+	types := []string{"ledger.post", "ledger.void"}
+	for i := range per {
+		for _, typ := range types {
+			for _, key := range []string{"a", "b"} {
+				e.parkOrdered(turns, typ, key, fmt.Sprintf("%s-%s-%d", strings.ReplaceAll(typ, ".", "_"), key, i), []byte(strconv.Itoa(i)))
+			}
+		}
+	}
+	for i := range per {
+		for _, typ := range types {
+			for _, key := range []string{"a", "b"} {
+				e.waitResult(fmt.Sprintf("%s-%s-%d", strings.ReplaceAll(typ, ".", "_"), key, i), spool.StateCompleted, time.Minute)
+			}
+		}
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.overlap) > 0 {
+		t.Errorf("tasks of one key ran at once: %v", log.overlap)
+	}
+	want := make([]int, per)
+	for i := range want {
+		want[i] = i
+	}
+	for key, got := range log.finished {
+		if !slices.Equal(got, want) {
+			t.Errorf("key %s completed in order %v, want %v", key, got, want)
+		}
+	}
+	if len(log.finished) != 4 {
+		t.Errorf("%d keys ran, want 4", len(log.finished))
 	}
 }
