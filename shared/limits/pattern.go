@@ -100,6 +100,9 @@ func RuleName(key string) (string, error) {
 	}
 	name := strings.Join(toks, ".")
 	if err := ValidateName(name); err != nil {
+		if name == key {
+			return "", fmt.Errorf("%w: type: %w", ErrInvalidRule, err)
+		}
 		return "", fmt.Errorf("%w: key %q: %w", ErrInvalidRule, key, err)
 	}
 	return name, nil

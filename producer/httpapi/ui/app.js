@@ -1049,6 +1049,26 @@
     loadLimits();
   });
 
+  // The explain form asks which rule governs a type (its own, else the most
+  // precise pattern) and, with a key, the key's per-key limits.
+  $("#limits-explain").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const out = $("#limits-explain-output");
+    const type = $("#limits-explain-type").value.trim();
+    const key = $("#limits-explain-key").value;
+    try {
+      const x = await api("GET", "/v1/limits/" + encodeURIComponent(type) + (key ? "?key=" + encodeURIComponent(key) : ""));
+      let text = type + ": governed by " + (x.rule.type === type ? "its own rule" : "the pattern rule " + x.rule.type);
+      if (x.key) {
+        text += "; key " + x.key.key + ": concurrency " + (x.key.concurrency || "—") + ", rate " + fmtRateRule(x.key.rate) +
+          " (" + (x.key.pattern ? "key pattern " + x.key.pattern : "the rule's per-key limits") + ")";
+      }
+      out.textContent = text;
+    } catch (e) {
+      out.textContent = e.code === "no_limit" ? type + ": no rule matches; its tasks run unlimited." : "Explaining failed: " + e.message;
+    }
+  });
+
   // ---- start ---------------------------------------------------------------
 
   for (const p of PRIORITIES) $("#dlq-priority").append(el("option", { value: p }, p));
