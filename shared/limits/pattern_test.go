@@ -2,6 +2,7 @@ package limits_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -173,6 +174,45 @@ func TestDecodePatterns(t *testing.T) {
 		}
 		if !errors.Is(err, limits.ErrInvalidRule) || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("Decode(%q, %s): %v, want ErrInvalidRule with %q", tc.key, tc.doc, err, tc.wantErr)
+		}
+	}
+}
+
+// BenchmarkMatch is the cost of finding the rule of a type among 1 exact
+// and 100 pattern rules: once per type (the scan), then cached.
+func BenchmarkMatch(b *testing.B) {
+	var set limits.Set
+	set.Put(limits.Rule{Type: "email.send", Concurrency: 1})
+	for i := range 100 {
+		set.Put(limits.Rule{Type: fmt.Sprintf("t%d.*", i), Concurrency: 1})
+	}
+	set.Put(limits.Rule{Type: ">", Concurrency: 1})
+	b.Run("cached", func(b *testing.B) {
+		for b.Loop() {
+			if r, _ := set.Match("other.type"); r.Type != ">" {
+				b.Fatal(r.Type)
+			}
+		}
+	})
+	b.Run("scan", func(b *testing.B) {
+		for b.Loop() {
+			set.Delete("none") // resets the cache
+			if r, _ := set.Match("other.type"); r.Type != ">" {
+				b.Fatal(r.Type)
+			}
+		}
+	})
+}
+
+// BenchmarkKeyLimit is the cost of a key's limits among 100 key patterns.
+func BenchmarkKeyLimit(b *testing.B) {
+	r := limits.Rule{KeyConcurrency: 1, Keys: map[string]limits.KeyLimit{}}
+	for i := range 100 {
+		r.Keys[fmt.Sprintf("tenant-%d-*", i)] = limits.KeyLimit{Concurrency: 2}
+	}
+	for b.Loop() {
+		if kl := r.KeyLimit("tenant-42-x"); kl.Concurrency != 2 {
+			b.Fatal(kl)
 		}
 	}
 }
