@@ -216,3 +216,26 @@ func BenchmarkKeyLimit(b *testing.B) {
 		}
 	}
 }
+
+// MatchKey answers the same whether it scans a few patterns or looks up
+// the prefixes of the key among many.
+func TestMatchKeyManyPatterns(t *testing.T) {
+	few := map[string]int{"acme": 1, "acme*": 2, "ac*": 3, "b*": 4}
+	many := map[string]int{}
+	for p, w := range few {
+		many[p] = w
+	}
+	for i := range 40 {
+		many[fmt.Sprintf("zz-%d-*", i)] = 9
+	}
+	for _, key := range []string{"acme", "acme-1", "acx", "b", "bee", "c", "", "zz-7-x", "a*"} {
+		pf, okf := limits.MatchKey(few, key)
+		pm, okm := limits.MatchKey(many, key)
+		if key != "zz-7-x" && (pf != pm || okf != okm) {
+			t.Errorf("MatchKey(%q): %q %v with few patterns, %q %v with many", key, pf, okf, pm, okm)
+		}
+	}
+	if p, ok := limits.MatchKey(many, "zz-7-x"); !ok || p != "zz-7-*" {
+		t.Errorf("MatchKey(zz-7-x) = %q, %v", p, ok)
+	}
+}

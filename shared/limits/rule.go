@@ -91,6 +91,10 @@ func (r Rule) ForKey(key string) Rule {
 	return r
 }
 
+// probeAbove is how many patterns MatchKey scans; above it, it looks up
+// the key's prefixes instead.
+const probeAbove = 16
+
 // MatchKey returns the most precise key pattern of patterns that matches
 // key: a pattern equal to the key, else the pattern "<prefix>*" with the
 // longest prefix of key. The patterns of Rule.Keys and Fair.Weights have
@@ -98,6 +102,20 @@ func (r Rule) ForKey(key string) Rule {
 func MatchKey[V any](patterns map[string]V, key string) (string, bool) {
 	if _, ok := patterns[key]; ok && !strings.HasSuffix(key, "*") {
 		return key, true
+	}
+	if len(patterns) > probeAbove && len(key) <= spool.MaxKeyLen {
+		// Many patterns: look the key's prefixes up, longest first,
+		// rather than scan every pattern.
+		var buf [spool.MaxKeyLen + 1]byte
+		b := buf[:len(key)+1]
+		copy(b, key)
+		for i := len(key); i >= 0; i-- {
+			b[i] = '*'
+			if _, ok := patterns[string(b[:i+1])]; ok {
+				return string(b[:i+1]), true
+			}
+		}
+		return "", false
 	}
 	best, found := "", false
 	for p := range patterns {
