@@ -2,14 +2,10 @@ package ui_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-
-	"github.com/spoolq/spool/consumer"
-	"github.com/spoolq/spool/tests/devstack"
 )
 
 // A pattern rule with a key pattern is set from the limits form and
@@ -20,25 +16,9 @@ import (
 func TestDashboardPatternLimits(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	st, err := devstack.Start(ctx, devstack.Options{
-		StoreDir:      t.TempDir(),
-		Logger:        slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Worker:        true,
-		WorkerOptions: []consumer.Option{consumer.WithConcurrency(2, 2)},
-		BrokerAddr:    "127.0.0.1:0",
-		BrokerToken:   token,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Stop)
+	st := startStack(t, ctx, 2)
 	b := startBrowser(t)
-	b.do("loading /ui", 15*time.Second,
-		chromedp.Navigate(st.BrokerURL+"/ui"),
-		chromedp.WaitVisible(chromedp.CSS("#token-form")),
-		chromedp.SendKeys(chromedp.CSS("#token-input"), token),
-		chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)),
-	)
+	b.logIn(st.BrokerURL)
 	b.waitJS("the page to go live", `document.querySelector("#conn").textContent === "live"`, 10*time.Second)
 	b.do("setting a pattern limit", 10*time.Second,
 		chromedp.SendKeys(chromedp.CSS("#limits-type"), "demo.*"),
