@@ -56,14 +56,7 @@ func TestStopSettlesTasksPulledAhead(t *testing.T) {
 				t.Fatalf("graceful stop: %d tasks run, %d completed", ran.Load(), done)
 			}
 
-			second := e.worker(mux, consumer.WithConcurrency(2, 2))
-			streamstest.WaitFor(t, time.Minute, func() error {
-				if left := e.taskMsgs(); left != 0 {
-					return fmt.Errorf("%d tasks left (a task stranded at the first worker's stop waits for its AckWait)", left)
-				}
-				return nil
-			})
-			done += second.Stats().Priorities[spool.Normal].Completed
+			done += finishQueue(t, e, mux)
 			if got := ran.Load(); done != n || got != n {
 				t.Fatalf("%d runs and %d completions of %d tasks, want each once", got, done, n)
 			}
@@ -132,17 +125,25 @@ func TestStopWithTasksQueued(t *testing.T) {
 				close(gate)
 			}
 
-			second := e.worker(mux, consumer.WithConcurrency(2, 2))
-			streamstest.WaitFor(t, time.Minute, func() error {
-				if left := e.taskMsgs(); left != 0 {
-					return fmt.Errorf("%d tasks left (a task stranded at the first worker's stop waits for its AckWait)", left)
-				}
-				return nil
-			})
-			done += second.Stats().Priorities[spool.Normal].Completed
+			done += finishQueue(t, e, mux)
 			if done != n {
 				t.Fatalf("%d completions of %d tasks, want each once", done, n)
 			}
 		})
 	}
+}
+
+// finishQueue runs a second worker until the task stream is empty, within
+// a minute (a task stranded by the first worker would wait for its
+// 10-minute AckWait), and returns the tasks it completed.
+func finishQueue(t *testing.T, e *env, mux *consumer.Mux) uint64 {
+	t.Helper()
+	second := e.worker(mux, consumer.WithConcurrency(2, 2))
+	streamstest.WaitFor(t, time.Minute, func() error {
+		if left := e.taskMsgs(); left != 0 {
+			return fmt.Errorf("%d tasks left (a task stranded at the first worker's stop waits for its AckWait)", left)
+		}
+		return nil
+	})
+	return second.Stats().Priorities[spool.Normal].Completed
 }
