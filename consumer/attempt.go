@@ -530,10 +530,18 @@ func classify(hard, attemptCtx context.Context, r handlerResult) ([]byte, error,
 		return nil, r.err, verdictDead, spool.ReasonPermanent
 	case hard.Err() != nil:
 		return nil, r.err, verdictReturned, ""
-	case errors.Is(attemptCtx.Err(), context.DeadlineExceeded):
+	case errors.Is(attemptCtx.Err(), context.DeadlineExceeded) || pastDeadline(attemptCtx):
 		return nil, fmt.Errorf("attempt timed out: %w", r.err), verdictFailed, spool.ReasonTimeout
 	}
 	return nil, r.err, verdictFailed, spool.ReasonError
+}
+
+// pastDeadline reports whether ctx's deadline has passed: on a loaded
+// machine a handler (or the watch settling it without it) may return
+// before the context's own timer has run and set its error.
+func pastDeadline(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // settleWrite runs a settling write of attempt a (a result, a dead

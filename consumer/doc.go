@@ -52,8 +52,8 @@
 //     maximum concurrency; about none when tasks run much longer than a
 //     round trip), so short tasks never leave a slot waiting for a pull.
 //     A task pulled ahead waits in the worker's queue for the next slot
-//     that frees (in strict mode the most urgent queued task goes first),
-//     heartbeated with InProgress if it waits a third of its AckWait; the
+//     that frees (strict mode pulls none ahead: it could start before a
+//     more urgent task of the same round), heartbeated with InProgress if it waits a third of its AckWait; the
 //     next round goes when half the queue has drained. A graceful Stop
 //     runs the queued tasks; a hard one hands them back;
 //   - what a worker knows comes from the NumPending of the last message

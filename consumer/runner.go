@@ -55,22 +55,10 @@ func (w *Worker) queueLocked(p spool.Priority, m jetstream.Msg) {
 	w.queue = append(w.queue, job{p: p, msg: m, at: time.Now()})
 }
 
-// popLocked takes the next queued task: the oldest, or in strict mode the
-// oldest of the most urgent priority queued (a more urgent task never
-// waits behind one pulled ahead). w.mu is held; the queue is not empty.
+// popLocked takes the oldest queued task. w.mu is held; the queue is not
+// empty.
 func (w *Worker) popLocked() job {
-	i := 0
-	if w.o.Strict {
-		for k, j := range w.queue {
-			if j.p < w.queue[i].p {
-				i = k
-			}
-		}
-	}
-	j := w.queue[i]
-	if i > 0 {
-		copy(w.queue[1:i+1], w.queue[:i])
-	}
+	j := w.queue[0]
 	// Taken from the front: append moves the live tasks to a new array
 	// when the old one's end is reached.
 	w.queue[0] = job{}

@@ -542,7 +542,11 @@ func (w *Worker) dispatch() (plans []pullPlan, start []job) {
 			// the throughput).
 			return nil, start
 		}
-		w.slots.ahead = aheadFor(w.slots.size, w.o.MaxConcurrency, w.rtt, w.inSlot)
+		if !w.o.Strict {
+			// Strict mode pulls no task ahead: one pulled ahead could
+			// start before a more urgent one of the same round.
+			w.slots.ahead = aheadFor(w.slots.size, w.o.MaxConcurrency, w.rtt, w.inSlot)
+		}
 		free := w.slots.free()
 		if free <= 0 || w.slots.queued > 0 && 2*free < w.slots.size+w.slots.ahead {
 			// While tasks pulled ahead still wait, the slots do not
