@@ -28,10 +28,10 @@ const (
 )
 
 // attempt runs one delivery of a task in its slot and settles the message:
-// ack, NAK with backoff, dead letter, or hand-back at shutdown. The caller
-// (runner) frees the slot after.
+// ack, NAK with backoff, dead letter, or hand-back at shutdown.
 func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 	defer w.attempts.Done()
+	defer w.release(p)
 	received := time.Now()
 
 	md, err := msg.Metadata()

@@ -40,11 +40,6 @@ type pullEvents interface {
 	admitLocked() bool
 	// startAttempt runs an admitted attempt of a pulled task.
 	startAttempt(p spool.Priority, m jetstream.Msg)
-	// queueLocked queues an admitted task that found every slot busy
-	// (counted in slots already).
-	queueLocked(p spool.Priority, m jetstream.Msg)
-	// roundTripLocked records how long a no-wait fetch took.
-	roundTripLocked(d time.Duration)
 	// pullFailed rests p after a failed pull.
 	pullFailed(p spool.Priority, err error)
 	// nudge wakes the dispatcher: a request ended.
@@ -161,8 +156,7 @@ func (pl *puller) send(plans []pullPlan) {
 // is known by its consumer (from the ack subject). With one request per
 // priority at a time, a task belongs to the priority's current request;
 // one beyond what that request reserved slots for (a late arrival for an
-// abandoned request) is handed back at once. A task that finds every slot
-// busy (it was pulled ahead) waits in the worker's queue.
+// abandoned request) is handed back at once.
 func (pl *puller) onMsg(m *nats.Msg) {
 	if st, ok := jsproto.CheckStatus(m); ok {
 		pl.onStatus(m.Subject, st)
@@ -189,8 +183,7 @@ func (pl *puller) onMsg(m *nats.Msg) {
 		return
 	}
 	r.got++
-	poll := r.poll // r is cleared when the request ends
-	pl.slots.arrive(poll)
+	pl.slots.arrive(r.poll)
 	done := r.got >= r.want
 	if done {
 		pl.ev.pendingLocked(p, md.NumPending)
@@ -198,15 +191,6 @@ func (pl *puller) onMsg(m *nats.Msg) {
 	}
 	start := pl.ev.admitLocked()
 	if start {
-		if !pl.slots.runnable(poll) {
-			pl.slots.enqueue()
-			pl.ev.queueLocked(p, msg)
-			pl.mu.Unlock()
-			if done {
-				pl.ev.nudge()
-			}
-			return
-		}
 		pl.slots.take(p)
 	}
 	pl.mu.Unlock()
@@ -268,9 +252,6 @@ func (pl *puller) endLocked(p spool.Priority, id uint64, failed bool) bool {
 	left := r.want - r.got
 	if left > 0 && !r.poll && !failed {
 		pl.ev.emptyLocked(p)
-	}
-	if !r.poll && !failed {
-		pl.ev.roundTripLocked(time.Since(r.sent))
 	}
 	pl.slots.end(p, r.poll, max(0, left))
 	*r = pullRequest{}

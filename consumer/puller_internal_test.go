@@ -22,10 +22,6 @@ type pullRecorder struct {
 	pending map[spool.Priority]uint64
 	failed  []error
 	nudges  int
-	// queued are the priorities of tasks queued for a slot; roundTrips
-	// counts the no-wait fetches that ended.
-	queued     []spool.Priority
-	roundTrips int
 }
 
 func (r *pullRecorder) pendingLocked(p spool.Priority, n uint64) { r.pending[p] = n }
@@ -33,10 +29,6 @@ func (r *pullRecorder) emptyLocked(p spool.Priority)             { r.empty = app
 func (r *pullRecorder) admitLocked() bool                        { return true }
 func (r *pullRecorder) startAttempt(spool.Priority, jetstream.Msg) {
 }
-func (r *pullRecorder) queueLocked(p spool.Priority, _ jetstream.Msg) {
-	r.queued = append(r.queued, p)
-}
-func (r *pullRecorder) roundTripLocked(time.Duration)          { r.roundTrips++ }
 func (r *pullRecorder) pullFailed(_ spool.Priority, err error) { r.failed = append(r.failed, err) }
 func (r *pullRecorder) nudge()                                 { r.nudges++ }
 
@@ -115,32 +107,5 @@ func TestPullerStatuses(t *testing.T) {
 		if c.code == "409" && c.desc == "Consumer Deleted" && (len(ev.failed) == 0 || !errors.Is(ev.failed[0], jetstream.ErrConsumerDeleted)) {
 			t.Errorf("%s: failure %v, want jetstream.ErrConsumerDeleted", name, ev.failed)
 		}
-	}
-}
-
-// A no-wait fetch pulled ahead: the tasks it brings beyond the idle slots
-// are queued, not started, and its end records a round trip.
-func TestPullerQueuesTasksPulledAhead(t *testing.T) {
-	t.Parallel()
-	pl, ev := newTestPuller()
-	for _, p := range spool.Priorities {
-		pl.cons[p] = "spool-" + p.String()
-	}
-	pl.mu.Lock()
-	pl.slots.ahead = 2
-	n := pl.slots.free() // the pool's one idle slot and 2 ahead
-	pl.slots.reserve(spool.High, n, false)
-	pl.planLocked(spool.High, n, false)
-	pl.mu.Unlock()
-	for i := range n {
-		seq := strconv.Itoa(i + 1)
-		pl.onMsg(&nats.Msg{Subject: "spool.tasks.high.work", Reply: "$JS.ACK.SPOOL_TASKS.spool-high.1." + seq + "." + seq + ".1795316429644390470.0"})
-	}
-	if n != 3 || pl.slots.busy != 1 || pl.slots.queued != 2 || len(ev.queued) != 2 || ev.roundTrips != 1 || pl.req[spool.High].id != 0 {
-		t.Fatalf("asked for %d: busy %d, queued %d (%v), round trips %d, request %+v",
-			n, pl.slots.busy, pl.slots.queued, ev.queued, ev.roundTrips, pl.req[spool.High])
-	}
-	if err := pl.slots.check(); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -100,12 +100,6 @@ type Worker struct {
 	state WorkerState
 	slots slots
 	prio  [numPriorities]prioState
-	// queue holds tasks pulled ahead, waiting for a slot (oldest first);
-	// rtt and inSlot are moving averages of a no-wait fetch's round trip
-	// and of an attempt's time in its slot, which size the pull-ahead
-	// (see slots).
-	queue       []job
-	rtt, inSlot time.Duration
 }
 
 // prioState is what the worker knows about one priority.
@@ -302,10 +296,9 @@ func bindError(kind, name string, err error) error {
 }
 
 // Stop stops pulling, lets running handlers finish for up to the shutdown
-// timeout (or until ctx ends, whichever is first), along with the tasks
-// pulled ahead and waiting for a slot, then cancels the handlers still
-// running and hands their tasks, and those still waiting, back at once
-// (NAK without delay) so another worker takes them. It returns when everything is done,
+// timeout (or until ctx ends, whichever is first), then cancels the
+// handlers still running and hands their tasks back at once (NAK without
+// delay) so another worker takes them. It returns when everything is done,
 // or ctx.Err() when ctx ends first (the hand-back still completes in the
 // background; wait on Stopped). A ctx that is already done makes Stop a
 // hard stop: running handlers are cancelled and their tasks handed back at
@@ -327,13 +320,8 @@ func (w *Worker) shutdown() {
 	w.state = WorkerStopping
 	w.mu.Unlock()
 	w.loops.Wait()
-	// No request is sent any more. The no-wait fetches out end within a
-	// round trip: wait for them, so the tasks they bring are handed back
-	// while the subscription still takes them (once it is gone, a task
-	// sent to it stays unacknowledged until its AckWait runs out). Then
-	// give up the requests still out, long-polls (a task one still brings
-	// is handed back at once).
-	w.awaitFetches()
+	// No request is sent any more: give up the outstanding ones (a task
+	// one still brings is handed back at once).
 	w.pl.expire(true)
 	drained := make(chan struct{})
 	go func() {
@@ -349,7 +337,6 @@ func (w *Worker) shutdown() {
 	}
 	timer.Stop()
 	w.cancelHandlers()
-	w.handBackQueued()
 	w.pulls.Wait()
 	w.attempts.Wait()
 	<-drained
@@ -374,30 +361,6 @@ func (w *Worker) shutdown() {
 	w.state = WorkerStopped
 	w.mu.Unlock()
 	w.log.Info("worker stopped")
-}
-
-// awaitFetches waits, for pullAnswerWait at most, until no no-wait fetch
-// is out. The dispatcher has stopped: a request that ends nudges w.wake,
-// which only this wait reads now.
-func (w *Worker) awaitFetches() {
-	timer := time.NewTimer(pullAnswerWait)
-	defer timer.Stop()
-	for {
-		w.mu.Lock()
-		fetching := w.slots.fetching > 0
-		for _, ps := range w.slots.prio {
-			fetching = fetching || ps.fetches > 0
-		}
-		w.mu.Unlock()
-		if !fetching {
-			return
-		}
-		select {
-		case <-w.wake:
-		case <-timer.C:
-			return
-		}
-	}
 }
 
 // State returns the lifecycle state.
@@ -436,7 +399,6 @@ func (w *Worker) Stats() Stats {
 		Slots:      w.slots.size,
 		Busy:       w.slots.busy,
 		Idle:       w.slots.idle(),
-		Queued:     w.slots.queued,
 		MinSlots:   w.o.MinConcurrency,
 		MaxSlots:   w.o.MaxConcurrency,
 		ScaleUps:   w.slots.scaleUps,
@@ -484,11 +446,7 @@ func (w *Worker) isStopping() bool {
 func (w *Worker) dispatchLoop() {
 	defer w.loops.Done()
 	for {
-		plans, start := w.dispatch()
-		for _, j := range start {
-			w.startAttempt(j.p, j.msg)
-		}
-		w.pl.send(plans)
+		w.pl.send(w.dispatch())
 		select {
 		case <-w.wake:
 		case <-w.stopping:
@@ -497,8 +455,7 @@ func (w *Worker) dispatchLoop() {
 	}
 }
 
-// dispatch plans pulls under the lock; the caller sends them. Tasks
-// queued while the pool was full take the slots it grew by (start).
+// dispatch plans pulls under the lock; the caller sends them.
 //
 // Slots go first to priorities known to have work (no-wait fetches sized to
 // the free slots, split by the scheduler). When slots are left over (no
@@ -506,9 +463,9 @@ func (w *Worker) dispatchLoop() {
 // slots), every other priority gets a long-poll: a single-message pull
 // that reserves a slot out of MaxConcurrency, so a message it brings always
 // has a slot.
-func (w *Worker) dispatch() (plans []pullPlan, start []job) {
+func (w *Worker) dispatch() (plans []pullPlan) {
 	if w.isStopping() {
-		return nil, nil
+		return nil
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -525,7 +482,7 @@ func (w *Worker) dispatch() (plans []pullPlan, start []job) {
 		case resting[p]:
 		case w.slots.prio[p].polling:
 		case st.pending > 0:
-			caps[p] = int(min(st.pending, uint64(2*w.o.MaxConcurrency))) // what a round may ask for: the slots and as many ahead
+			caps[p] = int(min(st.pending, uint64(w.o.MaxConcurrency)))
 			known = true
 		case st.maybe && w.slots.prio[p].fetches == 0:
 			caps[p] = 1
@@ -534,26 +491,16 @@ func (w *Worker) dispatch() (plans []pullPlan, start []job) {
 	}
 	if known {
 		w.scaleUpLocked()
-		start = w.startQueuedLocked()
 		if w.slots.fetching > 0 {
 			// One round of fetches at a time: slots freed meanwhile are
 			// pulled together in the next round, in larger batches (the
 			// server answers fetch requests one by one, so batches carry
 			// the throughput).
-			return nil, start
-		}
-		if !w.o.Strict {
-			// Strict mode pulls no task ahead: one pulled ahead could
-			// start before a more urgent one of the same round.
-			w.slots.ahead = aheadFor(w.slots.size, w.o.MaxConcurrency, w.rtt, w.inSlot)
+			return nil
 		}
 		free := w.slots.free()
-		if free <= 0 || w.slots.queued > 0 && 2*free < w.slots.size+w.slots.ahead {
-			// While tasks pulled ahead still wait, the slots do not
-			// wait for a pull: the next round waits until it can ask
-			// for half of what the slots and the queue take, rather
-			// than pulling a few tasks at a time.
-			return nil, start
+		if free <= 0 {
+			return nil
 		}
 		alloc := w.sched.allocate(free, caps, w.sched.effective(w.o.now(), oldest))
 		used := 0
@@ -565,7 +512,7 @@ func (w *Worker) dispatch() (plans []pullPlan, start []job) {
 			}
 		}
 		if used == free {
-			return plans, start // every free slot is wanted: no spare capacity to long-poll
+			return plans // every free slot is wanted: no spare capacity to long-poll
 		}
 	}
 	// Spare capacity: long-poll every priority with no known work.
@@ -581,7 +528,7 @@ func (w *Worker) dispatch() (plans []pullPlan, start []job) {
 		budget--
 		plans = append(plans, w.pl.planLocked(p, 1, true))
 	}
-	return plans, start
+	return plans
 }
 
 // refreshLoop reads the backlog of priorities that have no long-poll
@@ -597,7 +544,6 @@ func (w *Worker) refreshLoop() {
 		case <-t.C:
 		}
 		w.pl.expire(false)
-		w.beatQueued()
 		w.reloadCancels()
 		w.refresh()
 		w.scaleDown()
