@@ -110,7 +110,7 @@ type Config struct {
 	partition int // -1: all
 	weights   consumer.Weights
 	boost     []consumer.BoostStep
-	routes  []remote.Route
+	routes    []remote.Route
 }
 
 // Validate checks every setting, naming the variable at fault, and parses
