@@ -470,16 +470,13 @@ func (w *Worker) dispatch() (plans []pullPlan) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var caps [numPriorities]int
-	var oldest [numPriorities]time.Time
+	_, oldest := w.backlogLocked()
 	laneCaps, resting := w.laneCaps, w.resting
 	known := false
 	now := time.Now()
 	for i := range w.lanes {
 		st := &w.lanes[i]
 		p := lanePriority(i)
-		if o := st.oldest; !o.IsZero() && (oldest[p].IsZero() || o.Before(oldest[p])) {
-			oldest[p] = o
-		}
 		resting[i] = now.Before(st.restUntil) || st.paused
 		laneCaps[i] = 0
 		switch {
