@@ -67,20 +67,6 @@ func (e *env) typeIn(stem string, p spool.Priority, k int) string {
 	return ""
 }
 
-// partitionMsgs counts the messages of partition k's stream.
-func (e *env) partitionMsgs(k int) uint64 {
-	e.t.Helper()
-	s, err := e.js.Stream(testCtx(e.t), e.names.PartitionStream(k))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	info, err := s.Info(testCtx(e.t))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return info.State.Msgs
-}
-
 // A worker pinned to a partition (WithPartition) drains that partition
 // only; a worker with the default pulls every partition and drains the
 // rest, its backlog in Stats the sum of the partitions'.
@@ -171,7 +157,7 @@ func TestWeightedSharesAcrossPartitions(t *testing.T) {
 	var order log[spool.Priority]
 	mux := consumer.NewMux()
 	for _, p := range spool.Priorities {
-		typ := e.typeIn("work-"+p.String(), p, int(p)%k)
+		typ := e.typeIn("work-"+p.String(), p, int(p)%k) // critical and low in 0, high and idle in 1, normal in 2
 		mux.HandleFunc(typ, func(ctx context.Context, task *consumer.Task) ([]byte, error) {
 			order.add(task.Priority)
 			return nil, nil
@@ -205,23 +191,7 @@ func TestWeightedSharesAcrossPartitions(t *testing.T) {
 		}
 		return nil
 	})
-	var counts [5]int
-	for _, p := range order.snapshot()[:window] {
-		counts[p]++
-	}
-	weights := consumer.DefaultWeights()
-	var sum float64
-	for _, v := range weights {
-		sum += v
-	}
-	for _, p := range spool.Priorities {
-		share := float64(counts[p]) / window
-		want := weights[p] / sum
-		t.Logf("%-8s (partition %d) share %.3f want %.3f", p, int(p)%k, share, want)
-		if d := share - want; d > 0.03 || d < -0.03 {
-			t.Errorf("%s share %.3f, want %.3f ± 0.03", p, share, want)
-		}
-	}
+	wantShares(t, order.snapshot()[:window], 0.03)
 }
 
 // The boost sees the oldest waiting task of a priority in any partition:
@@ -272,17 +242,7 @@ func TestBoostAcrossPartitions(t *testing.T) {
 	})
 	close(gate)
 	e.waitResult("old-idle", spool.StateCompleted, 30*time.Second)
-	before := 0
-	for _, p := range order.snapshot() {
-		if p == spool.Idle {
-			break
-		}
-		before++
-	}
-	t.Logf("idle task ran after %d critical tasks", before)
-	if before > 3 {
-		t.Errorf("idle task ran after %d critical tasks, want at most 3 once boosted", before)
-	}
+	wantBoosted(t, order.snapshot())
 }
 
 // Ordered keys keep their order on a partitioned topology: the held
