@@ -190,8 +190,9 @@ func New(nc *nats.Conn, h Handler, opts ...Option) (*Worker, error) {
 	return w, nil
 }
 
-// Start binds the task stream, the five priority consumers and the buckets,
-// then starts pulling. ctx bounds start-up only; the worker runs until
+// Start binds the task streams and the five priority consumers of every
+// task partition (or of the one WithPartition pins) and the buckets, then
+// starts pulling. ctx bounds start-up only; the worker runs until
 // Stop. Each look-up is bounded by a short per-try timeout and retried
 // through a leader election until the cluster answers or ctx ends, so give
 // ctx the deadline start-up may take (minutes); a missing stream or
