@@ -221,3 +221,53 @@ func TestLimitedTypeDoesNotBlockOthers(t *testing.T) {
 		t.Errorf("%d limited tasks ran at once, limit 5", m)
 	}
 }
+
+// A backlog of a type whose concurrency limit is full waits in the
+// limit's waiting room: each task is parked there at most once and is
+// delivered at most twice (its first delivery, then its release with a
+// slot), never handed back and forth; the limit holds throughout.
+func TestFullLimitParksEachTaskOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, streams.Settings{})
+	e.putRule(limits.Rule{Type: "capped", Concurrency: 4})
+	const n = 300
+	var running gauge
+	var deliveries sync.Map // task id → deliveries that ran
+	mux := consumer.NewMux()
+	mux.HandleFunc("capped", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		running.enter()
+		defer running.leave()
+		v, _ := deliveries.LoadOrStore(task.ID, new(atomic.Int64))
+		v.(*atomic.Int64).Add(1)
+		return nil, nil
+	})
+	w := e.worker(mux, consumer.WithConcurrency(40, 40))
+	e.publishMany(spool.Normal, "capped", n, nil)
+	streamstest.WaitFor(t, 2*time.Minute, func() error {
+		if c := w.Stats().Types["capped"].Completed; c < n {
+			return fmt.Errorf("%d of %d limited tasks completed", c, n)
+		}
+		return nil
+	})
+	fs := w.Stats().Flow["capped"]
+	parked := fs.Parked["concurrency"]
+	if parked == 0 || parked > n {
+		t.Errorf("%d parks for %d tasks, want 1 to %d (each task at most once)", parked, n, n)
+	}
+	if fs.Released != parked {
+		t.Errorf("%d tasks released from the waiting room, %d parked", fs.Released, parked)
+	}
+	if d := fs.Denied["concurrency"]; d != parked {
+		t.Errorf("%d tasks turned away, %d parked: every one must wait in the room, none handed back", d, parked)
+	}
+	if p := running.peak.Load(); p > 4 {
+		t.Errorf("%d limited tasks ran at once, limit 4", p)
+	}
+	deliveries.Range(func(k, v any) bool {
+		if c := v.(*atomic.Int64).Load(); c != 1 {
+			t.Errorf("task %v ran %d times", k, c)
+		}
+		return true
+	})
+	t.Logf("%d tasks, %d parked once each", n, parked)
+}
