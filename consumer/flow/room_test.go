@@ -126,6 +126,21 @@ func TestWaitingRoomKeepsArrivalOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	store, err := limits.Open(ctx, e.JS, e.Names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := func() int {
+		t.Helper()
+		us, err := store.Usage(ctx)
+		if err != nil || len(us) != 1 {
+			t.Fatalf("usage: %v, %v", us, err)
+		}
+		return us[0].Waiting
+	}
+	if w := waiting(); w != n {
+		t.Errorf("usage shows %d tasks waiting for a slot, want %d", w, n)
+	}
 	for i := range n {
 		lease.Release(ctx)
 		m, err := released.NextMsg(10 * time.Second)
@@ -141,6 +156,10 @@ func TestWaitingRoomKeepsArrivalOrder(t *testing.T) {
 	}
 	lease.Release(ctx)
 	streamstest.WaitFor(t, 10*time.Second, func() error {
+		// The held copy is deleted just after its release is published.
+		if w := waiting(); w != 0 {
+			return fmt.Errorf("usage shows %d tasks waiting for a slot after all were released, want 0", w)
+		}
 		if st := l.Stats()["one"]; st.Parked["concurrency"] != n || st.Released != n {
 			return fmt.Errorf("stats: parked %d, released %d, want %d each", st.Parked["concurrency"], st.Released, n)
 		}
