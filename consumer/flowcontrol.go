@@ -124,6 +124,8 @@ func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta, grants *[]flow.Grant)
 			w.waitForSlot(a, meta, denied)
 			return nil, false
 		}
+		// Handed back: the key's slot it took goes on.
+		w.flow.Drop(w.ioCtx, denied.Kept...)
 		wait = denied.RetryAfter
 	} else {
 		w.log.Warn("flow-control leases unavailable; handing the task back", "task_id", a.id, "type", a.typ, "error", err)
