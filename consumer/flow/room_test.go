@@ -17,20 +17,13 @@ import (
 	"github.com/spoolq/spool/streams/streamstest"
 )
 
-// A park and a release of the one slot of a limit race, many times over,
-// each on its own limiter (two workers): whichever comes first, the parked
-// task is released with the slot, never left in the waiting room (there is
-// no sweep here to rescue it). The releaser reads the room after freeing
-// the slot; the parker takes a slot it sees free after its park.
-func TestParkAndReleaseNeverMissEachOther(t *testing.T) {
-	t.Parallel()
+// oneSlot starts a server with the rule "one": concurrency 1, and
+// returns it with the type's task subject and a subscription that sees
+// every task released there.
+func oneSlot(t *testing.T) (*streamstest.Env, string, *nats.Subscription) {
+	t.Helper()
 	e := streamstest.Start(t, streams.Settings{})
 	putRule(t, e, limits.Rule{Type: "one", Concurrency: 1})
-	ctx := streamstest.Context(t)
-	holder := newLimiter(t, e, "holder", 10*time.Second)
-	defer func() { holder.Close() }()
-	parker := newLimiter(t, e, "parker", 10*time.Second)
-	defer parker.Close()
 	target, err := e.Names.TaskSubject(spool.Normal, "one")
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +32,23 @@ func TestParkAndReleaseNeverMissEachOther(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = released.Unsubscribe() }()
+	t.Cleanup(func() { _ = released.Unsubscribe() })
+	return e, target, released
+}
+
+// A park and a release of the one slot of a limit race, many times over,
+// each on its own limiter (two workers): whichever comes first, the parked
+// task is released with the slot, never left in the waiting room (there is
+// no sweep here to rescue it). The releaser reads the room after freeing
+// the slot; the parker takes a slot it sees free after its park.
+func TestParkAndReleaseNeverMissEachOther(t *testing.T) {
+	t.Parallel()
+	e, target, released := oneSlot(t)
+	ctx := streamstest.Context(t)
+	holder := newLimiter(t, e, "holder", 10*time.Second)
+	defer func() { holder.Close() }()
+	parker := newLimiter(t, e, "parker", 10*time.Second)
+	defer parker.Close()
 	room := limits.Room(e.Names, "one", "")
 	const rounds = 30
 	for i := range rounds {
@@ -95,20 +104,10 @@ func TestParkAndReleaseNeverMissEachOther(t *testing.T) {
 // are released one after another as the slot is released.
 func TestWaitingRoomKeepsArrivalOrder(t *testing.T) {
 	t.Parallel()
-	e := streamstest.Start(t, streams.Settings{})
-	putRule(t, e, limits.Rule{Type: "one", Concurrency: 1})
+	e, target, released := oneSlot(t)
 	ctx := streamstest.Context(t)
 	l := newLimiter(t, e, "w", 10*time.Second)
 	defer l.Close()
-	target, err := e.Names.TaskSubject(spool.Normal, "one")
-	if err != nil {
-		t.Fatal(err)
-	}
-	released, err := e.NC.SubscribeSync(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = released.Unsubscribe() }()
 	lease, err := l.Acquire(ctx, "one", "", "first")
 	if err != nil {
 		t.Fatal(err)
