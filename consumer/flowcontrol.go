@@ -18,9 +18,8 @@ import (
 
 // A task handed back by a limit that booked its return (a rate limit)
 // comes back deferEarly before the booked time (at least deferBase from
-// now). Else
-// the delay grows with its hand-backs, min(deferBase·2^deferrals,
-// deferMax) plus up to half of it again.
+// now). Else the delay grows with its hand-backs,
+// min(deferBase·2^deferrals, deferMax) plus up to half of it again.
 const (
 	deferBase   = 100 * time.Millisecond
 	deferMax    = 5 * time.Second
