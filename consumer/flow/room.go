@@ -192,7 +192,7 @@ func (l *Limiter) slotsOf(typ, key string) int {
 	case key == "":
 		return rule.Concurrency
 	default:
-		return rule.KeyConcurrency
+		return rule.KeyLimit(key).Concurrency
 	}
 }
 
