@@ -30,10 +30,11 @@ const (
 
 // attempt runs one delivery of a task in its slot and settles the message:
 // ack, NAK with backoff, dead letter, or hand-back at shutdown.
-func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
+func (w *Worker) attempt(lane int, msg jetstream.Msg) {
 	defer w.attempts.Done()
-	defer w.release(p)
+	defer w.release(lane)
 	received := time.Now()
+	p := lanePriority(lane)
 
 	md, err := msg.Metadata()
 	if err != nil {
@@ -46,6 +47,7 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 	a := attemptInfo{
 		msg:     msg,
 		p:       p,
+		stream:  md.Stream,
 		seq:     seq,
 		attempt: int(md.NumDelivered),
 		id:      spool.TaskID(hdr, seq),
@@ -215,6 +217,7 @@ func (w *Worker) putProcessing(a attemptInfo) {
 type attemptInfo struct {
 	msg         jetstream.Msg
 	p           spool.Priority
+	stream      string // the task partition's stream
 	seq         uint64
 	attempt     int
 	maxAttempts int
@@ -690,7 +693,7 @@ func (w *Worker) deadLetter(a attemptInfo, reason spool.Reason, cause error, o o
 	}
 	dm := dlq.Message{
 		Subject:    a.msg.Subject(),
-		Stream:     w.o.Names.PartitionStream(w.o.Partition),
+		Stream:     a.stream,
 		Seq:        a.seq,
 		Header:     a.msg.Headers(),
 		Data:       a.msg.Data(),
