@@ -29,10 +29,10 @@ const (
 )
 
 // attempt runs one delivery of a task in its slot and settles the message:
-// ack, NAK with backoff, dead letter, or hand-back at shutdown.
+// ack, NAK with backoff, dead letter, or hand-back at shutdown. The caller
+// (runner) frees the slot after.
 func (w *Worker) attempt(lane int, msg jetstream.Msg) {
 	defer w.attempts.Done()
-	defer w.release(lane)
 	received := time.Now()
 	p := lanePriority(lane)
 
