@@ -55,12 +55,13 @@ func streamLeaderOf(ctx context.Context, js jetstream.JetStream, stream string) 
 	return clusterLeader(s.CachedInfo().Cluster)
 }
 
-// electionCluster starts a 3-node cluster with everything at R3 (no
-// fsync: these tests are about elections, not power loss) and provisions
-// it.
+// electionCluster starts a 3-node cluster with everything at R3 and
+// provisions it. The bounded run skips fsync (these tests are about
+// elections, not power loss); the soak keeps sync_interval: always, the
+// durable deployment the guarantees are stated for.
 func electionCluster(t *testing.T) (*embedded.Cluster, string, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	c, err := embedded.StartCluster(3, embedded.Options{Name: "elect", StoreDir: t.TempDir()})
+	c, err := embedded.StartCluster(3, embedded.Options{Name: "elect", StoreDir: t.TempDir(), SyncAlways: soak()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func TestElectionWaits(t *testing.T) {
 	fl.stopAll(30 * time.Second)
 	collect(t, js, chk)
 	fl.readLogs()
-	r := report(t, "elections, 10 Waits each", fmt.Sprintf("%d kills of each of 3 leaders", rounds), start, chk, nil)
+	r := report(t, "elections, 10 Waits each"+soakSync(), fmt.Sprintf("%d kills of each of 3 leaders", rounds), start, chk, nil)
 	if r.DuplicateExecutions > 0 {
 		t.Errorf("%d executions ran again, with no worker process lost: %v", r.DuplicateExecutions, r.DupCauses)
 	}
@@ -175,7 +176,7 @@ func TestElectionLoad(t *testing.T) {
 	for _, k := range kills {
 		t.Logf("%s leader killed: completions stopped for %s", k.fault, longestGap(done, k.at, 15*time.Second).Round(time.Millisecond))
 	}
-	r := report(t, "elections under load (3 nodes, R3)", fmt.Sprintf("%d kills of each of 3 leaders", rounds), start, chk, left)
+	r := report(t, "elections under load (3 nodes, R3"+soakSync()+")", fmt.Sprintf("%d kills of each of 3 leaders", rounds), start, chk, left)
 	if r.Completed != r.Tasks || r.Tasks != n {
 		t.Errorf("%d of %d tasks completed (%d recorded); dead: %s", r.Completed, n, r.Tasks, r.DeadSummary())
 	}
@@ -269,7 +270,7 @@ func TestElectionWorkerKill(t *testing.T) {
 	for _, at := range kills {
 		t.Logf("worker and node killed: completions stopped for %s", longestGap(done, at, 15*time.Second).Round(time.Millisecond))
 	}
-	r := report(t, "worker SIGKILL with the results and task stream leader (3 nodes, R3)", fmt.Sprintf("%d kills of a worker and a node", rounds), start, chk, left)
+	r := report(t, "worker SIGKILL with the results and task stream leader (3 nodes, R3"+soakSync()+")", fmt.Sprintf("%d kills of a worker and a node", rounds), start, chk, left)
 	if r.Completed != r.Tasks || r.Tasks != n {
 		t.Errorf("%d of %d tasks completed (%d recorded); dead: %s", r.Completed, n, r.Tasks, r.DeadSummary())
 	}

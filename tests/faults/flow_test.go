@@ -45,9 +45,9 @@ func TestFlowControlUnderCrash(t *testing.T) {
 	)
 	nLimited, nPaced, nFree, nOrdered := scale(4_000), scale(500), scale(15_500), scale(1_000)
 	start := time.Now()
-	srv := startServer(t, t.TempDir(), 0, soak())
-	nc := connect(t, srv.url, "faults-flow")
-	js := provision(t, nc, settings(1))
+	q := startQueue(t, "flow")
+	nc := connect(t, q.url, "faults-flow")
+	js := provision(t, nc, q.settings)
 	ctx := ctxFor(t, time.Duration(scale(4))*time.Minute)
 	store, err := limits.Open(ctx, js, names)
 	if err != nil {
@@ -64,7 +64,7 @@ func TestFlowControlUnderCrash(t *testing.T) {
 	}
 	chk := checker.New()
 	spanLog := filepath.Join(t.TempDir(), "spans.log")
-	fl := newFleet(t, srv.url, chk, fmt.Sprintf("SPOOL_CONCURRENCY=%d", slots), "SPOOL_FAULT_SPAN_LOG="+spanLog)
+	fl := newFleet(t, q.url, chk, fmt.Sprintf("SPOOL_CONCURRENCY=%d", slots), "SPOOL_FAULT_SPAN_LOG="+spanLog)
 	for range workers {
 		fl.start()
 	}
@@ -227,7 +227,7 @@ func TestFlowControlUnderCrash(t *testing.T) {
 	// machine it swung from 49% to 87% between runs of the same code, so
 	// no floor near 90% would hold there. spool-bench measures it without
 	// faults. A limiter that stalls fails the suite's wait for every task.
-	r := report(t, "flow control (SIGKILL)", fmt.Sprintf("%d SIGKILL; rate reached %.0f%%", fl.kills, 100*achieved/rate), start, chk, left)
+	r := report(t, "flow control (SIGKILL)"+q.label, fmt.Sprintf("%d SIGKILL; rate reached %.0f%%", fl.kills, 100*achieved/rate), start, chk, left)
 	if r.Tasks != len(tasks) {
 		t.Errorf("%d tasks recorded, want %d", r.Tasks, len(tasks))
 	}
