@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -252,15 +253,21 @@ func (b *bench) enqueue(ctx context.Context) error {
 			return err
 		}
 		runtime.GC()
+		stopProfile, err := b.profileEnqueue(variant, row)
+		if err != nil {
+			return err
+		}
 		cpu0, srv0, t0 := selfCPU(), b.srv.cpu(), time.Now()
 		total := b.cfg.batchN
 		if b.mode == "SyncAlways" {
 			total = b.cfg.batchNAlw
 		}
-		if err := run(total); err != nil {
+		err = run(total)
+		wall := time.Since(t0)
+		stopProfile()
+		if err != nil {
 			return err
 		}
-		wall := time.Since(t0)
 		n := float64(total)
 		b.add("enqueue: "+row+" (tasks/s)", variant, n/wall.Seconds())
 		b.add("CPU per task: producer, "+row+" (µs)", variant, us(selfCPU()-cpu0)/n)
@@ -360,6 +367,31 @@ func (b *bench) enqueue(ctx context.Context) error {
 		}
 	}
 	return b.recreate(ctx)
+}
+
+// profileEnqueue starts, with -profile, CPU profiles of the harness (the
+// producer) and of the server child for one enqueue variant; the returned
+// func stops both.
+func (b *bench) profileEnqueue(variant, row string) (stop func(), err error) {
+	if b.cfg.profileDir == "" {
+		return func() {}, nil
+	}
+	b.profiles++
+	name := fmt.Sprintf("%s-enqueue-%s-%s-%d.pprof", strings.ReplaceAll(b.mode, " ", "-"), variant, strings.ReplaceAll(row, " ", "-"), b.profiles)
+	fh, err := os.Create(filepath.Join(b.cfg.profileDir, "producer-"+name))
+	if err != nil {
+		return nil, fmt.Errorf("creating the producer profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(fh); err != nil {
+		_ = fh.Close()
+		return nil, fmt.Errorf("starting the producer profile: %w", err)
+	}
+	fmt.Fprintf(b.srv.stdin, "profile %s\n", filepath.Join(b.cfg.profileDir, "server-"+name))
+	return func() {
+		pprof.StopCPUProfile()
+		_ = fh.Close()
+		fmt.Fprintln(b.srv.stdin, "stop")
+	}, nil
 }
 
 // awaitFutures waits for every publish acknowledgement; the first error
