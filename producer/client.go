@@ -26,6 +26,7 @@ type Client struct {
 	logger  *slog.Logger
 	timeout time.Duration
 	acks    *acks // EnqueueBatch's publishes
+	quiet   bool  // no enqueued events (WithEnqueuedEvents)
 	retry   jsproto.Retry
 
 	mu      sync.Mutex
@@ -70,9 +71,12 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 		acks:    newAcks(nc, o.timeout, o.window),
 		retry:   jsproto.Retry{PerTry: min(jsproto.DefaultPerTry, o.timeout)},
 	}
-	// The enqueued event goes out as the acknowledgement arrives, whether
-	// or not anybody waits for the Pending.
-	c.acks.stored = c.enqueued
+	c.quiet = o.quiet
+	if !c.quiet {
+		// The enqueued event goes out as the acknowledgement arrives,
+		// whether or not anybody waits for the Pending.
+		c.acks.stored = c.enqueued
+	}
 	return c, nil
 }
 

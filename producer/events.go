@@ -14,9 +14,10 @@ import (
 )
 
 // enqueued announces a stored task on its enqueued event subject (a core
-// publish: lost when nobody listens). A duplicate announces nothing.
+// publish: lost when nobody listens). A duplicate announces nothing, nor
+// does a client made WithEnqueuedEvents(false).
 func (c *Client) enqueued(p prepared, dup bool) {
-	if dup {
+	if dup || c.quiet {
 		return
 	}
 	doc := spool.Result{ID: p.id, Type: p.typ, Priority: p.priority, State: spool.StatePending, EnqueuedAt: time.Now().UTC(), TraceParent: p.msg.Header.Get(spool.HeaderTraceParent)}
