@@ -162,12 +162,15 @@ func TestElectionLoad(t *testing.T) {
 		at    time.Time
 	}
 	var kills []kill
-	// Each kill under load: 1,000 more completions first (fewer under
-	// soak, so that its rounds fit in the run).
-	step := min(1_000, n/(rounds*len(electionFaults)+1))
-	for range rounds {
-		for _, f := range electionFaults {
-			completions.await(t, completions.count()+step)
+	// Each kill under load: 1,000 more completions first, but no later
+	// than its share of the run (under soak's rounds the kills and the
+	// elections after them outpace the steps of 1,000: completions are
+	// never waited for past the last task).
+	total := rounds * len(electionFaults)
+	for round := range rounds {
+		for i, f := range electionFaults {
+			k := round*len(electionFaults) + i
+			completions.await(t, min(completions.count()+1_000, (k+1)*n/(total+1)))
 			at, _ := loseLeader(t, ctx, c, f.name, func(ctx context.Context) (string, error) { return f.leader(ctx, c, js) })
 			kills = append(kills, kill{f.name, at})
 		}
