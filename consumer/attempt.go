@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spoolq/spool/consumer/flow"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/shared/workflow"
@@ -29,10 +30,11 @@ const (
 
 // attempt runs one delivery of a task in its slot and settles the message:
 // ack, NAK with backoff, dead letter, or hand-back at shutdown.
-func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
+func (w *Worker) attempt(lane int, msg jetstream.Msg) {
 	defer w.attempts.Done()
-	defer w.release(p)
+	defer w.release(lane)
 	received := time.Now()
+	p := lanePriority(lane)
 
 	md, err := msg.Metadata()
 	if err != nil {
@@ -45,6 +47,7 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 	a := attemptInfo{
 		msg:     msg,
 		p:       p,
+		stream:  md.Stream,
 		seq:     seq,
 		attempt: int(md.NumDelivered),
 		id:      spool.TaskID(hdr, seq),
@@ -67,6 +70,15 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 	// A task handed back for flow control carries the attempts it used
 	// before this message (see deferTask).
 	a.attempt += meta.PriorAttempts
+	// A task released from a waiting room carries the concurrency slots
+	// it was handed (only its first delivery: a redelivery's have expired
+	// or were used); admitFlow takes them over, and every way out before
+	// it hands them on.
+	var grants []flow.Grant
+	if md.NumDelivered == 1 {
+		grants = flow.GrantsOf(hdr)
+	}
+	defer func() { w.flow.Drop(w.ioCtx, grants...) }()
 	// A redelivery reads the task's result document once: deliveries that
 	// were snoozes are not attempts (see Snooze), and a completed result
 	// means the ack was lost (storedAlready).
@@ -98,7 +110,7 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 	if !w.admitOrder(&a, meta) {
 		return
 	}
-	lease, admitted := w.admitFlow(a, meta)
+	lease, admitted := w.admitFlow(a, meta, &grants)
 	if !admitted {
 		return
 	}
@@ -205,6 +217,7 @@ func (w *Worker) putProcessing(a attemptInfo) {
 type attemptInfo struct {
 	msg         jetstream.Msg
 	p           spool.Priority
+	stream      string // the task partition's stream
 	seq         uint64
 	attempt     int
 	maxAttempts int
@@ -680,7 +693,7 @@ func (w *Worker) deadLetter(a attemptInfo, reason spool.Reason, cause error, o o
 	}
 	dm := dlq.Message{
 		Subject:    a.msg.Subject(),
-		Stream:     w.o.Names.PartitionStream(w.o.Partition),
+		Stream:     a.stream,
 		Seq:        a.seq,
 		Header:     a.msg.Headers(),
 		Data:       a.msg.Data(),
