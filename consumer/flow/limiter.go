@@ -90,7 +90,16 @@ type Limiter struct {
 	rateLocks [64]chan struct{}
 	// lines are the tasks waiting in this worker for a start of a rate
 	// key, first come first served (see takeRate).
-	lines map[string][]chan struct{}
+	lines map[string][]*waiter
+	// reserved counts, per rate key, the tasks of this worker that left
+	// its line with a start reserved and sleep until it.
+	reserved map[string]int
+	// rateLast is this worker's last write to each rate key (see
+	// reserve).
+	rateLast map[string]instant
+	// rateIdle is when this worker last saw each rate key's limit idle
+	// while a task was waiting (see reserve).
+	rateIdle map[string]time.Time
 }
 
 // TypeStats count one type's flow-control decisions in this worker.
@@ -105,6 +114,9 @@ type TypeStats struct {
 	// concurrency slot or a rate limit's start (at most 600ms each before
 	// they run or are handed back).
 	Waiting int
+	// LateStarts counts rate-limited starts this worker reserved and
+	// then woke too late to take (another was taken instead).
+	LateStarts uint64
 }
 
 // Config is what New needs.
@@ -159,7 +171,8 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 		rules:      map[string]limits.Rule{}, taken: map[string]time.Time{},
 		mine: map[*Lease]struct{}{}, stats: map[string]*TypeStats{},
 		waiters: map[string][]chan struct{}{}, turnover: map[string]*turnover{},
-		lines: map[string][]chan struct{}{},
+		lines: map[string][]*waiter{}, rateLast: map[string]instant{},
+		rateIdle: map[string]time.Time{}, reserved: map[string]int{},
 	}
 	for i := range l.rateLocks {
 		l.rateLocks[i] = make(chan struct{}, 1)
@@ -383,6 +396,7 @@ func (l *Limiter) renewLoop(ctx context.Context) {
 				delete(l.taken, k)
 			}
 		}
+		l.forgetRatesLocked(now)
 		for scope, t := range l.turnover {
 			if now.Sub(t.last) > turnoverForget {
 				delete(l.turnover, scope)
