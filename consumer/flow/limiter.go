@@ -100,6 +100,9 @@ type Limiter struct {
 	// rateIdle is when this worker last saw each rate key's limit idle
 	// while a task was waiting (see reserve).
 	rateIdle map[string]time.Time
+	// ratePace is, per rate key, how long a start took this worker lately
+	// (see paceLocked).
+	ratePace map[string]time.Duration
 }
 
 // TypeStats count one type's flow-control decisions in this worker.
@@ -173,6 +176,7 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 		waiters: map[string][]chan struct{}{}, turnover: map[string]*turnover{},
 		lines: map[string][]*waiter{}, rateLast: map[string]instant{},
 		rateIdle: map[string]time.Time{}, reserved: map[string]int{},
+		ratePace: map[string]time.Duration{},
 	}
 	for i := range l.rateLocks {
 		l.rateLocks[i] = make(chan struct{}, 1)

@@ -90,6 +90,7 @@ func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, 
 			l.mu.Lock()
 			l.statsLocked(typ).LateStarts++
 			w.until = time.Time{}
+			l.paceLocked(rk, iv, 2*iv) // that start went unused
 			l.mu.Unlock()
 		}
 		now, reserved, wait, err := l.reserve(ctx, rk, w, iv, tol, time.Until(deadline), head)
@@ -181,6 +182,12 @@ func (l *Limiter) reserve(ctx context.Context, rk string, w *waiter, iv, tol, mo
 			if last.rev != 0 && head.Sub(last.at) >= iv {
 				l.rateIdle[rk] = at
 			}
+			if last.rev != 0 {
+				// The first start was due at last.at, or when the head
+				// came if later: past that, this worker was too slow.
+				late := max(0, at.Sub(maxTime(last.at, head)))
+				l.paceLocked(rk, iv, iv+late/time.Duration(n))
+			}
 			l.handOutLocked(rk, w, tat, iv, n, wait <= 0)
 			l.mu.Unlock()
 			return wait <= 0, wait > 0, 0, nil
@@ -218,8 +225,8 @@ func (l *Limiter) forgetRate(rk string) {
 }
 
 // forgetRatesLocked drops the remembered writes of rate keys whose state
-// has expired (a key lives one second past its value), and the idle
-// limits seen longer than idleMemory ago.
+// has expired (a key lives one second past its value) and their pace, and
+// the idle limits seen longer than idleMemory ago.
 func (l *Limiter) forgetRatesLocked(now time.Time) {
 	for rk, last := range l.rateLast {
 		if now.Sub(last.at) > time.Second {
@@ -231,11 +238,30 @@ func (l *Limiter) forgetRatesLocked(now time.Time) {
 			delete(l.rateIdle, rk)
 		}
 	}
+	for rk := range l.ratePace {
+		if _, ok := l.rateLast[rk]; !ok {
+			delete(l.ratePace, rk)
+		}
+	}
 }
 
 // idleMemory is how long a worker books returns closer together after it
 // saw a rate limit idle while tasks were waiting.
 const idleMemory = 10 * time.Second
+
+// paceLocked adds one sample of the time a start of rate key rk took this
+// worker (the interval iv, more when the worker reserved it late or woke
+// too late for it) to a moving average.
+func (l *Limiter) paceLocked(rk string, iv, took time.Duration) {
+	p, ok := l.ratePace[rk]
+	if !ok {
+		p = iv
+	}
+	l.ratePace[rk] = p + (took-p)/8
+}
+
+// maxPace bounds the spacing of a rate's booked returns, in intervals.
+const maxPace = 2
 
 // A line holds the tasks for the starts of the next lineSpan (handed-back
 // tasks come back that early, and the server fires schedules in clumps
@@ -375,15 +401,18 @@ func (l *Limiter) setLineLocked(rk string, line []*waiter) {
 
 // bookReturn books the return of a task turned away by a rate limit whose
 // next start is due in about wait, and says when it is. The returns are
-// booked one interval apart, so that each comes back about when its turn
-// is due and is handed back once; for idleMemory after this worker saw
+// booked one interval apart, or as far apart as this worker takes the
+// starts when it is too slow to take them all (ratePace: a loaded
+// machine), so that each comes back about when its turn is due and is
+// handed back once; for idleMemory after this worker saw
 // the limit idle while tasks were waiting (see reserve), they are booked
 // limits.ReturnSpacing of an interval apart, so that more come back than
 // there are turns and a turn whose task is not there is taken by another.
 func (l *Limiter) bookReturn(ctx context.Context, typ, key, limit string, iv, wait time.Duration) error {
-	qiv := iv
+	rk := limits.RateKey(typ, key)
 	l.mu.Lock()
-	idle, seen := l.rateIdle[limits.RateKey(typ, key)]
+	qiv := max(iv, min(l.ratePace[rk], maxPace*iv))
+	idle, seen := l.rateIdle[rk]
 	l.mu.Unlock()
 	if seen && time.Since(idle) < idleMemory {
 		qiv = iv * limits.ReturnSpacing / 100
