@@ -9,19 +9,23 @@ import (
 	"github.com/spoolq/spool/shared/limits"
 )
 
+// boundRates are the rates whose window bound the simulations check.
+var boundRates = []limits.Rate{
+	{Limit: 50, Period: limits.Duration(time.Second)},
+	{Limit: 200, Period: limits.Duration(time.Second)},
+	{Limit: 1, Period: limits.Duration(time.Second)},
+	{Limit: 7, Period: limits.Duration(time.Second)},
+	{Limit: 1000, Period: limits.Duration(time.Minute)},
+	{Limit: 50, Period: limits.Duration(time.Second), Burst: 5},
+}
+
 // TestGCRAWindowBound drives the rate arithmetic with a simulated clock
 // and workers that wake late for their turns (up to 4 intervals, with
 // idle spells): no half-open window [t, t+period) ever holds more starts than
 // the limit (Limit+Burst−1 with a burst), and a worker late by less than
 // the slack loses no start to it.
 func TestGCRAWindowBound(t *testing.T) {
-	for _, r := range []limits.Rate{
-		{Limit: 50, Period: limits.Duration(time.Second)},
-		{Limit: 1, Period: limits.Duration(time.Second)},
-		{Limit: 7, Period: limits.Duration(time.Second)},
-		{Limit: 1000, Period: limits.Duration(time.Minute)},
-		{Limit: 50, Period: limits.Duration(time.Second), Burst: 5},
-	} {
+	for _, r := range boundRates {
 		iv, tol := r.GCRA()
 		period := time.Duration(r.Period)
 		rng := rand.New(rand.NewPCG(1, uint64(r.Limit)))
@@ -109,13 +113,7 @@ func mostInWindow(starts []time.Time, w time.Duration) int {
 // the limit (Limit+Burst−1 with a burst), and workers that wake on time
 // lose no start.
 func TestReserveAheadWindowBound(t *testing.T) {
-	for _, r := range []limits.Rate{
-		{Limit: 50, Period: limits.Duration(time.Second)},
-		{Limit: 200, Period: limits.Duration(time.Second)},
-		{Limit: 1, Period: limits.Duration(time.Second)},
-		{Limit: 7, Period: limits.Duration(time.Second)},
-		{Limit: 50, Period: limits.Duration(time.Second), Burst: 5},
-	} {
+	for _, r := range boundRates {
 		iv, tol := r.GCRA()
 		period := time.Duration(r.Period)
 		for _, maxLate := range []time.Duration{0, 2 * tol} {
