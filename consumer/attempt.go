@@ -29,10 +29,11 @@ const (
 
 // attempt runs one delivery of a task in its slot and settles the message:
 // ack, NAK with backoff, dead letter, or hand-back at shutdown.
-func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
+func (w *Worker) attempt(lane int, msg jetstream.Msg) {
 	defer w.attempts.Done()
-	defer w.release(p)
+	defer w.release(lane)
 	received := time.Now()
+	p := lanePriority(lane)
 
 	md, err := msg.Metadata()
 	if err != nil {
@@ -45,6 +46,7 @@ func (w *Worker) attempt(p spool.Priority, msg jetstream.Msg) {
 	a := attemptInfo{
 		msg:     msg,
 		p:       p,
+		stream:  md.Stream,
 		seq:     seq,
 		attempt: int(md.NumDelivered),
 		id:      spool.TaskID(hdr, seq),
@@ -205,6 +207,7 @@ func (w *Worker) putProcessing(a attemptInfo) {
 type attemptInfo struct {
 	msg         jetstream.Msg
 	p           spool.Priority
+	stream      string // the task partition's stream
 	seq         uint64
 	attempt     int
 	maxAttempts int
@@ -680,7 +683,7 @@ func (w *Worker) deadLetter(a attemptInfo, reason spool.Reason, cause error, o o
 	}
 	dm := dlq.Message{
 		Subject:    a.msg.Subject(),
-		Stream:     w.o.Names.PartitionStream(w.o.Partition),
+		Stream:     a.stream,
 		Seq:        a.seq,
 		Header:     a.msg.Headers(),
 		Data:       a.msg.Data(),

@@ -18,8 +18,8 @@ import "time"
 // w.mu is held.
 func (w *Worker) scaleUpLocked() {
 	var backlog uint64
-	for _, st := range w.prio {
-		backlog += st.pending
+	for i := range w.lanes {
+		backlog += w.lanes[i].pending
 	}
 	w.slots.grow(backlog, w.o.ScaleUpFill)
 }

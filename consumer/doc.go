@@ -1,6 +1,6 @@
 // Package consumer is Spool's worker library: a mux of handlers by task
-// type, a scheduler that pulls from one durable consumer per priority by
-// weight (with an anti-starvation boost, or strictly), retries with
+// type, a scheduler that pulls from one durable consumer per priority (of
+// every task partition) by weight (with an anti-starvation boost, or strictly), retries with
 // NAK-with-delay backoff, dead letters, results in KV, autoscaled worker
 // slots and stats.
 //
@@ -38,12 +38,15 @@
 //
 // A worker never uses Consume (it pre-buffers messages whose AckWait is
 // already running). It keeps a count of free slots and pulls only that
-// many tasks, with pull requests (at most one outstanding per priority)
-// answered on one subscription that lives as long as the worker:
+// many tasks, with pull requests (at most one outstanding per lane: a
+// priority's consumer in one task partition; one partition unless the
+// topology is partitioned) answered on one subscription that lives as
+// long as the worker:
 //
 //   - priorities known to have waiting tasks get no-wait fetches sized to
 //     the free slots, split between them by the scheduler (smooth weighted
-//     round-robin over weight × boost, or strict order). One round of
+//     round-robin over weight × boost, or strict order), each priority's
+//     share split round robin over its partitions' lanes. One round of
 //     fetches is in flight at a time, so slots freed meanwhile are pulled
 //     together in the next, larger batch;
 //   - what a worker knows comes from the NumPending of the last message
@@ -52,15 +55,15 @@
 //     reads consumer info (NumPending, and NumAckPending for redeliveries
 //     coming due, which NumPending does not count) and the oldest waiting
 //     task (for the boost) of priorities not being long-polled;
-//   - when slots are left over, every priority with no known work gets a
-//     long-poll: a single-task pull request that waits the poll wait
+//   - when slots are left over, every lane with no known work gets a
+//     long-poll (the most urgent priorities' first, while slots last): a single-task pull request that waits the poll wait
 //     (WithPolling) on the server and is then renewed. It reserves a slot
 //     out of the maximum concurrency,
 //     so a task it brings always has a slot (the pool grows if needed) and
 //     nothing pulled is handed back unrun (except what arrives for a
 //     request abandoned after 2s without an answer, or at Stop). A
 //     published task reaches a waiting pull in about a millisecond; an
-//     idle worker costs one request per priority per poll wait; and the
+//     idle worker costs one request per lane per poll wait; and the
 //     outstanding pulls let the server emit the MAX_DELIVERIES advisories
 //     the DLQ router acts on. Reserved poll slots return to the pool when
 //     their pulls expire.

@@ -226,7 +226,13 @@ func (e *env) consumerInfo(p spool.Priority) *jetstream.ConsumerInfo {
 // taskMsgs counts messages left in the task stream.
 func (e *env) taskMsgs() uint64 {
 	e.t.Helper()
-	s, err := e.js.Stream(testCtx(e.t), e.names.TaskStream())
+	return e.partitionMsgs(0)
+}
+
+// partitionMsgs counts the messages of task partition k's stream.
+func (e *env) partitionMsgs(k int) uint64 {
+	e.t.Helper()
+	s, err := e.js.Stream(testCtx(e.t), e.names.PartitionStream(k))
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -44,7 +44,8 @@ type config struct {
 	Names      spool.Names
 	Logger     *slog.Logger
 	WorkerName string
-	// Partition is the task partition pulled: WithPartition.
+	// Partition is the task partition pulled, allPartitions for every
+	// one: WithPartition.
 	Partition int
 	// MinConcurrency and MaxConcurrency bound the number of worker slots
 	// (handlers running at once). The pool starts at MinConcurrency and
@@ -90,6 +91,7 @@ func defaultConfig() config {
 		Names:           spool.DefaultNames(),
 		Logger:          logging.OrDefault(nil),
 		WorkerName:      host + "-" + strconv.Itoa(os.Getpid()),
+		Partition:       allPartitions,
 		MinConcurrency:  1,
 		MaxConcurrency:  10,
 		Weights:         DefaultWeights(),
@@ -179,16 +181,23 @@ func validateBoost(steps []BoostStep) error {
 // error wrapping ErrInvalidOption when one does not hold.
 type Option func(*config) error
 
-// WithPartition makes the worker pull task partition k (see
+// WithPartition pins the worker to task partition k (see
 // streams.Settings.Partitions and docs/scaling.md): the stream
-// spool.Names.PartitionStream(k) and its five priority consumers, with the
-// worker's weights, slots and limits applied to that partition's tasks.
-// Run one worker per partition. Default: 0, SPOOL_TASKS (the only
-// partition of an unpartitioned topology).
+// spool.Names.PartitionStream(k) and its five priority consumers only. A
+// negative k pulls every partition, the default: Start reads how many the
+// topology has (recorded on SPOOL_TASKS) and pulls the five priority
+// consumers of each, one scheduler over all of them, so the worker's
+// slots, weights and boost apply across the partitions. A worker pulls
+// the partitions that exist when it starts: restart workers after adding
+// partitions.
 func WithPartition(k int) Option {
 	return func(o *config) error {
-		if k < 0 || k >= streams.MaxPartitions {
-			return fmt.Errorf("%w: partition %d must be 0 to %d", ErrInvalidOption, k, streams.MaxPartitions-1)
+		if k < 0 {
+			o.Partition = allPartitions
+			return nil
+		}
+		if k >= streams.MaxPartitions {
+			return fmt.Errorf("%w: partition %d must be 0 to %d (or negative: all)", ErrInvalidOption, k, streams.MaxPartitions-1)
 		}
 		o.Partition = k
 		return nil

@@ -28,20 +28,23 @@ const pullErrorPause = 500 * time.Millisecond
 // handed back at once.
 const pullAnswerWait = 2 * time.Second
 
-// pullEvents is what the puller tells the worker, and asks of it.
+// pullEvents is what the puller tells the worker, and asks of it. A lane
+// is an index into the worker's lanes (laneOf).
 type pullEvents interface {
-	// pendingLocked records p's backlog as a fulfilled request saw it.
-	pendingLocked(p spool.Priority, pending uint64)
-	// emptyLocked records that p has no task now (a no-wait request ended
-	// short of what it asked for).
-	emptyLocked(p spool.Priority)
-	// admitLocked counts an attempt about to start; false once the worker
-	// stops (the task is to be handed back).
-	admitLocked() bool
+	// pendingLocked records the lane's backlog as a fulfilled request saw
+	// it.
+	pendingLocked(lane int, pending uint64)
+	// emptyLocked records that the lane has no task now (a no-wait
+	// request ended short of what it asked for).
+	emptyLocked(lane int)
+	// admitLocked counts an attempt of a task of the lane about to start
+	// and gives it a slot; false once the worker stops (the task is to be
+	// handed back).
+	admitLocked(lane int) bool
 	// startAttempt runs an admitted attempt of a pulled task.
-	startAttempt(p spool.Priority, m jetstream.Msg)
-	// pullFailed rests p after a failed pull.
-	pullFailed(p spool.Priority, err error)
+	startAttempt(lane int, m jetstream.Msg)
+	// pullFailed rests the lane after a failed pull.
+	pullFailed(lane int, err error)
 	// nudge wakes the dispatcher: a request ended.
 	nudge()
 }
@@ -50,12 +53,14 @@ var _ pullEvents = (*Worker)(nil)
 
 // puller sends the worker's pull requests and receives what they bring on
 // one wildcard subscription that lives as long as the worker: a request's
-// reply subject is <inbox>.<priority>.<request>. Compared with a fetch per
+// reply subject is <inbox>.<lane>.<request>. Compared with a fetch per
 // pull (which subscribes and unsubscribes every time), a pull costs one
 // published request.
 //
-// Each priority has at most one request outstanding (dispatch plans a
-// no-wait fetch or a long-poll for a priority, never both); its slots are
+// A lane is one priority consumer of one task partition the worker pulls:
+// lane j·numPriorities+p is priority p of the worker's j-th partition
+// (laneOf). Each lane has at most one request outstanding (dispatch plans
+// a no-wait fetch or a long-poll for a lane, never both); its slots are
 // reserved until it ends. A request ends when it has brought every task it
 // asked for, or with a status from the server (see jsproto.CheckStatus:
 // 404 no messages and 408 expired end it normally, 100 heartbeats are
@@ -66,9 +71,10 @@ type puller struct {
 	log      *slog.Logger
 	pollWait time.Duration
 	ev       pullEvents
-	prefix   string // reply subjects: prefix + priority + "." + request
+	prefix   string // reply subjects: prefix + lane + "." + request
 	sub      *nats.Subscription
-	next     [numPriorities]string // $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>
+	next     []string              // per lane: $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>
+	streams  []string              // the partitions' streams, to know a pulled task's lane
 	cons     [numPriorities]string // consumer names, to know a pulled task's priority
 
 	// mu (the worker's) guards slots, seq, req and what the events'
@@ -77,10 +83,10 @@ type puller struct {
 	slots *slots
 	pulls *sync.WaitGroup
 	seq   uint64
-	req   [numPriorities]pullRequest
+	req   []pullRequest // per lane
 }
 
-// pullRequest is the outstanding request of a priority; id 0 means none.
+// pullRequest is the outstanding request of a lane; id 0 means none.
 type pullRequest struct {
 	id       uint64
 	want     int
@@ -92,10 +98,16 @@ type pullRequest struct {
 
 // pullPlan is a request dispatch decided on, sent once mu is released.
 type pullPlan struct {
-	p    spool.Priority
+	lane int
 	id   uint64
 	body []byte
 }
+
+// laneOf is the lane of priority p of the worker's j-th partition.
+func laneOf(j int, p spool.Priority) int { return j*numPriorities + int(p) }
+
+// lanePriority is the priority a lane pulls.
+func lanePriority(lane int) spool.Priority { return spool.Priority(lane % numPriorities) }
 
 func newPuller(w *Worker) (*puller, error) {
 	pl := &puller{
@@ -108,10 +120,11 @@ func newPuller(w *Worker) (*puller, error) {
 		slots:    &w.slots,
 		pulls:    &w.pulls,
 	}
-	for _, p := range spool.Priorities {
-		pl.cons[p] = w.o.Names.Consumer(p)
-		pl.next[p] = jsproto.NextSubject(w.o.Names.PartitionStream(w.o.Partition), pl.cons[p])
+	streams := make([]string, len(w.parts))
+	for j, k := range w.parts {
+		streams[j] = w.o.Names.PartitionStream(k)
 	}
+	pl.setLanes(w.o.Names, streams)
 	sub, err := jsproto.SubscribeUnbounded(w.nc, pl.prefix+"*.*", pl.onMsg)
 	if err != nil {
 		return nil, fmt.Errorf("subscribing to pulled tasks: %w", err)
@@ -120,9 +133,25 @@ func newPuller(w *Worker) (*puller, error) {
 	return pl, nil
 }
 
-// planLocked records a request of n tasks of p (a long-poll when poll),
-// whose slots the caller reserved, and returns it for sending. mu is held.
-func (pl *puller) planLocked(p spool.Priority, n int, poll bool) pullPlan {
+// setLanes sets the lanes: the five priority consumers of each of streams.
+func (pl *puller) setLanes(names spool.Names, streams []string) {
+	pl.streams = streams
+	for _, p := range spool.Priorities {
+		pl.cons[p] = names.Consumer(p)
+	}
+	pl.next = make([]string, len(streams)*numPriorities)
+	pl.req = make([]pullRequest, len(pl.next))
+	for j, s := range streams {
+		for _, p := range spool.Priorities {
+			pl.next[laneOf(j, p)] = jsproto.NextSubject(s, pl.cons[p])
+		}
+	}
+}
+
+// planLocked records a request of n tasks of a lane (a long-poll when
+// poll), whose slots the caller reserved, and returns it for sending. mu
+// is held.
+func (pl *puller) planLocked(lane int, n int, poll bool) pullPlan {
 	pl.seq++
 	wait := pullAnswerWait
 	r := jsproto.PullRequest{Batch: n, NoWait: true}
@@ -131,21 +160,27 @@ func (pl *puller) planLocked(p spool.Priority, n int, poll bool) pullPlan {
 		r = jsproto.PullRequest{Batch: 1, Expires: pl.pollWait}
 	}
 	now := time.Now()
-	pl.req[p] = pullRequest{id: pl.seq, want: n, poll: poll, sent: now, deadline: now.Add(wait)}
+	pl.req[lane] = pullRequest{id: pl.seq, want: n, poll: poll, sent: now, deadline: now.Add(wait)}
 	pl.pulls.Add(1)
-	return pullPlan{p: p, id: pl.seq, body: r.AppendJSON(nil)}
+	return pullPlan{lane: lane, id: pl.seq, body: r.AppendJSON(nil)}
 }
+
+// polling reports whether the lane has a long-poll out. mu is held.
+func (pl *puller) polling(lane int) bool { return pl.req[lane].id != 0 && pl.req[lane].poll }
+
+// outstanding reports whether the lane has a request out. mu is held.
+func (pl *puller) outstanding(lane int) bool { return pl.req[lane].id != 0 }
 
 // send publishes planned requests; one that cannot be sent ends at once.
 func (pl *puller) send(plans []pullPlan) {
 	for _, r := range plans {
-		reply := pl.prefix + strconv.Itoa(int(r.p)) + "." + strconv.FormatUint(r.id, 36)
-		if err := pl.nc.PublishRequest(pl.next[r.p], reply, r.body); err != nil {
+		reply := pl.prefix + strconv.Itoa(r.lane) + "." + strconv.FormatUint(r.id, 36)
+		if err := pl.nc.PublishRequest(pl.next[r.lane], reply, r.body); err != nil {
 			pl.mu.Lock()
-			ended := pl.endLocked(r.p, r.id, true)
+			ended := pl.endLocked(r.lane, r.id, true)
 			pl.mu.Unlock()
 			if ended {
-				pl.ev.pullFailed(r.p, err)
+				pl.ev.pullFailed(r.lane, err)
 			}
 		}
 	}
@@ -153,8 +188,8 @@ func (pl *puller) send(plans []pullPlan) {
 
 // onMsg handles what a pull request brings: a task or a status. A status
 // comes on the request's reply subject; a task keeps its own subject and
-// is known by its consumer (from the ack subject). With one request per
-// priority at a time, a task belongs to the priority's current request;
+// is known by its stream and consumer (from the ack subject). With one
+// request per lane at a time, a task belongs to the lane's current request;
 // one beyond what that request reserved slots for (a late arrival for an
 // abandoned request) is handed back at once.
 func (pl *puller) onMsg(m *nats.Msg) {
@@ -168,13 +203,14 @@ func (pl *puller) onMsg(m *nats.Msg) {
 		pl.log.Warn("pulled a message without JetStream metadata", "subject", m.Subject, "error", err)
 		return
 	}
-	p, ok := pl.priority(md.Consumer)
+	lane, ok := pl.lane(md.Stream, md.Consumer)
 	if !ok {
-		pl.log.Warn("pulled a task of an unknown consumer", "consumer", md.Consumer, "subject", m.Subject)
+		pl.log.Warn("pulled a task of an unknown consumer", "stream", md.Stream, "consumer", md.Consumer, "subject", m.Subject)
 		return
 	}
+	p := lanePriority(lane)
 	pl.mu.Lock()
-	r := &pl.req[p]
+	r := &pl.req[lane]
 	if r.id == 0 || r.got >= r.want {
 		pl.mu.Unlock()
 		if err := m.Nak(); err != nil {
@@ -186,13 +222,10 @@ func (pl *puller) onMsg(m *nats.Msg) {
 	pl.slots.arrive(r.poll)
 	done := r.got >= r.want
 	if done {
-		pl.ev.pendingLocked(p, md.NumPending)
-		pl.endLocked(p, r.id, false)
+		pl.ev.pendingLocked(lane, md.NumPending)
+		pl.endLocked(lane, r.id, false)
 	}
-	start := pl.ev.admitLocked()
-	if start {
-		pl.slots.take(p)
-	}
+	start := pl.ev.admitLocked(lane)
 	pl.mu.Unlock()
 	if done {
 		pl.ev.nudge()
@@ -203,7 +236,7 @@ func (pl *puller) onMsg(m *nats.Msg) {
 		}
 		return
 	}
-	pl.ev.startAttempt(p, msg)
+	pl.ev.startAttempt(lane, msg)
 }
 
 // onStatus ends the request a status answers (a heartbeat ends none):
@@ -213,47 +246,52 @@ func (pl *puller) onStatus(subject string, st jsproto.Status) {
 	if st.End == jsproto.Continue {
 		return
 	}
-	p, id, ok := pl.parseReply(subject)
+	lane, id, ok := pl.parseReply(subject)
 	if !ok {
 		return
 	}
 	failed := st.End != jsproto.Done
 	pl.mu.Lock()
-	ended := pl.endLocked(p, id, failed)
+	ended := pl.endLocked(lane, id, failed)
 	pl.mu.Unlock()
 	if !ended {
 		return // an abandoned request's
 	}
 	pl.ev.nudge()
 	if failed {
-		pl.ev.pullFailed(p, fmt.Errorf("pull request answered with status %s: %w", st, st.Err))
+		pl.ev.pullFailed(lane, fmt.Errorf("pull request answered with status %s: %w", st, st.Err))
 	}
 }
 
-// priority is the priority whose consumer is named consumer.
-func (pl *puller) priority(consumer string) (spool.Priority, bool) {
-	for _, p := range spool.Priorities {
-		if pl.cons[p] == consumer {
-			return p, true
+// lane is the lane of the consumer named consumer of stream.
+func (pl *puller) lane(stream, consumer string) (int, bool) {
+	for j, s := range pl.streams {
+		if s != stream {
+			continue
+		}
+		for _, p := range spool.Priorities {
+			if pl.cons[p] == consumer {
+				return laneOf(j, p), true
+			}
 		}
 	}
 	return 0, false
 }
 
-// endLocked ends request id of p, giving back the slots it still holds;
-// false when it had ended already. A no-wait fetch that ends short of what
-// it asked for without failing means the priority is empty now. mu is
+// endLocked ends request id of a lane, giving back the slots it still
+// holds; false when it had ended already. A no-wait fetch that ends short
+// of what it asked for without failing means the lane is empty now. mu is
 // held.
-func (pl *puller) endLocked(p spool.Priority, id uint64, failed bool) bool {
-	r := &pl.req[p]
+func (pl *puller) endLocked(lane int, id uint64, failed bool) bool {
+	r := &pl.req[lane]
 	if r.id != id || id == 0 {
 		return false
 	}
 	left := r.want - r.got
 	if left > 0 && !r.poll && !failed {
-		pl.ev.emptyLocked(p)
+		pl.ev.emptyLocked(lane)
 	}
-	pl.slots.end(p, r.poll, max(0, left))
+	pl.slots.end(r.poll, max(0, left))
 	*r = pullRequest{}
 	pl.pulls.Done()
 	return true
@@ -266,13 +304,13 @@ func (pl *puller) expire(all bool) bool {
 	now := time.Now()
 	pl.mu.Lock()
 	ended := false
-	for _, p := range spool.Priorities {
-		r := pl.req[p]
+	for lane, r := range pl.req {
 		if r.id != 0 && (all || now.After(r.deadline)) {
 			if !all {
-				pl.log.Warn("pull request unanswered; giving its slots back", "priority", p.String(), "waited", now.Sub(r.sent).Round(time.Millisecond))
+				pl.log.Warn("pull request unanswered; giving its slots back", "stream", pl.streams[lane/numPriorities],
+					"priority", lanePriority(lane).String(), "waited", now.Sub(r.sent).Round(time.Millisecond))
 			}
-			ended = pl.endLocked(p, r.id, true) || ended
+			ended = pl.endLocked(lane, r.id, true) || ended
 		}
 	}
 	pl.mu.Unlock()
@@ -285,8 +323,8 @@ func (pl *puller) close() {
 	}
 }
 
-// parseReply reads the priority and request of a reply subject.
-func (pl *puller) parseReply(subject string) (spool.Priority, uint64, bool) {
+// parseReply reads the lane and request of a reply subject.
+func (pl *puller) parseReply(subject string) (int, uint64, bool) {
 	rest, ok := strings.CutPrefix(subject, pl.prefix)
 	if !ok {
 		return 0, 0, false
@@ -295,13 +333,13 @@ func (pl *puller) parseReply(subject string) (spool.Priority, uint64, bool) {
 	if !ok {
 		return 0, 0, false
 	}
-	pi, err := strconv.Atoi(ps)
-	if err != nil || pi < 0 || pi >= numPriorities {
+	lane, err := strconv.Atoi(ps)
+	if err != nil || lane < 0 || lane >= len(pl.req) {
 		return 0, 0, false
 	}
 	id, err := strconv.ParseUint(ids, 36, 64)
 	if err != nil {
 		return 0, 0, false
 	}
-	return spool.Priority(pi), id, true
+	return lane, id, true
 }

@@ -18,22 +18,24 @@ import (
 // pullRecorder is a worker as the puller sees it, recording what it is
 // told.
 type pullRecorder struct {
-	empty   []spool.Priority
-	pending map[spool.Priority]uint64
+	empty   []int
+	pending map[int]uint64
+	started []int
 	failed  []error
 	nudges  int
 }
 
-func (r *pullRecorder) pendingLocked(p spool.Priority, n uint64) { r.pending[p] = n }
-func (r *pullRecorder) emptyLocked(p spool.Priority)             { r.empty = append(r.empty, p) }
-func (r *pullRecorder) admitLocked() bool                        { return true }
-func (r *pullRecorder) startAttempt(spool.Priority, jetstream.Msg) {
-}
-func (r *pullRecorder) pullFailed(_ spool.Priority, err error) { r.failed = append(r.failed, err) }
+func (r *pullRecorder) pendingLocked(lane int, n uint64)       { r.pending[lane] = n }
+func (r *pullRecorder) emptyLocked(lane int)                   { r.empty = append(r.empty, lane) }
+func (r *pullRecorder) admitLocked(int) bool                   { return true }
+func (r *pullRecorder) startAttempt(lane int, _ jetstream.Msg) { r.started = append(r.started, lane) }
+func (r *pullRecorder) pullFailed(_ int, err error)            { r.failed = append(r.failed, err) }
 func (r *pullRecorder) nudge()                                 { r.nudges++ }
 
+// newTestPuller is a puller of two partitions, SPOOL_TASKS and
+// SPOOL_TASKS_1: ten lanes.
 func newTestPuller() (*puller, *pullRecorder) {
-	ev := &pullRecorder{pending: make(map[spool.Priority]uint64)}
+	ev := &pullRecorder{pending: make(map[int]uint64)}
 	s := newSlots(1, 8)
 	pl := &puller{
 		log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -44,6 +46,8 @@ func newTestPuller() (*puller, *pullRecorder) {
 		slots:    &s,
 		pulls:    &sync.WaitGroup{},
 	}
+	names := spool.DefaultNames()
+	pl.setLanes(names, []string{names.PartitionStream(0), names.PartitionStream(1)})
 	return pl, ev
 }
 
@@ -76,18 +80,19 @@ func TestPullerStatuses(t *testing.T) {
 		if c.poll {
 			n = 1
 		}
+		lane := laneOf(1, spool.High)
 		pl.mu.Lock()
-		pl.slots.reserve(spool.High, n, c.poll)
-		plan := pl.planLocked(spool.High, n, c.poll)
+		pl.slots.reserve(n, c.poll)
+		plan := pl.planLocked(lane, n, c.poll)
 		pl.mu.Unlock()
 		h := nats.Header{"Status": {c.code}}
 		if c.desc != "" {
 			h.Set("Description", c.desc)
 		}
-		pl.onMsg(&nats.Msg{Subject: pl.prefix + strconv.Itoa(int(spool.High)) + "." + strconv.FormatUint(plan.id, 36), Header: h})
+		pl.onMsg(&nats.Msg{Subject: pl.prefix + strconv.Itoa(lane) + "." + strconv.FormatUint(plan.id, 36), Header: h})
 
 		name := c.code + " " + c.desc
-		outstanding := pl.req[spool.High].id != 0
+		outstanding := pl.outstanding(lane)
 		reserved := pl.slots.fetching + pl.slots.polling
 		switch {
 		case outstanding == c.ends:

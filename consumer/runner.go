@@ -6,45 +6,44 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	spool "github.com/spoolq/spool/shared"
 )
 
 // The worker's side of pulling: what the puller tells it (pullEvents), the
 // runner goroutines its attempts run on, and the slot an attempt frees.
 
-func (w *Worker) pendingLocked(p spool.Priority, pending uint64) { w.prio[p].pending = pending }
+func (w *Worker) pendingLocked(lane int, pending uint64) { w.lanes[lane].pending = pending }
 
-func (w *Worker) emptyLocked(p spool.Priority) { w.prio[p].pending, w.prio[p].maybe = 0, false }
+func (w *Worker) emptyLocked(lane int) { w.lanes[lane].pending, w.lanes[lane].maybe = 0, false }
 
-// admitLocked counts an attempt about to start; false once Stop was
-// called. w.mu is held: shutdown takes it after stopping closed, so an
-// attempt admitted before has done its attempts.Add, and later ones see
-// stopping.
-func (w *Worker) admitLocked() bool {
+// admitLocked counts an attempt of a task of the lane about to start and
+// gives it a slot; false once Stop was called. w.mu is held: shutdown
+// takes it after stopping closed, so an attempt admitted before has done
+// its attempts.Add, and later ones see stopping.
+func (w *Worker) admitLocked(lane int) bool {
 	if w.isStopping() {
 		return false
 	}
 	w.attempts.Add(1)
+	w.slots.take(lanePriority(lane))
+	w.lanes[lane].busy++
 	return true
 }
 
-// pullFailed logs a failed pull and rests the priority for
-// pullErrorPause.
-func (w *Worker) pullFailed(p spool.Priority, err error) {
+// pullFailed logs a failed pull and rests the lane for pullErrorPause.
+func (w *Worker) pullFailed(lane int, err error) {
 	if w.isStopping() && errors.Is(err, nats.ErrConnectionClosed) {
 		return
 	}
-	w.log.Warn("pull failed", "priority", p.String(), "error", err)
+	w.log.Warn("pull failed", "stream", w.lanes[lane].stream.CachedInfo().Config.Name, "priority", lanePriority(lane).String(), "error", err)
 	w.mu.Lock()
-	w.prio[p].restUntil = time.Now().Add(pullErrorPause)
+	w.lanes[lane].restUntil = time.Now().Add(pullErrorPause)
 	w.mu.Unlock()
 }
 
 // job is a pulled task waiting for a runner.
 type job struct {
-	p   spool.Priority
-	msg jetstream.Msg
+	lane int
+	msg  jetstream.Msg
 }
 
 // startAttempt runs an attempt on an idle runner goroutine, or on a new
@@ -53,19 +52,19 @@ type job struct {
 // tenth of the worker's CPU with fast handlers. There are never more
 // runners than attempts have run at once (at most MaxConcurrency); they
 // end at Stop.
-func (w *Worker) startAttempt(p spool.Priority, m jetstream.Msg) {
+func (w *Worker) startAttempt(lane int, m jetstream.Msg) {
 	select {
-	case w.runq <- job{p: p, msg: m}:
+	case w.runq <- job{lane: lane, msg: m}:
 	default:
 		w.runners.Add(1)
-		go w.runner(job{p: p, msg: m})
+		go w.runner(job{lane: lane, msg: m})
 	}
 }
 
 func (w *Worker) runner(j job) {
 	defer w.runners.Done()
 	for {
-		w.attempt(j.p, j.msg)
+		w.attempt(j.lane, j.msg)
 		select {
 		case j = <-w.runq:
 		case <-w.stopping:
@@ -77,9 +76,10 @@ func (w *Worker) runner(j job) {
 // release frees the slot of a finished attempt. While fetches are in
 // flight the dispatcher would plan nothing before they return (and each
 // nudges it then), so it is left asleep.
-func (w *Worker) release(p spool.Priority) {
+func (w *Worker) release(lane int) {
 	w.mu.Lock()
-	fetching := w.slots.release(p)
+	fetching := w.slots.release(lanePriority(lane))
+	w.lanes[lane].busy--
 	w.mu.Unlock()
 	if !fetching {
 		w.nudge()

@@ -10,15 +10,15 @@ import (
 // autoscaling between min and max), how many run an attempt (busy), and
 // how many outstanding pull requests hold in reserve for the tasks they
 // may bring (fetching for no-wait fetches, polling for long-polls), in
-// total and per priority.
+// total, with the busy ones per priority. Which lane (a priority consumer
+// of a partition) has which request out is the puller's.
 //
 // Invariants, whenever the worker's lock is free (check verifies them):
 //
 //   - busy, fetching, polling >= 0, and busy is the sum of the priorities'
 //     busy;
-//   - polling is the number of priorities with a long-poll out (a
-//     long-poll reserves one slot), and a priority has a long-poll or
-//     no-wait fetches out, never both;
+//   - polling is the number of lanes with a long-poll out (a long-poll
+//     reserves one slot);
 //   - busy + fetching + polling <= max: a pulled task always finds a slot;
 //   - min <= size <= max, and busy <= size: the pool grows to fit the
 //     busy slots (a long-poll's task may take a slot beyond size) and never
@@ -29,11 +29,11 @@ import (
 type slots struct {
 	min, max int
 
-	size     int // current slot count
-	busy     int // slots running an attempt
-	fetching int // slots reserved by no-wait fetches in flight
-	polling  int // slots reserved by long-polls in flight
-	prio     [numPriorities]prioSlots
+	size     int                // current slot count
+	busy     int                // slots running an attempt
+	fetching int                // slots reserved by no-wait fetches in flight
+	polling  int                // slots reserved by long-polls in flight
+	prio     [numPriorities]int // busy slots per priority
 
 	scaleUps   uint64
 	scaleDowns uint64
@@ -41,42 +41,26 @@ type slots struct {
 	windowFrom time.Time // start of the current scale-down window
 }
 
-// prioSlots is one priority's share of the slots.
-type prioSlots struct {
-	busy    int
-	fetches int  // no-wait fetches in flight
-	polling bool // a long-poll in flight
-}
-
 func newSlots(minSize, maxSize int) slots {
 	return slots{min: minSize, max: maxSize, size: minSize}
 }
 
-// reserve holds n slots for a pull request of p: a long-poll when poll
-// (n is then 1), else a no-wait fetch.
-func (s *slots) reserve(p spool.Priority, n int, poll bool) {
+// reserve holds n slots for a pull request: a long-poll when poll (n is
+// then 1), else a no-wait fetch.
+func (s *slots) reserve(n int, poll bool) {
 	if poll {
 		s.polling += n
-		s.prio[p].polling = true
 	} else {
 		s.fetching += n
-		s.prio[p].fetches++
 	}
 }
 
-// arrive gives back the reservation of one task a request of p brought
-// (the task then takes a slot with take, or is handed back).
+// arrive gives back the reservation of one task a request brought (the
+// task then takes a slot with take, or is handed back).
 func (s *slots) arrive(poll bool) { s.unreserve(poll, 1) }
 
-// end ends a request of p, giving back the left slots it still reserved.
-func (s *slots) end(p spool.Priority, poll bool, left int) {
-	s.unreserve(poll, left)
-	if poll {
-		s.prio[p].polling = false
-	} else {
-		s.prio[p].fetches--
-	}
-}
+// end ends a request, giving back the left slots it still reserved.
+func (s *slots) end(poll bool, left int) { s.unreserve(poll, left) }
 
 func (s *slots) unreserve(poll bool, n int) {
 	if poll {
@@ -90,7 +74,7 @@ func (s *slots) unreserve(poll bool, n int) {
 // was busy (a long-poll's task).
 func (s *slots) take(p spool.Priority) {
 	s.busy++
-	s.prio[p].busy++
+	s.prio[p]++
 	if s.busy > s.size {
 		s.size = min(s.busy, s.max)
 		s.scaleUps++
@@ -102,7 +86,7 @@ func (s *slots) take(p spool.Priority) {
 // no-wait fetches are in flight.
 func (s *slots) release(p spool.Priority) (fetching bool) {
 	s.busy--
-	s.prio[p].busy--
+	s.prio[p]--
 	return s.fetching > 0
 }
 

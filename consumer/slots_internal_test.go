@@ -13,17 +13,11 @@ import (
 
 // check verifies the invariants documented on slots.
 func (s *slots) check() error {
-	busy, polling := 0, 0
-	for p, ps := range s.prio {
-		busy += ps.busy
-		if ps.busy < 0 || ps.fetches < 0 {
-			return fmt.Errorf("priority %d: busy %d, fetches %d", p, ps.busy, ps.fetches)
-		}
-		if ps.polling {
-			polling++
-			if ps.fetches > 0 {
-				return fmt.Errorf("priority %d polls and fetches", p)
-			}
+	busy := 0
+	for p, b := range s.prio {
+		busy += b
+		if b < 0 {
+			return fmt.Errorf("priority %d: busy %d", p, b)
 		}
 	}
 	switch {
@@ -31,8 +25,6 @@ func (s *slots) check() error {
 		return fmt.Errorf("negative: busy %d, fetching %d, polling %d", s.busy, s.fetching, s.polling)
 	case busy != s.busy:
 		return fmt.Errorf("busy %d, priorities' busy %d", s.busy, busy)
-	case polling != s.polling:
-		return fmt.Errorf("polling %d, priorities polling %d", s.polling, polling)
 	case s.busy+s.fetching+s.polling > s.max:
 		return fmt.Errorf("busy %d + fetching %d + polling %d > max %d", s.busy, s.fetching, s.polling, s.max)
 	case s.size < s.min || s.size > s.max || s.busy > s.size:
@@ -61,8 +53,8 @@ func TestSlotsArithmetic(t *testing.T) {
 	}
 
 	// A fetch of 2 high tasks and a long-poll of low.
-	s.reserve(spool.High, 2, false)
-	s.reserve(spool.Low, 1, true)
+	s.reserve(2, false)
+	s.reserve(1, true)
 	mustCheck(t, &s, "reserve")
 	if s.fetching != 2 || s.polling != 1 || s.spare() != 1 || s.free() != 2 {
 		t.Fatalf("reserved: %+v, free %d spare %d", s, s.free(), s.spare())
@@ -71,36 +63,36 @@ func TestSlotsArithmetic(t *testing.T) {
 	// One high task comes, the fetch ends one short.
 	s.arrive(false)
 	s.take(spool.High)
-	s.end(spool.High, false, 1)
+	s.end(false, 1)
 	mustCheck(t, &s, "fetch")
-	if s.busy != 1 || s.fetching != 0 || s.prio[spool.High].fetches != 0 || s.idle() != 1 {
+	if s.busy != 1 || s.fetching != 0 || s.idle() != 1 {
 		t.Fatalf("after the fetch: %+v", s)
 	}
 
 	// The long-poll brings a task while the pool's other slot is busy too:
 	// the pool grows.
-	s.reserve(spool.High, 1, false)
+	s.reserve(1, false)
 	s.arrive(false)
 	s.take(spool.High)
-	s.end(spool.High, false, 0)
+	s.end(false, 0)
 	s.arrive(true)
 	s.take(spool.Low)
-	s.end(spool.Low, true, 0)
+	s.end(true, 0)
 	mustCheck(t, &s, "long-poll")
-	if s.busy != 3 || s.size != 3 || s.scaleUps != 1 || s.highWater != 3 || s.prio[spool.Low].polling {
+	if s.busy != 3 || s.size != 3 || s.scaleUps != 1 || s.highWater != 3 || s.polling != 0 {
 		t.Fatalf("after the long-poll: %+v", s)
 	}
 
 	if fetching := s.release(spool.Low); fetching {
 		t.Fatal("release reports fetches in flight")
 	}
-	s.reserve(spool.Normal, 1, false)
+	s.reserve(1, false)
 	if fetching := s.release(spool.High); !fetching {
 		t.Fatal("release misses the fetch in flight")
 	}
-	s.end(spool.Normal, false, 1)
+	s.end(false, 1)
 	mustCheck(t, &s, "release")
-	if s.busy != 1 || s.prio[spool.High].busy != 1 || s.prio[spool.Low].busy != 0 {
+	if s.busy != 1 || s.prio[spool.High] != 1 || s.prio[spool.Low] != 0 {
 		t.Fatalf("after releases: %+v", s)
 	}
 }
@@ -128,7 +120,7 @@ func TestSlotsGrow(t *testing.T) {
 			s.take(spool.Normal)
 		}
 		if c.fetching > 0 {
-			s.reserve(spool.High, c.fetching, false)
+			s.reserve(c.fetching, false)
 		}
 		s.grow(c.backlog, c.fill)
 		mustCheck(t, &s, c.name)
@@ -149,16 +141,19 @@ func TestScaleDownAfterIdle(t *testing.T) {
 			o:     config{MinConcurrency: 1, MaxConcurrency: 8, ScaleDownIdle: idle},
 			log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 			slots: newSlots(1, 8),
+			lanes: make([]lane, numPriorities),
 		}
+		normal := laneOf(0, spool.Normal)
 		w.slots.startWindow(time.Now())
 		w.mu.Lock()
 		w.slots.grow(100, 0) // a backlog: the pool grows to max
 		for range 5 {
-			w.slots.take(spool.Normal)
+			w.admitLocked(normal)
+			w.attempts.Done()
 		}
 		w.mu.Unlock()
 		for range 3 {
-			w.release(spool.Normal)
+			w.release(normal)
 		}
 		size := func() int {
 			w.mu.Lock()
@@ -181,7 +176,7 @@ func TestScaleDownAfterIdle(t *testing.T) {
 		}
 		for _, st := range steps {
 			for range st.release {
-				w.release(spool.Normal)
+				w.release(normal)
 			}
 			time.Sleep(st.sleep)
 			w.scaleDown()

@@ -7,7 +7,6 @@ import (
 
 	"github.com/spoolq/spool/consumer/parking"
 	spool "github.com/spoolq/spool/shared"
-	"github.com/spoolq/spool/shared/jsproto"
 )
 
 // parkRetry is the delay of a task of a paused type handed back as a
@@ -20,21 +19,11 @@ const parkRetry = 5 * time.Second
 // moving parked tasks back. A deployment provisioned before type pauses has
 // no bucket: the worker then runs without them.
 func (w *Worker) startParking(ctx context.Context) error {
-	// Parked tasks live in SPOOL_TASKS whatever partition the worker pulls
-	// (they go back through the server's mapping to their partition).
-	tasks := w.tasks
-	if w.o.Partition > 0 {
-		bind := jsproto.Retry{PerTry: min(w.o.IOTimeout, jsproto.DefaultPerTry), Logger: w.log}
-		err := bind.Do(ctx, "binding task stream "+w.o.Names.TaskStream(), func(ctx context.Context) (err error) {
-			tasks, err = w.js.Stream(ctx, w.o.Names.TaskStream())
-			return err
-		})
-		if err != nil {
-			return bindError("stream", w.o.Names.TaskStream(), err)
-		}
-	}
+	// Parked tasks live in SPOOL_TASKS (w.tasks) whatever partitions the
+	// worker pulls (they go back through the server's mapping to their
+	// partition).
 	p, err := parking.New(ctx, parking.Config{
-		JS: w.js, Conn: w.nc, Tasks: tasks, Names: w.o.Names,
+		JS: w.js, Conn: w.nc, Tasks: w.tasks, Names: w.o.Names,
 		IOTimeout: w.o.IOTimeout, Logger: w.log,
 	})
 	if errors.Is(err, parking.ErrNotProvisioned) {

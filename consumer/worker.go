@@ -34,8 +34,9 @@ const (
 	WorkerStopped  WorkerState = "stopped"  // everything handed back or done
 )
 
-// Worker pulls tasks from the per-priority consumers and runs them through
-// a Handler in a bounded, autoscaled pool of slots. Create one with New,
+// Worker pulls tasks from the per-priority consumers of every task
+// partition (or of one: WithPartition) and runs them through a Handler in
+// a bounded, autoscaled pool of slots shared by all of them. Create one with New,
 // run it with Start and end it with Stop. It never closes the connection it
 // was given.
 type Worker struct {
@@ -47,12 +48,17 @@ type Worker struct {
 	rec   *recorder
 
 	// Set by Start.
-	js         jetstream.JetStream
-	tasks      jetstream.Stream
-	cons       [numPriorities]jetstream.Consumer
-	maxDeliver [numPriorities]int // 0: unlimited
-	maxAckPend [numPriorities]int // 0: unlimited
-	ackWait    [numPriorities]time.Duration
+	js jetstream.JetStream
+	// tasks is SPOOL_TASKS (partition 0): where the held, parked and
+	// schedule subjects are, whatever partitions the worker pulls.
+	tasks jetstream.Stream
+	// parts are the partitions pulled, in order; lanes are their priority
+	// consumers (laneOf).
+	parts      []int
+	lanes      []lane
+	maxDeliver [numPriorities]int           // 0: unlimited; the lowest of the partitions'
+	maxAckPend [numPriorities]int           // 0: unlimited; the lowest of the partitions'
+	ackWait    [numPriorities]time.Duration // the shortest of the partitions'
 	results    *results.Store
 	cancels    *cancels
 	reconnects uint64             // the connection's reconnect count at the last cancel load
@@ -99,11 +105,29 @@ type Worker struct {
 	mu    sync.Mutex
 	state WorkerState
 	slots slots
-	prio  [numPriorities]prioState
+	// spread is where the next split of a priority's slots over its
+	// partitions starts (splitLocked), per priority.
+	spread [numPriorities]int
+	// Scratch of dispatch: per lane, the slots it can use now and whether
+	// it rests; per partition, a priority's split.
+	laneCaps []int
+	resting  []bool
+	split    []int
 }
 
-// prioState is what the worker knows about one priority.
+// lane is one priority consumer of one task partition: what the worker
+// pulls from. Its state is guarded by the worker's mu.
+type lane struct {
+	stream jetstream.Stream // the partition's stream
+	cons   jetstream.Consumer
+	prioState
+}
+
+// prioState is what the worker knows about one lane (a priority of a
+// partition).
 type prioState struct {
+	// busy is the slots running an attempt of the lane's tasks.
+	busy int
 	// pending is the consumer's NumPending at the last pull or refresh:
 	// tasks never delivered. 0 means the priority looks empty.
 	pending uint64
@@ -166,8 +190,9 @@ func New(nc *nats.Conn, h Handler, opts ...Option) (*Worker, error) {
 	return w, nil
 }
 
-// Start binds the task stream, the five priority consumers and the buckets,
-// then starts pulling. ctx bounds start-up only; the worker runs until
+// Start binds the task streams and the five priority consumers of every
+// task partition (or of the one WithPartition pins) and the buckets, then
+// starts pulling. ctx bounds start-up only; the worker runs until
 // Stop. Each look-up is bounded by a short per-try timeout and retried
 // through a leader election until the cluster answers or ctx ends, so give
 // ctx the deadline start-up may take (minutes); a missing stream or
@@ -200,36 +225,8 @@ func (w *Worker) start(ctx context.Context) error {
 	// answers or ctx ends, saying what it waits for now and then. A
 	// missing stream or consumer fails at once.
 	bind := jsproto.Retry{PerTry: min(w.o.IOTimeout, jsproto.DefaultPerTry), Logger: w.log}
-	taskStream := names.PartitionStream(w.o.Partition)
-	err = bind.Do(ctx, "binding task stream "+taskStream, func(ctx context.Context) (err error) {
-		w.tasks, err = js.Stream(ctx, taskStream)
+	if err := w.bindPartitions(ctx, bind); err != nil {
 		return err
-	})
-	if err != nil {
-		return bindError("stream", taskStream, err)
-	}
-	if k := streams.PartitionsOf(w.tasks.CachedInfo().Config); w.o.Partition == 0 && k > 1 {
-		w.log.Warn("the tasks are spread over several partitions and this worker pulls the first only: run a worker per partition (consumer.WithPartition)",
-			"partitions", k, "stream", taskStream)
-	}
-	for _, p := range spool.Priorities {
-		var c jetstream.Consumer
-		err := bind.Do(ctx, "binding consumer "+names.Consumer(p), func(ctx context.Context) (err error) {
-			c, err = w.tasks.Consumer(ctx, names.Consumer(p))
-			return err
-		})
-		if err != nil {
-			return bindError("consumer", names.Consumer(p), err)
-		}
-		cfg := c.CachedInfo().Config
-		w.cons[p] = c
-		w.ackWait[p] = cfg.AckWait
-		if cfg.MaxDeliver > 0 {
-			w.maxDeliver[p] = cfg.MaxDeliver
-		}
-		if cfg.MaxAckPending > 0 {
-			w.maxAckPend[p] = cfg.MaxAckPending
-		}
 	}
 	err = bind.Do(ctx, "binding the results and unique-key buckets", func(ctx context.Context) (err error) {
 		w.results, err = results.New(ctx, js, names, w.o.WorkerName)
@@ -272,15 +269,16 @@ func (w *Worker) start(ctx context.Context) error {
 	context.AfterFunc(hard, func() { w.endHandlers(context.Cause(hard)) })
 	w.state = WorkerIdle
 	w.slots.startWindow(time.Now())
-	for p := range w.prio {
-		w.prio[p].maybe = true // unknown until the first pull
+	for i := range w.lanes {
+		w.lanes[i].maybe = true // unknown until the first pull
 	}
 	w.mu.Unlock()
 
 	w.loops.Add(2)
 	go w.dispatchLoop()
 	go w.refreshLoop()
-	w.log.InfoContext(ctx, "worker started", "min_slots", w.o.MinConcurrency, "max_slots", w.o.MaxConcurrency, "strict", w.o.Strict)
+	w.log.InfoContext(ctx, "worker started", "min_slots", w.o.MinConcurrency, "max_slots", w.o.MaxConcurrency, "strict", w.o.Strict,
+		"partitions", w.parts)
 	return nil
 }
 
@@ -406,16 +404,17 @@ func (w *Worker) Stats() Stats {
 		Types:      types,
 		Flow:       flowStats,
 	}
+	backlog, oldest := w.backlogLocked()
 	for _, p := range spool.Priorities {
 		ps := PriorityStats{
 			Priority: p,
 			Counters: prio[p],
-			Busy:     w.slots.prio[p].busy,
-			Backlog:  w.prio[p].pending,
+			Busy:     w.slots.prio[p],
+			Backlog:  backlog[p],
 			Boost:    1,
 			Weight:   w.o.Weights[p],
 		}
-		if o := w.prio[p].oldest; !o.IsZero() {
+		if o := oldest[p]; !o.IsZero() {
 			ps.OldestWait = now.Sub(o)
 			ps.Boost = boostFor(w.o.Boost, ps.OldestWait)
 			ps.Weight *= ps.Boost
@@ -457,12 +456,14 @@ func (w *Worker) dispatchLoop() {
 
 // dispatch plans pulls under the lock; the caller sends them.
 //
-// Slots go first to priorities known to have work (no-wait fetches sized to
-// the free slots, split by the scheduler). When slots are left over (no
-// priority is known to have work, or what is known is fewer tasks than free
-// slots), every other priority gets a long-poll: a single-message pull
-// that reserves a slot out of MaxConcurrency, so a message it brings always
-// has a slot.
+// Slots go first to priorities known to have work, in any partition:
+// the scheduler splits the free slots over the priorities, and each
+// priority's share is split over its partitions' lanes with work
+// (splitLocked), as no-wait fetches. When slots are left over (no lane is
+// known to have work, or what is known is fewer tasks than free slots),
+// every other lane gets a long-poll, the most urgent priorities' first: a
+// single-message pull that reserves a slot out of MaxConcurrency, so a
+// message it brings always has a slot.
 func (w *Worker) dispatch() (plans []pullPlan) {
 	if w.isStopping() {
 		return nil
@@ -470,22 +471,25 @@ func (w *Worker) dispatch() (plans []pullPlan) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var caps [numPriorities]int
-	var oldest [numPriorities]time.Time
-	var resting [numPriorities]bool
+	_, oldest := w.backlogLocked()
+	laneCaps, resting := w.laneCaps, w.resting
 	known := false
 	now := time.Now()
-	for p := range w.prio {
-		st := &w.prio[p]
-		oldest[p] = st.oldest
-		resting[p] = now.Before(st.restUntil) || st.paused
+	for i := range w.lanes {
+		st := &w.lanes[i]
+		p := lanePriority(i)
+		resting[i] = now.Before(st.restUntil) || st.paused
+		laneCaps[i] = 0
 		switch {
-		case resting[p]:
-		case w.slots.prio[p].polling:
+		case resting[i]:
+		case w.pl.polling(i):
 		case st.pending > 0:
-			caps[p] = int(min(st.pending, uint64(w.o.MaxConcurrency)))
-			known = true
-		case st.maybe && w.slots.prio[p].fetches == 0:
-			caps[p] = 1
+			laneCaps[i] = int(min(st.pending, uint64(w.o.MaxConcurrency)))
+		case st.maybe && !w.pl.outstanding(i):
+			laneCaps[i] = 1
+		}
+		if laneCaps[i] > 0 {
+			caps[p] = min(caps[p]+laneCaps[i], w.o.MaxConcurrency)
 			known = true
 		}
 	}
@@ -505,30 +509,81 @@ func (w *Worker) dispatch() (plans []pullPlan) {
 		alloc := w.sched.allocate(free, caps, w.sched.effective(w.o.now(), oldest))
 		used := 0
 		for _, p := range spool.Priorities {
-			if n := alloc[p]; n > 0 {
-				used += n
-				w.slots.reserve(p, n, false)
-				plans = append(plans, w.pl.planLocked(p, n, false))
+			if alloc[p] == 0 {
+				continue
+			}
+			for j, n := range w.splitLocked(p, alloc[p], laneCaps) {
+				if n > 0 {
+					used += n
+					w.slots.reserve(n, false)
+					plans = append(plans, w.pl.planLocked(laneOf(j, p), n, false))
+				}
 			}
 		}
 		if used == free {
 			return plans // every free slot is wanted: no spare capacity to long-poll
 		}
 	}
-	// Spare capacity: long-poll every priority with no known work.
+	// Spare capacity: long-poll every lane with no known work, the most
+	// urgent priorities first.
 	budget := w.slots.spare()
 	for _, p := range spool.Priorities {
-		if budget <= 0 {
-			break
+		for j := range w.parts {
+			if budget <= 0 {
+				return plans
+			}
+			i := laneOf(j, p)
+			if w.pl.outstanding(i) || laneCaps[i] > 0 || resting[i] {
+				continue
+			}
+			w.slots.reserve(1, true)
+			budget--
+			plans = append(plans, w.pl.planLocked(i, 1, true))
 		}
-		if ps := w.slots.prio[p]; ps.polling || ps.fetches > 0 || caps[p] > 0 || resting[p] {
-			continue
-		}
-		w.slots.reserve(p, 1, true)
-		budget--
-		plans = append(plans, w.pl.planLocked(p, 1, true))
 	}
 	return plans
+}
+
+// splitLocked splits the n slots the scheduler gave priority p over its
+// partitions' lanes: one at a time, round robin from where the last split
+// of p stopped, each lane up to its cap in laneCaps (the tasks known to
+// wait in it). It returns the slots of each partition, by index in parts.
+// w.mu is held.
+func (w *Worker) splitLocked(p spool.Priority, n int, laneCaps []int) []int {
+	k := len(w.parts)
+	out := w.split[:k]
+	clear(out)
+	j := w.spread[p] % k
+	for ; n > 0; n-- {
+		next := -1
+		for d := range k {
+			if c := (j + d) % k; out[c] < laneCaps[laneOf(c, p)] {
+				next = c
+				break
+			}
+		}
+		if next < 0 {
+			break
+		}
+		out[next]++
+		j = (next + 1) % k
+	}
+	w.spread[p] = j
+	return out
+}
+
+// backlogLocked sums the lanes' backlogs per priority, with the oldest
+// waiting task of each (zero: none known). w.mu is held.
+func (w *Worker) backlogLocked() (backlog [numPriorities]uint64, oldest [numPriorities]time.Time) {
+	for i := range w.lanes {
+		st := &w.lanes[i]
+		p := lanePriority(i)
+		backlog[p] += st.pending
+		if o := st.oldest; !o.IsZero() && (oldest[p].IsZero() || o.Before(oldest[p])) {
+			oldest[p] = o
+		}
+	}
+	return backlog, oldest
 }
 
 // refreshLoop reads the backlog of priorities that have no long-poll
@@ -568,30 +623,33 @@ func (w *Worker) reloadCancels() {
 }
 
 func (w *Worker) refresh() {
-	for _, p := range spool.Priorities {
+	for i := range w.lanes {
+		ln := &w.lanes[i] // stream and cons are fixed after Start
+		p := lanePriority(i)
 		w.mu.Lock()
-		skip := w.slots.prio[p].polling
-		local := w.slots.prio[p].busy
+		skip := w.pl.polling(i)
+		local := ln.busy
 		w.mu.Unlock()
 		if skip {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
-		info, err := w.cons[p].Info(ctx)
+		info, err := ln.cons.Info(ctx)
 		var oldest time.Time
 		if err == nil && info.NumPending > 0 {
-			oldest, err = streams.OldestWaiting(ctx, w.tasks, w.o.Names, p, info)
+			oldest, err = streams.OldestWaiting(ctx, ln.stream, w.o.Names, p, info)
 		}
 		cancel()
+		stream := ln.stream.CachedInfo().Config.Name
 		if err != nil {
 			if !w.isStopping() {
-				w.log.Warn("reading consumer state", "priority", p.String(), "error", err)
+				w.log.Warn("reading consumer state", "stream", stream, "priority", p.String(), "error", err)
 			}
 			continue
 		}
 		w.mu.Lock()
-		st := &w.prio[p]
-		if !w.slots.prio[p].polling {
+		st := &ln.prioState
+		if !w.pl.polling(i) {
 			st.pending = info.NumPending
 			st.maybe = info.NumAckPending > local
 			st.oldest = oldest
@@ -603,11 +661,11 @@ func (w *Worker) refresh() {
 		st.ackPendingHigh = high
 		w.mu.Unlock()
 		if pauseChanged {
-			w.log.Info("priority pause changed", "priority", p.String(), "paused", info.Paused)
+			w.log.Info("priority pause changed", "stream", stream, "priority", p.String(), "paused", info.Paused)
 		}
 		if warn {
 			w.log.Warn("priority near MaxAckPending: tasks in retry backoff count against it, and at the limit the server delivers no fresh task of this priority; raise SPOOL_MAX_ACK_PENDING",
-				"priority", p.String(), "ack_pending", info.NumAckPending, "max_ack_pending", w.maxAckPend[p])
+				"stream", stream, "priority", p.String(), "ack_pending", info.NumAckPending, "max_ack_pending", w.maxAckPend[p])
 		}
 	}
 }

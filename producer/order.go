@@ -17,11 +17,17 @@ import (
 const ruleTTL = time.Second
 
 // orderCache remembers the flow-control rule of each task type, for the
-// types whose keyed tasks are parked (ordered or fair).
+// types whose keyed tasks are parked (ordered or fair): the rule stored
+// under the type, else the most precise pattern rule matching it.
 type orderCache struct {
 	rules  jetstream.KeyValue // nil: no limits bucket (looked up again after ruleTTL)
 	bound  time.Time
 	byType map[string]orderEntry
+	// patterns holds the pattern rules, read at most once per ruleTTL
+	// (limits.Patterns) when a type without a rule of its own is looked
+	// up.
+	patterns      limits.Set
+	patternsUntil time.Time
 }
 
 type orderEntry struct {
@@ -65,6 +71,9 @@ func (c *Client) rule(ctx context.Context, typ string) (limits.Rule, error) {
 		e, err := oc.rules.Get(ctx, typ)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
+			if rule, err = c.patternRule(ctx, typ, now); err != nil {
+				return limits.Rule{}, err
+			}
 		case err != nil:
 			return limits.Rule{}, fmt.Errorf("reading the flow-control rule of %q: %w", typ, err)
 		default:
@@ -78,6 +87,32 @@ func (c *Client) rule(ctx context.Context, typ string) (limits.Rule, error) {
 	}
 	oc.byType[typ] = orderEntry{rule: rule, until: now.Add(ruleTTL)}
 	return rule, nil
+}
+
+// patternRule returns the most precise pattern rule matching typ (with
+// Type typ), or the zero rule; c.mu is held.
+func (c *Client) patternRule(ctx context.Context, typ string, now time.Time) (limits.Rule, error) {
+	oc := &c.order
+	if now.After(oc.patternsUntil) {
+		var rules []limits.Rule
+		err := c.do(ctx, "reading the flow-control pattern rules", func(ctx context.Context) (err error) {
+			rules, err = limits.Patterns(ctx, c.js, c.names.LimitsBucket())
+			return err
+		})
+		if err != nil {
+			return limits.Rule{}, fmt.Errorf("reading the flow-control rules: %w", err)
+		}
+		oc.patterns = limits.Set{}
+		for _, r := range rules {
+			oc.patterns.Put(r)
+		}
+		oc.patternsUntil = now.Add(ruleTTL)
+	}
+	rule, ok := oc.patterns.Match(typ)
+	if !ok {
+		return limits.Rule{}, nil
+	}
+	return rule.For(typ), nil
 }
 
 // park publishes a task of an ordered or fair type on its key's held

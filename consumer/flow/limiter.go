@@ -68,13 +68,12 @@ type Limiter struct {
 	// for them); Close waits.
 	releasing sync.WaitGroup
 
-	cancel  context.CancelFunc
-	watcher jetstream.KeyWatcher
-	subs    []*nats.Subscription
-	done    sync.WaitGroup
+	cancel context.CancelFunc
+	rules  *limits.View
+	subs   []*nats.Subscription
+	done   sync.WaitGroup
 
 	mu    sync.Mutex
-	rules map[string]limits.Rule
 	taken map[string]time.Time // slot key → until when the view holds it taken
 	mine  map[*Lease]struct{}
 	stats map[string]*TypeStats
@@ -153,13 +152,6 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 	if c.Waiters < 1 {
 		c.Waiters = DefaultWaiters
 	}
-	rulesKV, err := c.JS.KeyValue(ctx, c.Names.LimitsBucket())
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("%w: bucket %q", ErrNotProvisioned, c.Names.LimitsBucket())
-	}
-	if err != nil {
-		return nil, fmt.Errorf("binding bucket %q: %w", c.Names.LimitsBucket(), err)
-	}
 	leases, err := c.JS.KeyValue(ctx, c.Names.LeasesBucket())
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("%w: bucket %q", ErrNotProvisioned, c.Names.LeasesBucket())
@@ -171,8 +163,8 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 		js: c.JS, leases: leases, subj: "$KV." + c.Names.LeasesBucket() + ".",
 		owner: c.Owner, ttl: c.TTL, io: c.IOTimeout, log: c.Logger,
 		waitersMax: c.Waiters,
-		rules:      map[string]limits.Rule{}, taken: map[string]time.Time{},
-		mine: map[*Lease]struct{}{}, stats: map[string]*TypeStats{},
+		taken:      map[string]time.Time{},
+		mine:       map[*Lease]struct{}{}, stats: map[string]*TypeStats{},
 		waiters: map[string][]chan struct{}{}, turnover: map[string]*turnover{},
 		lines: map[string][]*waiter{}, rateLast: map[string]instant{},
 		rateIdle: map[string]time.Time{}, reserved: map[string]int{},
@@ -189,37 +181,20 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 		}
 		l.subs = append(l.subs, sub)
 	}
-	// The watch lives until Close, past ctx.
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	l.cancel = cancel
-	w, err := rulesKV.WatchAll(wctx)
+	view, err := limits.Watch(ctx, c.JS, c.Names, l.ruleChanged)
+	if errors.Is(err, limits.ErrNoBucket) {
+		err = fmt.Errorf("%w: %w", ErrNotProvisioned, err)
+	}
 	if err != nil {
-		cancel()
 		l.unsubscribe()
-		return nil, fmt.Errorf("watching bucket %q: %w", c.Names.LimitsBucket(), err)
+		return nil, err
 	}
-	l.watcher = w
-	// The initial values end with a nil entry.
-	for loaded := false; !loaded; {
-		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				loaded = true
-				break
-			}
-			if e == nil {
-				loaded = true
-				break
-			}
-			l.apply(e)
-		case <-ctx.Done():
-			l.Close()
-			return nil, fmt.Errorf("loading flow-control rules: %w", ctx.Err())
-		}
-	}
-	l.done.Add(2)
-	go l.watch(w)
-	go l.renewLoop(wctx)
+	l.rules = view
+	// The renewals live until Close, past ctx.
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	l.cancel = cancel
+	l.done.Add(1)
+	go l.renewLoop(rctx)
 	return l, nil
 }
 
@@ -232,9 +207,7 @@ func (l *Limiter) Close() {
 	}
 	l.releasing.Wait()
 	l.cancel()
-	if l.watcher != nil {
-		_ = l.watcher.Stop()
-	}
+	l.rules.Stop()
 	l.unsubscribe()
 	l.done.Wait()
 }
@@ -245,42 +218,25 @@ func (l *Limiter) unsubscribe() {
 	}
 }
 
-func (l *Limiter) watch(w jetstream.KeyWatcher) {
-	defer l.done.Done()
-	for e := range w.Updates() {
-		if e != nil {
-			l.apply(e)
-		}
+// ruleChanged logs a change of the rules in force.
+func (l *Limiter) ruleChanged(name string, r *limits.Rule, err error) {
+	switch {
+	case err != nil:
+		// A raw writer's bad rule keeps the last good one in force.
+		l.log.Error("ignoring invalid flow-control rule", "type", name, "error", err)
+	case r == nil:
+		l.log.Info("flow-control rule removed", "type", name)
+	default:
+		l.log.Info("flow-control rule in force", "type", r.Type, "concurrency", r.Concurrency, "key_concurrency", r.KeyConcurrency,
+			"rate", r.Rate != nil, "key_rate", r.KeyRate != nil, "key_patterns", len(r.Keys))
 	}
 }
 
-// apply records one change of the rules bucket.
-func (l *Limiter) apply(e jetstream.KeyValueEntry) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if e.Operation() != jetstream.KeyValuePut {
-		delete(l.rules, e.Key())
-		l.log.Info("flow-control rule removed", "type", e.Key())
-		return
-	}
-	r, err := limits.Decode(e.Key(), e.Value())
-	if err != nil {
-		// Writers validate; a raw writer's bad rule keeps the last good
-		// one in force rather than lifting the limit.
-		l.log.Error("ignoring invalid flow-control rule", "type", e.Key(), "error", err)
-		return
-	}
-	l.rules[r.Type] = r
-	l.log.Info("flow-control rule in force", "type", r.Type, "concurrency", r.Concurrency, "key_concurrency", r.KeyConcurrency,
-		"rate", r.Rate != nil, "key_rate", r.KeyRate != nil)
-}
-
-// Rule returns the rule of typ in force, if any.
+// Rule returns the rule in force for typ, if any: the one stored under
+// typ, else the most precise pattern matching it (limits.Set), with Type
+// typ (limits.Rule.For).
 func (l *Limiter) Rule(typ string) (limits.Rule, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	r, ok := l.rules[typ]
-	return r, ok
+	return l.rules.Rule(typ)
 }
 
 // Stats returns this worker's counts per limited type.
@@ -324,7 +280,7 @@ func (l *Limiter) Acquire(ctx context.Context, typ, key, taskID string) (*Lease,
 		return nil, fmt.Errorf("encoding lease holder: %w", err)
 	}
 	lease := &Lease{l: l, typ: typ, value: value}
-	err = l.acquire(ctx, rule, key, lease)
+	err = l.acquire(ctx, rule.ForKey(key), key, lease)
 	if err != nil {
 		// ctx may be what ended: give the release a context of its own.
 		lease.release(context.WithoutCancel(ctx))

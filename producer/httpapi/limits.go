@@ -25,15 +25,22 @@ const maxRuleBody = 64 << 10
 // routes.
 func (h *handler) routeLimits(mux *http.ServeMux) {
 	mux.Handle("GET /v1/limits", h.auth(h.limitsList))
+	mux.Handle("GET /v1/limits/{type}", h.auth(h.limitGet))
 	mux.Handle("PUT /v1/limits/{type}", h.auth(h.limitPut))
 	mux.Handle("DELETE /v1/limits/{type}", h.auth(h.limitDelete))
 	mux.HandleFunc("/v1/limits", h.notAllowed("GET"))
-	mux.HandleFunc("/v1/limits/{type}", h.notAllowed("PUT, DELETE"))
+	mux.HandleFunc("/v1/limits/{type}", h.notAllowed("GET, PUT, DELETE"))
 }
+
+// CodeNoLimit answers GET /v1/limits/{type} for a type no rule governs.
+const CodeNoLimit = "no_limit"
 
 func limitError(err error) *apiError {
 	if errors.Is(err, limits.ErrInvalidRule) {
 		return newError(http.StatusBadRequest, CodeInvalidLimit, "", err.Error())
+	}
+	if errors.Is(err, limits.ErrNoRule) {
+		return newError(http.StatusNotFound, CodeNoLimit, "", err.Error())
 	}
 	return newError(http.StatusServiceUnavailable, CodeUnavailable, "", err.Error())
 }
@@ -50,8 +57,65 @@ func (h *handler) limitsList(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, h.logger, r, http.StatusOK, map[string]any{"limits": u})
 }
 
+// ruleName reads the {type} of a limits path: a task type or a type
+// pattern, written as such (email.*, email.%3E) or as its KV key
+// (email.=any, email.=all).
+func ruleName(r *http.Request) (string, error) {
+	return limits.RuleName(r.PathValue("type"))
+}
+
+// limitExplained answers GET /v1/limits/{type}.
+type limitExplained struct {
+	// Type is the type asked about.
+	Type string `json:"type"`
+	// Rule is the rule that governs it, as stored: its Type is the type,
+	// or the pattern that won.
+	Rule limits.Rule `json:"rule"`
+	// Key, with ?key=, is the per-key limits of that key.
+	Key *keyExplained `json:"key,omitempty"`
+}
+
+type keyExplained struct {
+	Key string `json:"key"`
+	// Pattern is the key pattern of the rule's keys that matched; empty:
+	// the rule's key_concurrency and key_rate apply.
+	Pattern string `json:"pattern,omitempty"`
+	limits.KeyLimit
+}
+
+// limitGet returns the rule that governs a type (its own, else the most
+// precise pattern), or the rule stored under a pattern.
+func (h *handler) limitGet(w http.ResponseWriter, r *http.Request) {
+	name, err := ruleName(r)
+	if err != nil {
+		writeError(w, h.logger, r, limitError(err))
+		return
+	}
+	var rule limits.Rule
+	if limits.IsPattern(name) {
+		rule, err = h.admin.Limit(r.Context(), name)
+	} else {
+		rule, err = h.admin.ResolveLimit(r.Context(), name)
+	}
+	if err != nil {
+		writeError(w, h.logger, r, limitError(err))
+		return
+	}
+	out := limitExplained{Type: name, Rule: rule}
+	if r.URL.Query().Has("key") {
+		key := r.URL.Query().Get("key")
+		p, _ := limits.MatchKey(rule.Keys, key)
+		out.Key = &keyExplained{Key: key, Pattern: p, KeyLimit: rule.KeyLimit(key)}
+	}
+	writeJSON(w, h.logger, r, http.StatusOK, out)
+}
+
 func (h *handler) limitPut(w http.ResponseWriter, r *http.Request) {
-	typ := r.PathValue("type")
+	name, err := ruleName(r)
+	if err != nil {
+		writeError(w, h.logger, r, limitError(err))
+		return
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxRuleBody+1))
 	if err != nil {
 		writeError(w, h.logger, r, newError(http.StatusBadRequest, CodeInvalidJSON, "", "reading the body: "+err.Error()))
@@ -61,7 +125,7 @@ func (h *handler) limitPut(w http.ResponseWriter, r *http.Request) {
 		writeError(w, h.logger, r, newError(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "", fmt.Sprintf("a rule is at most %d bytes", maxRuleBody)))
 		return
 	}
-	rule, err := limits.Decode(typ, body)
+	rule, err := limits.Decode(limits.RuleKey(name), body)
 	if err != nil {
 		writeError(w, h.logger, r, limitError(err))
 		return
@@ -75,7 +139,11 @@ func (h *handler) limitPut(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) limitDelete(w http.ResponseWriter, r *http.Request) {
-	typ := r.PathValue("type")
+	typ, err := ruleName(r)
+	if err != nil {
+		writeError(w, h.logger, r, limitError(err))
+		return
+	}
 	if err := h.admin.DeleteLimit(r.Context(), typ); err != nil {
 		writeError(w, h.logger, r, limitError(err))
 		return
@@ -132,6 +200,9 @@ func (c *limitsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(limitsUpDesc, 1)
 	for _, u := range usage {
+		if limits.IsPattern(u.Rule.Type) {
+			continue // each type it governs has a row of its own
+		}
 		t := u.Rule.Type
 		if u.Rule.Concurrency > 0 {
 			gauge(limitConcDesc, float64(u.Rule.Concurrency), t)

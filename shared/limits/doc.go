@@ -4,8 +4,10 @@
 // enforce them.
 //
 // A rule is a JSON document in the KV bucket <prefix>_limits under the task
-// type it governs (Rule). Workers watch the bucket, so a put or delete takes
-// effect across the fleet within a second. Enforcement uses the KV bucket
+// type it governs, or under a type pattern that governs every type it
+// matches, each on its own (Rule, RuleKey); the type's own rule, else the
+// most precise pattern, governs a type (Set). Workers watch the bucket
+// (View), so a put or delete takes effect across the fleet within a second. Enforcement uses the KV bucket
 // <prefix>_leases, whose keys carry a per-key TTL:
 //
 //   - a concurrency slot is a key created (KV Create: compare-and-set, so a

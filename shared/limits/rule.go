@@ -17,10 +17,14 @@ var ErrInvalidRule = errors.New("invalid limit rule")
 // is a lease key, tried in turn when the view of the fleet is stale.
 const MaxConcurrency = 100_000
 
-// Rule is the flow-control rule of one task type: the document stored under
-// the type in the limits bucket. A zero field sets no limit.
+// Rule is the flow-control rule of one task type, or of every type a type
+// pattern matches (see Set for which rule governs a type): the document
+// stored under RuleKey(Type) in the limits bucket. A zero field sets no
+// limit.
 type Rule struct {
-	// Type is the task type the rule governs (the KV key).
+	// Type is the task type the rule governs, or a type pattern ("email.*",
+	// "email.>", ">"): each type it matches is limited on its own, as if
+	// the rule were stored under it.
 	Type string `json:"type"`
 	// Concurrency is the most tasks of the type running at once across
 	// the fleet; 0: no limit.
@@ -33,6 +37,12 @@ type Rule struct {
 	KeyConcurrency int `json:"key_concurrency,omitempty"`
 	// KeyRate caps the starts of each Spool-Key of the type.
 	KeyRate *Rate `json:"key_rate,omitempty"`
+	// Keys sets other per-key limits for the keys a key pattern matches
+	// (a key, or a prefix followed by "*": "vip-*"): the most precise
+	// pattern matching a key (see KeyLimit) replaces KeyConcurrency and
+	// KeyRate for it, a field it leaves out being no limit; keys no
+	// pattern matches have KeyConcurrency and KeyRate.
+	Keys map[string]KeyLimit `json:"keys,omitempty"`
 	// Ordered runs the tasks of one Spool-Key of the type one at a time in
 	// enqueue order (see Turns): OrderHold keeps the key's turn with a
 	// failing task until it completes or is dead-lettered, OrderSkip passes
@@ -47,6 +57,96 @@ type Rule struct {
 	Fair *Fair `json:"fair,omitempty"`
 }
 
+// KeyLimit is the per-key limits of the keys one pattern of Rule.Keys
+// matches; a zero field sets no limit.
+type KeyLimit struct {
+	Concurrency int   `json:"concurrency,omitempty"`
+	Rate        *Rate `json:"rate,omitempty"`
+}
+
+// MaxKeyPatterns bounds the number of patterns of Rule.Keys.
+const MaxKeyPatterns = 1_000
+
+// KeyLimit returns the per-key limits of key: those of the most precise
+// pattern of Keys matching it (see MatchKey), else KeyConcurrency and
+// KeyRate. An empty key (a task without one) has no per-key limit.
+func (r Rule) KeyLimit(key string) KeyLimit {
+	if key == "" {
+		return KeyLimit{}
+	}
+	if p, ok := MatchKey(r.Keys, key); ok {
+		return r.Keys[p]
+	}
+	return KeyLimit{Concurrency: r.KeyConcurrency, Rate: r.KeyRate}
+}
+
+// ForKey returns the rule as it applies to a task of key: KeyConcurrency
+// and KeyRate are the key's (KeyLimit).
+func (r Rule) ForKey(key string) Rule {
+	if len(r.Keys) == 0 {
+		return r
+	}
+	kl := r.KeyLimit(key)
+	r.KeyConcurrency, r.KeyRate = kl.Concurrency, kl.Rate
+	return r
+}
+
+// probeAbove is how many patterns MatchKey scans; above it, it looks up
+// the key's prefixes instead.
+const probeAbove = 16
+
+// MatchKey returns the most precise key pattern of patterns that matches
+// key: a pattern equal to the key, else the pattern "<prefix>*" with the
+// longest prefix of key. The patterns of Rule.Keys and Fair.Weights have
+// this syntax.
+func MatchKey[V any](patterns map[string]V, key string) (string, bool) {
+	if _, ok := patterns[key]; ok && !strings.HasSuffix(key, "*") {
+		return key, true
+	}
+	if len(patterns) > probeAbove && len(key) <= spool.MaxKeyLen {
+		// Many patterns: look the key's prefixes up, longest first,
+		// rather than scan every pattern.
+		var buf [spool.MaxKeyLen + 1]byte
+		b := buf[:len(key)+1]
+		copy(b, key)
+		for i := len(key); i >= 0; i-- {
+			b[i] = '*'
+			if _, ok := patterns[string(b[:i+1])]; ok {
+				return string(b[:i+1]), true
+			}
+		}
+		return "", false
+	}
+	best, found := "", false
+	for p := range patterns {
+		prefix, wild := strings.CutSuffix(p, "*")
+		if wild && strings.HasPrefix(key, prefix) && (!found || len(p) > len(best)) {
+			best, found = p, true
+		}
+	}
+	return best, found
+}
+
+// validateKeyPattern checks a key pattern of Rule.Keys: a key, or a
+// prefix followed by one final "*"; "*" alone is what KeyConcurrency and
+// KeyRate are for.
+func validateKeyPattern(p string) error {
+	body, _ := strings.CutSuffix(p, "*")
+	switch {
+	case p == "":
+		return errors.New("a key pattern is empty")
+	case p == "*":
+		return errors.New(`the key pattern "*" matches every key: set key_concurrency and key_rate instead`)
+	case strings.Contains(body, "*"):
+		return fmt.Errorf("key pattern %q has a * before its end: a pattern is a key, or a prefix followed by one final *", p)
+	case len(body) > spool.MaxKeyLen:
+		return fmt.Errorf("key pattern %q is %d bytes, at most %d", p, len(body), spool.MaxKeyLen)
+	case strings.ContainsAny(p, "\r\n"):
+		return fmt.Errorf("key pattern %q contains CR or LF", p)
+	}
+	return nil
+}
+
 // Fair sets the shares of a fair type's keys.
 type Fair struct {
 	// Window is how many tasks of a key of weight 1 are queued or running
@@ -54,8 +154,9 @@ type Fair struct {
 	// the keys are backlogged, is its window's share of all windows.
 	Window int `json:"window,omitempty"`
 	// Weights multiplies the window of the keys a pattern matches: a key,
-	// or a prefix followed by "*"; the longest matching pattern wins; other
-	// keys weigh 1.
+	// or a prefix followed by "*"; the most precise matching pattern wins
+	// (MatchKey: the key itself, else the longest prefix); other keys
+	// weigh 1.
 	Weights map[string]int `json:"weights,omitempty"`
 }
 
@@ -90,17 +191,13 @@ func (r Rule) KeyWindow(key string) int {
 	return min(MaxFairWindow, w*r.Fair.Weight(key))
 }
 
-// Weight is the weight of key: that of the longest pattern matching it,
-// or 1.
+// Weight is the weight of key: that of the most precise pattern matching
+// it (MatchKey), or 1.
 func (f Fair) Weight(key string) int {
-	best, weight := -1, 1
-	for p, w := range f.Weights {
-		prefix, wild := strings.CutSuffix(p, "*")
-		if (wild && strings.HasPrefix(key, prefix) || !wild && key == p) && len(p) > best {
-			best, weight = len(p), w
-		}
+	if p, ok := MatchKey(f.Weights, key); ok {
+		return f.Weights[p]
 	}
-	return weight
+	return 1
 }
 
 // The values of Rule.Ordered.
@@ -181,7 +278,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 // Validate checks the rule; the error names the JSON field at fault and
 // wraps ErrInvalidRule.
 func (r Rule) Validate() error {
-	if err := spool.ValidateType(r.Type); err != nil {
+	if err := ValidateName(r.Type); err != nil {
 		return fmt.Errorf("%w: type: %w", ErrInvalidRule, err)
 	}
 	for _, c := range []struct {
@@ -211,23 +308,43 @@ func (r Rule) Validate() error {
 			}
 		}
 	}
-	for _, c := range []struct {
-		field string
-		r     *Rate
-	}{{"rate", r.Rate}, {"key_rate", r.KeyRate}} {
-		if c.r == nil {
-			continue
+	if err := validateRate("rate", r.Rate); err != nil {
+		return err
+	}
+	if err := validateRate("key_rate", r.KeyRate); err != nil {
+		return err
+	}
+	if len(r.Keys) > MaxKeyPatterns {
+		return fmt.Errorf("%w: keys has %d patterns, at most %d", ErrInvalidRule, len(r.Keys), MaxKeyPatterns)
+	}
+	for p, kl := range r.Keys {
+		if err := validateKeyPattern(p); err != nil {
+			return fmt.Errorf("%w: keys: %w", ErrInvalidRule, err)
 		}
-		switch {
-		case c.r.Limit < 1:
-			return fmt.Errorf("%w: %s.limit %d must be at least 1", ErrInvalidRule, c.field, c.r.Limit)
-		case time.Duration(c.r.Period) < time.Millisecond || time.Duration(c.r.Period) > 24*time.Hour:
-			return fmt.Errorf("%w: %s.period %s must be 1ms to 24h", ErrInvalidRule, c.field, time.Duration(c.r.Period))
-		case c.r.Interval() < time.Microsecond:
-			return fmt.Errorf("%w: %s: %d per %s is above 1,000,000 per second", ErrInvalidRule, c.field, c.r.Limit, time.Duration(c.r.Period))
-		case c.r.Burst < 0 || c.r.Burst > c.r.Limit:
-			return fmt.Errorf("%w: %s.burst %d must be 0 to the limit (%d)", ErrInvalidRule, c.field, c.r.Burst, c.r.Limit)
+		field := fmt.Sprintf("keys[%q]", p)
+		if kl.Concurrency < 0 || kl.Concurrency > MaxConcurrency {
+			return fmt.Errorf("%w: %s.concurrency %d must be 0 (no limit) to %d", ErrInvalidRule, field, kl.Concurrency, MaxConcurrency)
 		}
+		if err := validateRate(field+".rate", kl.Rate); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateRate checks the rate of field, if set.
+func validateRate(field string, r *Rate) error {
+	switch {
+	case r == nil:
+		return nil
+	case r.Limit < 1:
+		return fmt.Errorf("%w: %s.limit %d must be at least 1", ErrInvalidRule, field, r.Limit)
+	case time.Duration(r.Period) < time.Millisecond || time.Duration(r.Period) > 24*time.Hour:
+		return fmt.Errorf("%w: %s.period %s must be 1ms to 24h", ErrInvalidRule, field, time.Duration(r.Period))
+	case r.Interval() < time.Microsecond:
+		return fmt.Errorf("%w: %s: %d per %s is above 1,000,000 per second", ErrInvalidRule, field, r.Limit, time.Duration(r.Period))
+	case r.Burst < 0 || r.Burst > r.Limit:
+		return fmt.Errorf("%w: %s.burst %d must be 0 to the limit (%d)", ErrInvalidRule, field, r.Burst, r.Limit)
 	}
 	return nil
 }
@@ -238,23 +355,36 @@ func (r Rule) Empty() bool { return !r.Limits() && r.Ordered == "" && r.Fair == 
 // Limits reports whether the rule sets a concurrency or rate limit (leases
 // to take before a task runs).
 func (r Rule) Limits() bool {
-	return r.Concurrency != 0 || r.KeyConcurrency != 0 || r.Rate != nil || r.KeyRate != nil
+	if r.Concurrency != 0 || r.KeyConcurrency != 0 || r.Rate != nil || r.KeyRate != nil {
+		return true
+	}
+	for _, kl := range r.Keys {
+		if kl.Concurrency != 0 || kl.Rate != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Decode parses and validates a rule document stored under key (the task
-// type); the document's type must match it.
+// type, or a pattern's RuleKey); the document's type, when set, must be
+// the one the key names.
 func Decode(key string, data []byte) (Rule, error) {
+	name, err := RuleName(key)
+	if err != nil {
+		return Rule{}, err
+	}
 	var r Rule
 	dec := json.NewDecoder(strings.NewReader(string(data)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
-		return Rule{}, fmt.Errorf("%w: rule %q: %w", ErrInvalidRule, key, err)
+		return Rule{}, fmt.Errorf("%w: rule %q: %w", ErrInvalidRule, name, err)
 	}
 	if r.Type == "" {
-		r.Type = key
+		r.Type = name
 	}
-	if r.Type != key {
-		return Rule{}, fmt.Errorf("%w: rule stored under %q names type %q", ErrInvalidRule, key, r.Type)
+	if r.Type != name {
+		return Rule{}, fmt.Errorf("%w: rule stored under %q names type %q, not %q", ErrInvalidRule, key, r.Type, name)
 	}
 	if err := r.Validate(); err != nil {
 		return Rule{}, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -13,7 +14,8 @@ import (
 	spool "github.com/spoolq/spool/shared"
 )
 
-// ErrNoRule: no rule is stored for the type.
+// ErrNoRule: no rule is stored for the type or pattern (Get, Delete), or
+// none governs the type (Resolve).
 var ErrNoRule = errors.New("no limit rule for this type")
 
 // Store reads and writes the rules of a deployment, and counts the leases
@@ -35,8 +37,8 @@ func Open(ctx context.Context, js jetstream.JetStream, names spool.Names) (*Stor
 	return &Store{rules: rules, leases: leases}, nil
 }
 
-// Put validates r and stores it, replacing the type's rule. A rule that
-// limits nothing deletes the type's rule.
+// Put validates r and stores it under RuleKey(r.Type), replacing the rule
+// of the same type or pattern. A rule that limits nothing deletes it.
 func (s *Store) Put(ctx context.Context, r Rule) error {
 	if err := r.Validate(); err != nil {
 		return err
@@ -48,61 +50,100 @@ func (s *Store) Put(ctx context.Context, r Rule) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.rules.Put(ctx, r.Type, data); err != nil {
+	if _, err := s.rules.Put(ctx, RuleKey(r.Type), data); err != nil {
 		return fmt.Errorf("storing the limit rule of %q: %w", r.Type, err)
 	}
 	return nil
 }
 
-// Delete removes the type's rule: its tasks run unlimited.
-func (s *Store) Delete(ctx context.Context, typ string) error {
-	if err := spool.ValidateType(typ); err != nil {
+// Delete removes the rule stored under the type or pattern name: the
+// types it governed fall to the next rule matching them (Set), or run
+// unlimited.
+func (s *Store) Delete(ctx context.Context, name string) error {
+	if err := ValidateName(name); err != nil {
 		return fmt.Errorf("%w: type: %w", ErrInvalidRule, err)
 	}
-	if err := s.rules.Delete(ctx, typ); err != nil {
-		return fmt.Errorf("deleting the limit rule of %q: %w", typ, err)
+	if err := s.rules.Delete(ctx, RuleKey(name)); err != nil {
+		return fmt.Errorf("deleting the limit rule of %q: %w", name, err)
 	}
 	return nil
 }
 
-// Get returns the type's rule, or ErrNoRule.
-func (s *Store) Get(ctx context.Context, typ string) (Rule, error) {
-	e, err := s.rules.Get(ctx, typ)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Rule{}, fmt.Errorf("%w: %q", ErrNoRule, typ)
+// Get returns the rule stored under the type or pattern name (not the
+// rule governing a type: see Resolve), or ErrNoRule.
+func (s *Store) Get(ctx context.Context, name string) (Rule, error) {
+	if err := ValidateName(name); err != nil {
+		return Rule{}, fmt.Errorf("%w: type: %w", ErrInvalidRule, err)
 	}
-	if err != nil {
-		return Rule{}, fmt.Errorf("reading the limit rule of %q: %w", typ, err)
-	}
-	return Decode(typ, e.Value())
+	return s.get(ctx, RuleKey(name))
 }
 
-// List returns every valid rule, by type.
+// get reads the rule stored under a bucket key.
+func (s *Store) get(ctx context.Context, key string) (Rule, error) {
+	e, err := s.rules.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Rule{}, fmt.Errorf("%w: %q", ErrNoRule, key)
+	}
+	if err != nil {
+		return Rule{}, fmt.Errorf("reading the limit rule %q: %w", key, err)
+	}
+	return Decode(key, e.Value())
+}
+
+// List returns every valid rule: exact types first by type, then the
+// patterns most precise first (Set.Rules).
 func (s *Store) List(ctx context.Context) ([]Rule, error) {
+	set, err := s.Rules(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return set.Rules(), nil
+}
+
+// Rules reads every valid rule into a Set.
+func (s *Store) Rules(ctx context.Context) (*Set, error) {
 	lister, err := s.rules.ListKeys(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing limit rules: %w", err)
 	}
-	var out []Rule
+	set := &Set{}
 	for k := range lister.Keys() {
-		r, err := s.Get(ctx, k)
+		r, err := s.get(ctx, k)
 		if errors.Is(err, ErrNoRule) {
 			continue // deleted meanwhile
 		}
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, r)
+		set.Put(r)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
-	return out, nil
+	return set, nil
+}
+
+// Resolve returns the rule that governs typ, as stored (its Type is typ or
+// the winning pattern), or ErrNoRule.
+func (s *Store) Resolve(ctx context.Context, typ string) (Rule, error) {
+	if err := spool.ValidateType(typ); err != nil {
+		return Rule{}, fmt.Errorf("%w: type: %w", ErrInvalidRule, err)
+	}
+	set, err := s.Rules(ctx)
+	if err != nil {
+		return Rule{}, err
+	}
+	r, ok := set.Match(typ)
+	if !ok {
+		return Rule{}, fmt.Errorf("%w: %q", ErrNoRule, typ)
+	}
+	return r, nil
 }
 
 // BusiestKeys is how many keys Usage.Busiest lists.
 const BusiestKeys = 5
 
 // Usage is one rule and its use across the fleet now, read from the
-// leases bucket (the slots held and the rate limits' state).
+// leases bucket (the slots held and the rate limits' state). The row of a
+// pattern rule sums the slots of the types it governs, each of which has a
+// row of its own after it (Via).
 type Usage struct {
 	Rule Rule `json:"rule"`
 	// Running is the type-wide slots held (tasks of the type running
@@ -115,8 +156,12 @@ type Usage struct {
 	// Busiest is the keys holding the most per-key slots (at most
 	// BusiestKeys, most first, then by key).
 	Busiest []KeyUsage `json:"busiest_keys,omitempty"`
-	// Rate is the state of the type-wide rate limit (nil without one).
+	// Rate is the state of the type-wide rate limit (nil without one, and
+	// on a pattern rule's row: each type has its own).
 	Rate *RateUsage `json:"rate_usage,omitempty"`
+	// Via, on the row of a type a pattern rule governs, is that pattern
+	// (Rule is then the pattern's rule with Type the type).
+	Via string `json:"via,omitempty"`
 }
 
 // KeyUsage is the per-key slots one flow-control key holds.
@@ -147,42 +192,108 @@ type RateUsage struct {
 const ReturnSpacing = 80
 
 // Usage counts the leases held for every rule. Slots of a killed worker
-// count until their TTL runs out.
+// count until their TTL runs out. A pattern rule's row is followed by a
+// row for each type it governs that holds leases now (Usage.Via); the
+// pattern's row sums their slots.
 func (s *Store) Usage(ctx context.Context) ([]Usage, error) {
-	rules, err := s.List(ctx)
+	set, err := s.Rules(ctx)
 	if err != nil {
 		return nil, err
 	}
+	rules := set.Rules()
 	out := make([]Usage, 0, len(rules))
 	for _, r := range rules {
-		u := Usage{Rule: r}
-		filters := []string{SlotFilter(r.Type, ""), KeySlotFilter(r.Type)}
-		lister, err := s.leases.ListKeysFiltered(ctx, filters...)
-		if err != nil {
-			return nil, fmt.Errorf("listing leases of %q: %w", r.Type, err)
-		}
-		keys := map[string]int{}
-		for k := range lister.Keys() {
-			typ, enc, _, ok := ParseSlotKey(k)
-			if !ok || typ != r.Type {
-				continue
-			}
-			if enc == "" {
-				u.Running++
-			} else {
-				u.KeysRunning++
-				keys[enc]++
-			}
-		}
-		u.KeysActive = len(keys)
-		u.Busiest = busiest(keys)
-		if r.Rate != nil {
-			if u.Rate, err = s.rateUsage(ctx, r.Type, *r.Rate); err != nil {
+		if !IsPattern(r.Type) {
+			u, err := s.typeUsage(ctx, r)
+			if err != nil {
 				return nil, err
 			}
+			out = append(out, u)
+			continue
 		}
-		out = append(out, u)
+		types, err := s.leaseTypes(ctx, r.Type, set)
+		if err != nil {
+			return nil, err
+		}
+		sum := Usage{Rule: r}
+		var rows []Usage
+		for _, typ := range types {
+			u, err := s.typeUsage(ctx, r.For(typ))
+			if err != nil {
+				return nil, err
+			}
+			u.Via = r.Type
+			sum.Running += u.Running
+			sum.KeysRunning += u.KeysRunning
+			sum.KeysActive += u.KeysActive
+			rows = append(rows, u)
+		}
+		out = append(append(out, sum), rows...)
 	}
+	return out, nil
+}
+
+// typeUsage counts the leases of one type under r (r.Type is the type).
+func (s *Store) typeUsage(ctx context.Context, r Rule) (Usage, error) {
+	u := Usage{Rule: r}
+	lister, err := s.leases.ListKeysFiltered(ctx, SlotFilter(r.Type, ""), KeySlotFilter(r.Type))
+	if err != nil {
+		return Usage{}, fmt.Errorf("listing leases of %q: %w", r.Type, err)
+	}
+	keys := map[string]int{}
+	for k := range lister.Keys() {
+		typ, enc, _, ok := ParseSlotKey(k)
+		if !ok || typ != r.Type {
+			continue
+		}
+		if enc == "" {
+			u.Running++
+		} else {
+			u.KeysRunning++
+			keys[enc]++
+		}
+	}
+	u.KeysActive = len(keys)
+	u.Busiest = busiest(keys)
+	if r.Rate != nil {
+		if u.Rate, err = s.rateUsage(ctx, r.Type, *r.Rate); err != nil {
+			return Usage{}, err
+		}
+	}
+	return u, nil
+}
+
+// leaseTypes returns the types that hold slots or rate state now under
+// the pattern rule named pattern (those set resolves to it), by type.
+func (s *Store) leaseTypes(ctx context.Context, pattern string, set *Set) ([]string, error) {
+	filter := func(prefix, suffix string) string {
+		if strings.HasSuffix(pattern, ">") {
+			return prefix + pattern
+		}
+		return prefix + pattern + suffix
+	}
+	lister, err := s.leases.ListKeysFiltered(ctx, filter("c.", ".*"), filter("kc.", ".*.*"), filter("r.", ""))
+	if err != nil {
+		return nil, fmt.Errorf("listing leases of %q: %w", pattern, err)
+	}
+	seen := map[string]bool{}
+	for k := range lister.Keys() {
+		typ, _, _, ok := ParseSlotKey(k)
+		if !ok {
+			typ, ok = strings.CutPrefix(k, "r.")
+		}
+		if !ok || seen[typ] {
+			continue
+		}
+		if r, ok := set.Match(typ); ok && r.Type == pattern {
+			seen[typ] = true
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for typ := range seen {
+		out = append(out, typ)
+	}
+	sort.Strings(out)
 	return out, nil
 }
 

@@ -23,9 +23,9 @@ import (
 const partitions = 3
 
 // Tasks spread over three task partitions on a 3-node cluster, one worker
-// per partition: every task completes, the weights order them within the
-// partitions, a failing task is dead-lettered by its worker and a crashing
-// one by the DLQ router whatever its partition, a queued task of any
+// pulling every partition: every task completes, the weights order them
+// across the partitions, a failing task is dead-lettered by the worker and
+// a crashing one by the DLQ router whatever its partition, a queued task of any
 // partition can be cancelled, and a leader change of one partition leaves
 // the others working.
 func TestPartitions(t *testing.T) {
@@ -104,9 +104,7 @@ func TestPartitions(t *testing.T) {
 			return nil, nil
 		})
 	}
-	for k := range partitions {
-		s.worker(mux, consumer.WithPartition(k), consumer.WithConcurrency(1, 1))
-	}
+	s.worker(mux, consumer.WithConcurrency(1, 1)) // every partition: the default
 	for _, id := range ids {
 		s.wait(id, spool.StateCompleted)
 	}
@@ -116,7 +114,7 @@ func TestPartitions(t *testing.T) {
 	if h := s.deadLetter(spool.High, "card.charge").Header; h.Get(spool.HeaderTaskID) != perm.ID {
 		t.Errorf("dead letter of %s: %v", perm.ID, h)
 	}
-	// Weighted within each partition: critical tasks start, on average,
+	// Weighted across the partitions: critical tasks start, on average,
 	// well before idle ones.
 	mu.Lock()
 	rank := map[spool.Priority][]int{}
@@ -129,7 +127,7 @@ func TestPartitions(t *testing.T) {
 	}
 
 	// Tasks of paused types, whatever their partition, are parked in
-	// SPOOL_TASKS by their partition's worker and, once resumed, go back
+	// SPOOL_TASKS by the worker and, once resumed, go back
 	// through the mapping and complete.
 	adm, err := admin.New(env.Connect(t))
 	if err != nil {

@@ -2,14 +2,10 @@ package ui_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-
-	"github.com/spoolq/spool/consumer"
-	"github.com/spoolq/spool/tests/devstack"
 )
 
 // TestWorkflowGraph submits a DAG through the broker and finds it on the
@@ -18,18 +14,7 @@ import (
 func TestWorkflowGraph(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	st, err := devstack.Start(ctx, devstack.Options{
-		StoreDir:      t.TempDir(),
-		Logger:        slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Worker:        true,
-		WorkerOptions: []consumer.Option{consumer.WithConcurrency(4, 4)},
-		BrokerAddr:    "127.0.0.1:0",
-		BrokerToken:   token,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Stop)
+	st := startStack(t, ctx, 4)
 	// fetch → (parse, thumbs) → publish; "broken" fails and, under
 	// continue, only "after_broken" is cancelled.
 	post(t, ctx, st.BrokerURL+"/v1/workflows", `{"version":1,"id":"ui-flow","on_error":"continue","steps":[
@@ -41,12 +26,7 @@ func TestWorkflowGraph(t *testing.T) {
 		{"name":"after_broken","type":"demo.echo","after":["broken"]}]}`)
 
 	b := startBrowser(t)
-	b.do("loading /ui", 15*time.Second,
-		chromedp.Navigate(st.BrokerURL+"/ui"),
-		chromedp.WaitVisible(chromedp.CSS("#token-form")),
-		chromedp.SendKeys(chromedp.CSS("#token-input"), token),
-		chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)),
-	)
+	b.logIn(st.BrokerURL)
 	row := `document.querySelector('#wf-list tbody tr[data-id="ui-flow"]')`
 	b.waitJS("the finished workflow listed", row+` && `+row+`.textContent.includes("failed") && `+row+`.textContent.includes("6 / 6")`, 20*time.Second)
 	b.do("opening the workflow", 10*time.Second, chromedp.Click(chromedp.CSS(`#wf-list tbody tr[data-id="ui-flow"]`)))

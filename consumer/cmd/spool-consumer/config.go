@@ -16,6 +16,7 @@ import (
 	"github.com/spoolq/spool/consumer/remote"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/config"
+	"github.com/spoolq/spool/streams"
 )
 
 // Config is spool-consumer's whole configuration, read from SPOOL_*
@@ -24,9 +25,10 @@ type Config struct {
 	config.Common
 
 	// Partition is the task partition this process pulls (see
-	// docs/scaling.md): run one process (or more) per partition.
-	// SPOOL_PARTITION, default 0 (SPOOL_TASKS, the only one unpartitioned).
-	Partition int `envconfig:"PARTITION" default:"0" desc:"task partition pulled (0 to SPOOL_PARTITIONS-1); run workers for every partition"`
+	// docs/scaling.md): "all" pulls every partition of the topology under
+	// one scheduler, a number 0 to 15 pins the process to that partition.
+	// SPOOL_PARTITION, default all.
+	Partition string `envconfig:"PARTITION" default:"all" desc:"task partitions pulled: all, or one partition 0 to SPOOL_PARTITIONS-1"`
 	// ConcurrencyMin and ConcurrencyMax bound the worker slots; the pool
 	// autoscales between them. SPOOL_CONCURRENCY_MIN default 1,
 	// SPOOL_CONCURRENCY_MAX default 10.
@@ -105,9 +107,10 @@ type Config struct {
 	// SPOOL_REMOTE_ROUTES_FILE, default none.
 	RemoteRoutesFile string `envconfig:"REMOTE_ROUTES_FILE" desc:"JSON file of remote handler routes, after SPOOL_REMOTE_ROUTES (default none)"`
 
-	weights consumer.Weights
-	boost   []consumer.BoostStep
-	routes  []remote.Route
+	partition int // -1: all
+	weights   consumer.Weights
+	boost     []consumer.BoostStep
+	routes    []remote.Route
 }
 
 // Validate checks every setting, naming the variable at fault, and parses
@@ -117,6 +120,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	var err error
+	if c.partition, err = parsePartition(c.Partition); err != nil {
+		return fmt.Errorf("SPOOL_PARTITION: %w", err)
+	}
 	if c.weights, err = parseWeights(c.Weights); err != nil {
 		return fmt.Errorf("SPOOL_WEIGHTS: %w", err)
 	}
@@ -183,7 +189,7 @@ func (c *Config) Options() []consumer.Option {
 		consumer.WithNames(c.Names()),
 		consumer.WithWorkerName(c.WorkerName),
 		consumer.WithConcurrency(c.ConcurrencyMin, c.ConcurrencyMax),
-		consumer.WithPartition(c.Partition),
+		consumer.WithPartition(c.partition),
 		consumer.WithWeights(c.weights),
 		consumer.WithBoost(c.boost...),
 		consumer.WithStrict(c.Strict),
@@ -194,6 +200,20 @@ func (c *Config) Options() []consumer.Option {
 		consumer.WithAutoscale(c.ScaleUpFill, c.ScaleDownIdle),
 		consumer.WithProcessingDelay(c.ProcessingDelay),
 	}
+}
+
+// parsePartition reads "all" (or nothing) as -1, every partition, and a
+// partition number as itself.
+func parsePartition(s string) (int, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || strings.EqualFold(s, "all") {
+		return -1, nil
+	}
+	k, err := strconv.Atoi(s)
+	if err != nil || k < 0 || k >= streams.MaxPartitions {
+		return 0, fmt.Errorf("%q must be all or a partition 0 to %d", s, streams.MaxPartitions-1)
+	}
+	return k, nil
 }
 
 // parseWeights reads "critical=1,high=0.7"; unnamed priorities keep their

@@ -46,6 +46,18 @@ func TestConfigLoad(t *testing.T) {
 				t.Errorf("boost %v", c.boost)
 			}
 		}},
+		{name: "all partitions by default", check: func(t *testing.T, c *Config) {
+			if c.partition != -1 {
+				t.Errorf("partition %d, want -1 (all)", c.partition)
+			}
+		}},
+		{name: "pinned partition", env: map[string]string{"SPOOL_PARTITION": "2"}, check: func(t *testing.T, c *Config) {
+			if c.partition != 2 {
+				t.Errorf("partition %d, want 2", c.partition)
+			}
+		}},
+		{name: "bad partition", env: map[string]string{"SPOOL_PARTITION": "16"}, wantErr: "SPOOL_PARTITION: \"16\" must be all or a partition 0 to 15"},
+		{name: "partition not a number", env: map[string]string{"SPOOL_PARTITION": "first"}, wantErr: "SPOOL_PARTITION"},
 		{name: "bad weight", env: map[string]string{"SPOOL_WEIGHTS": "critical=0"}, wantErr: "SPOOL_WEIGHTS"},
 		{name: "unknown priority", env: map[string]string{"SPOOL_WEIGHTS": "urgent=1"}, wantErr: "SPOOL_WEIGHTS"},
 		{name: "boost order", env: map[string]string{"SPOOL_BOOST": "60s=2,30s=3"}, wantErr: "SPOOL_BOOST"},

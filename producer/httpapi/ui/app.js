@@ -957,6 +957,24 @@
     return { limit: parseInt(m[1], 10), period: m[2] };
   }
 
+  // parseKeyLimits reads "PATTERN=N[,N/PERIOD]; ..." (vip-*=5; free-*=,1/1m)
+  // into a rule's keys; empty is none.
+  function parseKeyLimits(v) {
+    v = v.trim();
+    if (!v) return undefined;
+    const keys = {};
+    for (const part of v.split(";").map((p) => p.trim()).filter(Boolean)) {
+      const m = /^(.+?)=(\d*)(?:,(.+))?$/.exec(part);
+      if (!m) throw new Error("key limit \"" + part + "\": want PATTERN=CONCURRENCY[,N/PERIOD], such as vip-*=5 or vip-*=5,100/1s");
+      keys[m[1]] = { concurrency: m[2] === "" ? undefined : parseInt(m[2], 10), rate: parseRateInput(m[3] || "", "key limit rate") };
+    }
+    return keys;
+  }
+
+  // fmtKeyLimits lists a rule's key patterns and their limits.
+  const fmtKeyLimits = (keys) =>
+    Object.keys(keys || {}).sort().map((p) => p + ": concurrency " + (keys[p].concurrency || "—") + ", rate " + fmtRateRule(keys[p].rate)).join("; ") || "—";
+
   async function loadLimits() {
     const msg = $("#limits-state");
     try {
@@ -971,9 +989,12 @@
 
   function limitRow(u) {
     const r = u.rule;
-    const del = el("button", { type: "button", class: "link" }, "remove");
-    del.addEventListener("click", async () => {
-      if (!(await confirmAction("Remove every limit of " + r.type + "? Its tasks then run unlimited."))) return;
+    const pattern = !u.via && /(^|\.)[*>](\.|$)/.test(r.type);
+    // A type a pattern rule governs has no rule of its own to remove.
+    const del = u.via ? "" : el("button", { type: "button", class: "link" }, "remove");
+    if (del) del.addEventListener("click", async () => {
+      const after = pattern ? "The types it matches then fall to the next matching rule, or run unlimited." : "Its tasks then run unlimited (or under a pattern rule matching it).";
+      if (!(await confirmAction("Remove every limit of " + r.type + "? " + after))) return;
       try {
         await api("DELETE", "/v1/limits/" + encodeURIComponent(r.type));
       } catch (e) {
@@ -981,8 +1002,10 @@
       }
       loadLimits();
     });
-    return el("tr", { "data-type": r.type },
-      el("td", { class: "mono" }, r.type),
+    const attrs = { "data-type": r.type };
+    if (u.via) attrs["data-via"] = u.via;
+    return el("tr", attrs,
+      el("td", { class: "mono" }, u.via ? "\u2003" + r.type + " via " + u.via : pattern ? r.type + " (pattern: each type on its own)" : r.type),
       el("td", { class: "num" }, r.concurrency ? fmtInt(u.running) + " / " + fmtInt(r.concurrency) : "—"),
       el("td", { class: "num" }, r.key_concurrency ? fmtInt(u.keys_running) + " / " + fmtInt(r.key_concurrency) + " each" : "—"),
       el("td", { class: "num" }, r.key_concurrency ? fmtInt(u.keys_active) : "—"),
@@ -990,6 +1013,7 @@
       el("td", {}, fmtRateRule(r.rate)),
       el("td", { class: "rate-now" }, fmtRateNow(u.rate_usage)),
       el("td", {}, fmtRateRule(r.key_rate)),
+      el("td", { class: "mono key-limits" }, fmtKeyLimits(r.keys)),
       el("td", {}, r.ordered || (r.fair ? "fair, window " + (r.fair.window || 10) : "—")),
       el("td", {}, del));
   }
@@ -1007,6 +1031,7 @@
         key_concurrency: num("#limits-key-concurrency"),
         rate: parseRateInput($("#limits-rate").value, "rate"),
         key_rate: parseRateInput($("#limits-key-rate").value, "per-key rate"),
+        keys: parseKeyLimits($("#limits-keys").value),
         ordered: ["hold", "skip"].includes($("#limits-ordered").value) ? $("#limits-ordered").value : undefined,
         fair: $("#limits-ordered").value === "fair" ? {} : undefined,
       };
@@ -1022,6 +1047,26 @@
       msg.textContent = "Setting the limit failed: " + e.message;
     }
     loadLimits();
+  });
+
+  // The explain form asks which rule governs a type (its own, else the most
+  // precise pattern) and, with a key, the key's per-key limits.
+  $("#limits-explain").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const out = $("#limits-explain-output");
+    const type = $("#limits-explain-type").value.trim();
+    const key = $("#limits-explain-key").value;
+    try {
+      const x = await api("GET", "/v1/limits/" + encodeURIComponent(type) + (key ? "?key=" + encodeURIComponent(key) : ""));
+      let text = type + ": governed by " + (x.rule.type === type ? "its own rule" : "the pattern rule " + x.rule.type);
+      if (x.key) {
+        text += "; key " + x.key.key + ": concurrency " + (x.key.concurrency || "—") + ", rate " + fmtRateRule(x.key.rate) +
+          " (" + (x.key.pattern ? "key pattern " + x.key.pattern : "the rule's per-key limits") + ")";
+      }
+      out.textContent = text;
+    } catch (e) {
+      out.textContent = e.code === "no_limit" ? type + ": no rule matches; its tasks run unlimited." : "Explaining failed: " + e.message;
+    }
   });
 
   // ---- start ---------------------------------------------------------------

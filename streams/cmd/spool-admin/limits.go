@@ -22,8 +22,15 @@ const limitsUsage = `usage: spool-admin limits <command> [flags]
 commands:
   ls                    every flow-control rule with its use across the fleet: slots held,
                         busiest keys, whether the rate is at its limit and the tasks waiting
-  set --type T [limits] set the rule of a task type (replaces it; workers apply it within a second)
-  rm TYPE               remove the rule of a task type: its tasks run unlimited
+  set --type T [limits] set the rule of a task type or type pattern (replaces it; workers apply it
+                        within a second); T may be a pattern: email.* (any one token), email.>
+                        (one or more tokens), > (every type)
+  set --file F          set the rule in the JSON document F (- for stdin; docs/contract.md),
+                        its type from --type or the document's "type"
+  rm TYPE|PATTERN       remove the rule stored under a type or pattern: its types fall to the
+                        next matching pattern rule, or run unlimited
+  explain TYPE [KEY]    which rule governs the type (exact rule, else the most precise pattern)
+                        and, with a key, the per-key limits that apply to it
   unblock TYPE KEY      give up every place in the turn of an ordered or fair key and start its
                         next held tasks: for a key whose place holder left the stream without
                         being settled (purged or deleted by hand); tasks of the key already
@@ -44,6 +51,10 @@ limits (set; omitted ones are not limited):
   --fair-window N       tasks per key of weight 1 queued or running at once (default 10)
   --fair-weight P=W     weight W (1-100) of the keys matching P (a key, or a prefix and *);
                         repeat for more patterns
+  --key-limit P=LIMITS  other per-key limits for the keys matching P (a key, or a prefix and *;
+                        the most precise pattern wins): LIMITS is concurrency=N, rate=N/PERIOD
+                        and burst=B, comma-separated (vip-*=concurrency=5,rate=100/1s); a limit
+                        left out is no limit for those keys; repeat for more patterns
 
 flags:
   --json                print JSON (ls)
@@ -69,8 +80,11 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fairWindow := fs.Int("fair-window", 0, "tasks per key of weight 1 at once")
 	var weights weightFlag
 	fs.Var(&weights, "fair-weight", "P=W: weight of the keys matching P")
+	var keyLimits keyLimitFlag
+	fs.Var(&keyLimits, "key-limit", "P=LIMITS: per-key limits of the keys matching P")
+	file := fs.String("file", "", "JSON rule document (- for stdin)")
 	switch cmd {
-	case "ls", "set", "rm", "unblock":
+	case "ls", "set", "rm", "unblock", "explain":
 	default:
 		fmt.Fprint(stderr, limitsUsage)
 		return fmt.Errorf("unknown limits command %q", cmd)
@@ -102,14 +116,28 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if fs.NArg() != 2 || fs.Arg(0) == "" || fs.Arg(1) == "" {
 			return fmt.Errorf("limits unblock takes a task type and a key, got %q", fs.Args())
 		}
+	case "explain":
+		if fs.NArg() < 1 || fs.NArg() > 2 {
+			return fmt.Errorf("limits explain takes a task type and an optional key, got %q", fs.Args())
+		}
 	case "set":
 		if fs.NArg() > 0 {
 			return fmt.Errorf("limits set takes no arguments, got %q (use --type)", fs.Args())
+		}
+		if *file != "" {
+			var err error
+			if rule, err = ruleFile(fs, *file, *typ); err != nil {
+				return err
+			}
+			break
 		}
 		if *typ == "" {
 			return errors.New("--type is required")
 		}
 		rule = limits.Rule{Type: *typ, Concurrency: *conc, KeyConcurrency: *keyConc, Ordered: *ordered}
+		if len(keyLimits) > 0 {
+			rule.Keys = keyLimits
+		}
 		switch {
 		case *fair || *fairWindow != 0 || len(weights) > 0:
 			rule.Fair = &limits.Fair{Window: *fairWindow}
@@ -152,6 +180,8 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return nil
 	case "unblock":
 		return unblockKey(ctx, sess, st, fs.Arg(0), fs.Arg(1), stdout)
+	case "explain":
+		return explain(ctx, st, fs.Arg(0), fs.Arg(1), stdout)
 	case "set":
 		if err := st.Put(ctx, rule); err != nil {
 			return err
@@ -174,7 +204,7 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // unblockKey frees every place of the key's turn (limits.Turns.Unblock)
 // and releases its next held tasks while its window has room.
 func unblockKey(ctx context.Context, sess *session, st *limits.Store, typ, key string, stdout io.Writer) error {
-	rule, err := st.Get(ctx, typ)
+	rule, err := st.Resolve(ctx, typ)
 	if err != nil && !errors.Is(err, limits.ErrNoRule) {
 		return err
 	}
@@ -203,10 +233,17 @@ func unblockKey(ctx context.Context, sess *session, st *limits.Store, typ, key s
 // type.
 func printUsage(w io.Writer, usage []limits.Usage) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "type\trunning / concurrency\tper-key running / limit\tbusiest keys\trate\trate now\tkey rate\tordered\tfair")
+	fmt.Fprintln(tw, "type\trunning / concurrency\tper-key running / limit\tbusiest keys\trate\trate now\tkey rate\tkey patterns\tordered\tfair")
 	for _, u := range usage {
 		r := u.Rule
 		conc, keys, busy := "-", "-", "-"
+		name := r.Type
+		switch {
+		case u.Via != "":
+			name = fmt.Sprintf("  %s (via %s)", r.Type, u.Via)
+		case limits.IsPattern(r.Type):
+			name += " (pattern: each type on its own)"
+		}
 		if r.Concurrency > 0 {
 			conc = fmt.Sprintf("%d / %d", u.Running, r.Concurrency)
 		}
@@ -220,7 +257,7 @@ func printUsage(w io.Writer, usage []limits.Usage) error {
 			}
 			busy = strings.Join(b, ", ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Type, conc, keys, busy, rateText(r.Rate), rateNow(u.Rate), rateText(r.KeyRate), orderText(r.Ordered), fairText(r.Fair))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, conc, keys, busy, rateText(r.Rate), rateNow(u.Rate), rateText(r.KeyRate), keysText(r.Keys), orderText(r.Ordered), fairText(r.Fair))
 	}
 	return tw.Flush()
 }
@@ -284,8 +321,8 @@ func orderText(mode string) string {
 }
 
 func describe(r limits.Rule) string {
-	return fmt.Sprintf("concurrency %s, rate %s, key concurrency %s, key rate %s, ordered %s, fair %s",
-		orNone(r.Concurrency), rateText(r.Rate), orNone(r.KeyConcurrency), rateText(r.KeyRate), orderText(r.Ordered), fairText(r.Fair))
+	return fmt.Sprintf("concurrency %s, rate %s, key concurrency %s, key rate %s, key patterns %s, ordered %s, fair %s",
+		orNone(r.Concurrency), rateText(r.Rate), orNone(r.KeyConcurrency), rateText(r.KeyRate), keysText(r.Keys), orderText(r.Ordered), fairText(r.Fair))
 }
 
 func fairText(f *limits.Fair) string {

@@ -41,12 +41,17 @@ func TestQuickCluster(t *testing.T) {
 		"cluster R3, task partitions": {
 			"3 partitions: enqueue, PublishAsync over 32 types (tasks/s)",
 			"3 partitions: processing, concurrency 100 per partition (tasks/s)",
+			"3 partitions: processing, one worker pulling every partition, concurrency 100 (tasks/s)",
+			"3 partitions: processing, one worker pulling every partition, concurrency 300 (tasks/s)",
 		},
 	} {
 		for _, row := range rows {
 			variants := []string{"raw", "spool"}
-			if strings.Contains(row, "PublishAsync") {
+			switch {
+			case strings.Contains(row, "PublishAsync"):
 				variants = variants[:1] // raw publishing only
+			case strings.Contains(row, "one worker"):
+				variants = variants[1:] // Spool only
 			}
 			for _, variant := range variants {
 				if _, n := res.median(mode, row, variant); n == 0 {

@@ -43,7 +43,10 @@ func partitionNames(k int) spool.Names {
 // one topology per partition count: where the partition leaders are, raw
 // publish throughput through the servers' subject mapping, and processing
 // throughput with one consumer per partition, raw (Fetch+Ack) and Spool
-// (a Worker per partition, in this process).
+// (a Worker pinned to each partition, in this process), and with one
+// Spool Worker pulling every partition, at concurrency partitionConc and
+// at partitionConc per partition (the pinned workers' slots), back to
+// back.
 func runPartitions(ctx context.Context, cfg config, res *results, log *slog.Logger) error {
 	mode := "cluster R3, task partitions"
 	var maps []string
@@ -119,11 +122,28 @@ func (b *bench) partitions(ctx context.Context, k int) error {
 	if err := b.fillPartitions(ctx, names, n); err != nil {
 		return err
 	}
-	rate, err = b.spoolPartitions(ctx, names, k, n)
+	pinned := make([][]consumer.Option, k)
+	for p := range k {
+		pinned[p] = []consumer.Option{consumer.WithPartition(p), consumer.WithConcurrency(partitionConc, partitionConc)}
+	}
+	rate, err = b.spoolPartitions(ctx, names, n, pinned...)
 	if err != nil {
 		return err
 	}
 	b.add(row, "spool", rate)
+	for _, conc := range []int{partitionConc, partitionConc * k} {
+		if k == 1 && conc != partitionConc {
+			continue // the same worker as above
+		}
+		if err := b.fillPartitions(ctx, names, n); err != nil {
+			return err
+		}
+		rate, err = b.spoolPartitions(ctx, names, n, []consumer.Option{consumer.WithConcurrency(conc, conc)})
+		if err != nil {
+			return err
+		}
+		b.add(fmt.Sprintf("%s: processing, one worker pulling every partition, concurrency %d (tasks/s)", label, conc), "spool", rate)
+	}
 	return nil
 }
 
@@ -193,22 +213,21 @@ func (b *bench) rawPartitions(ctx context.Context, names spool.Names, k int) (fl
 	return float64(total.Load()) / time.Since(t0).Seconds(), nil
 }
 
-// spoolPartitions runs a Worker per partition (concurrency partitionConc
-// each, in this process) until n tasks completed, and returns the tasks
-// per second.
-func (b *bench) spoolPartitions(ctx context.Context, names spool.Names, k, n int) (float64, error) {
+// spoolPartitions runs a Worker per option set (in this process, on the
+// names' topology) until n tasks completed, and returns the tasks per
+// second.
+func (b *bench) spoolPartitions(ctx context.Context, names spool.Names, n int, opts ...[]consumer.Option) (float64, error) {
 	mux := consumer.NewMux()
 	for i := range partitionTypes {
 		mux.HandleFunc("bench.t"+strconv.Itoa(i), func(context.Context, *consumer.Task) ([]byte, error) { return nil, nil })
 	}
-	workers := make([]*consumer.Worker, k)
-	for p := range k {
-		w, err := consumer.New(b.nc, mux, consumer.WithNames(names), consumer.WithPartition(p),
-			consumer.WithConcurrency(partitionConc, partitionConc), consumer.WithLogger(slog.New(slog.DiscardHandler)))
+	workers := make([]*consumer.Worker, len(opts))
+	for i, o := range opts {
+		w, err := consumer.New(b.nc, mux, append([]consumer.Option{consumer.WithNames(names), consumer.WithLogger(slog.New(slog.DiscardHandler))}, o...)...)
 		if err != nil {
 			return 0, err
 		}
-		workers[p] = w
+		workers[i] = w
 	}
 	t0 := time.Now()
 	for _, w := range workers {
@@ -221,7 +240,7 @@ func (b *bench) spoolPartitions(ctx context.Context, names spool.Names, k, n int
 		defer cancel()
 		for _, w := range workers {
 			if err := w.Stop(sctx); err != nil {
-				b.log.Warn("stopping a partition worker", "error", err)
+				b.log.Warn("stopping a worker", "error", err)
 			}
 		}
 	}()

@@ -127,8 +127,12 @@ func writeReport(cfg config, r *results, wall time.Duration) error {
 				wfRows = append(wfRows, row)
 				continue
 			}
-			raw, _ := r.median(mode, row, "raw")
+			raw, nr := r.median(mode, row, "raw")
 			sp, ns := r.median(mode, row, "spool")
+			rawCell := "" // a Spool-only row
+			if nr > 0 {
+				rawCell = fmtVal(raw)
+			}
 			var ratios []string
 			if ns > 0 && raw != 0 {
 				ratios = append(ratios, fmt.Sprintf("%.2f", sp/raw))
@@ -153,7 +157,7 @@ func writeReport(cfg config, r *results, wall time.Duration) error {
 			if ns > 0 {
 				spCell = fmtVal(sp)
 			}
-			fmt.Fprintf(&b, "| %s | %s |%s %s | %s |\n", row, fmtVal(raw), cells, spCell, ratio)
+			fmt.Fprintf(&b, "| %s | %s |%s %s | %s |\n", row, rawCell, cells, spCell, ratio)
 		}
 		if len(wfRows) > 0 {
 			b.WriteString("\n| workflows | plain Spool tasks | workflow | workflow / plain |\n|---|---:|---:|---:|\n")
