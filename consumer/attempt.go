@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spoolq/spool/consumer/flow"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/shared/workflow"
@@ -69,6 +70,15 @@ func (w *Worker) attempt(lane int, msg jetstream.Msg) {
 	// A task handed back for flow control carries the attempts it used
 	// before this message (see deferTask).
 	a.attempt += meta.PriorAttempts
+	// A task released from a waiting room carries the concurrency slots
+	// it was handed (only its first delivery: a redelivery's have expired
+	// or were used); admitFlow takes them over, and every way out before
+	// it hands them on.
+	var grants []flow.Grant
+	if md.NumDelivered == 1 {
+		grants = flow.GrantsOf(hdr)
+	}
+	defer func() { w.flow.Drop(w.ioCtx, grants...) }()
 	// A redelivery reads the task's result document once: deliveries that
 	// were snoozes are not attempts (see Snooze), and a completed result
 	// means the ack was lost (storedAlready).
@@ -100,7 +110,7 @@ func (w *Worker) attempt(lane int, msg jetstream.Msg) {
 	if !w.admitOrder(&a, meta) {
 		return
 	}
-	lease, admitted := w.admitFlow(a, meta)
+	lease, admitted := w.admitFlow(a, meta, &grants)
 	if !admitted {
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/consumer/flow"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/limits"
 	"github.com/spoolq/spool/streams"
@@ -220,4 +221,79 @@ func TestLimitedTypeDoesNotBlockOthers(t *testing.T) {
 	if m := slowMost.Load(); m > 5 {
 		t.Errorf("%d limited tasks ran at once, limit 5", m)
 	}
+}
+
+// A backlog of a type whose concurrency limit is full waits in the
+// limit's waiting room: each task is parked there at most once and is
+// delivered at most twice (its first delivery, then its release with a
+// slot), never handed back and forth; the limit holds throughout.
+func TestFullLimitParksEachTaskOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, streams.Settings{})
+	e.putRule(limits.Rule{Type: "capped", Concurrency: 4})
+	const n = 300
+	var running gauge
+	var deliveries sync.Map // task id → deliveries that ran
+	mux := consumer.NewMux()
+	mux.HandleFunc("capped", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		running.enter()
+		defer running.leave()
+		v, _ := deliveries.LoadOrStore(task.ID, new(atomic.Int64))
+		v.(*atomic.Int64).Add(1)
+		return nil, nil
+	})
+	// Every park is a publish on the waiting room: count them per task.
+	var parksMu sync.Mutex
+	parks := map[string]int{}
+	sub, err := e.nc.Subscribe(limits.Room(e.names, "capped", ""), func(m *nats.Msg) {
+		parksMu.Lock()
+		parks[m.Header.Get(spool.HeaderTaskID)]++
+		parksMu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	w := e.worker(mux, consumer.WithConcurrency(40, 40))
+	e.publishMany(spool.Normal, "capped", n, nil)
+	streamstest.WaitFor(t, 2*time.Minute, func() error {
+		if c := w.Stats().Types["capped"].Completed; c < n {
+			return fmt.Errorf("%d of %d limited tasks completed", c, n)
+		}
+		return nil
+	})
+	// A releaser counts its release just after the task's publish: the
+	// task may complete first.
+	var fs flow.TypeStats
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		fs = w.Stats().Flow["capped"]
+		if fs.Released != fs.Parked["concurrency"] {
+			return fmt.Errorf("%d tasks released from the waiting room, %d parked", fs.Released, fs.Parked["concurrency"])
+		}
+		return nil
+	})
+	parked := fs.Parked["concurrency"]
+	if parked == 0 || parked > n {
+		t.Errorf("%d parks for %d tasks, want 1 to %d (each task at most once)", parked, n, n)
+	}
+	if d := fs.Denied["concurrency"]; d != parked {
+		t.Errorf("%d tasks turned away, %d parked: every one must wait in the room, none handed back", d, parked)
+	}
+	if p := running.peak.Load(); p > 4 {
+		t.Errorf("%d limited tasks ran at once, limit 4", p)
+	}
+	parksMu.Lock()
+	for id, c := range parks {
+		if c != 1 {
+			t.Errorf("task %s parked %d times, want once", id, c)
+		}
+	}
+	parksMu.Unlock()
+	deliveries.Range(func(k, v any) bool {
+		if c := v.(*atomic.Int64).Load(); c != 1 {
+			t.Errorf("task %v ran %d times", k, c)
+		}
+		return true
+	})
+	t.Logf("%d tasks, %d parked once each", n, parked)
 }

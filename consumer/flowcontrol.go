@@ -16,23 +16,16 @@ import (
 	"github.com/spoolq/spool/shared/limits"
 )
 
-// A task handed back by a limit that booked its return (a rate limit, or
-// a concurrency limit whose slots were seen turning over) comes back
-// deferEarly before the booked time (at least deferBase from now). Else
-// the delay grows with its hand-backs, min(deferBase·2^deferrals,
-// deferMax) plus up to half of it again.
+// A task handed back by a limit that booked its return (a rate limit)
+// comes back deferEarly before the booked time (at least deferBase from
+// now). Else the delay grows with its hand-backs,
+// min(deferBase·2^deferrals, deferMax) plus up to half of it again.
 const (
 	deferBase   = 100 * time.Millisecond
 	deferMax    = 5 * time.Second
 	deferJitter = 0.5
 	deferEarly  = 300 * time.Millisecond
 )
-
-// flowWaitShare: at most 1/flowWaitShare of the worker's slots wait for
-// the slots of one concurrency limit (and never more tasks than the limit
-// has slots): enough to hand a released slot on at once, few enough that
-// a full limit leaves the other types the rest of the worker.
-const flowWaitShare = 10
 
 // startFlow binds the flow-control limiter. A deployment provisioned
 // before flow control has no buckets for it: the worker then runs without
@@ -52,7 +45,6 @@ func (w *Worker) startFlow(ctx context.Context) error {
 		l, err = flow.New(ctx, flow.Config{
 			JS: w.js, Conn: w.nc, Names: w.o.Names, Owner: w.o.WorkerName,
 			TTL: ttl, IOTimeout: w.o.IOTimeout, Logger: w.log,
-			Waiters: max(flow.DefaultWaiters, w.o.MaxConcurrency/flowWaitShare),
 		})
 		return err
 	})
@@ -100,27 +92,39 @@ func (w *Worker) closeFlow() {
 }
 
 // admitFlow takes the leases the flow-control rule of the task's type asks
-// for. When a limit is full (or the leases cannot be read), it hands the
-// task back for later and returns false: the attempt is over, and it cost
-// the task none of its attempts.
-func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta) (*flow.Lease, bool) {
+// for, taking over the slot grant carried when it left a waiting room
+// (used up either way). When a concurrency limit is full, it parks the
+// task in the limit's waiting room; when a rate limit is full (or the
+// leases cannot be read), it hands the task back for later. Either way it
+// returns false: the attempt is over, and it cost the task none of its
+// attempts.
+func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta, grants *[]flow.Grant) (*flow.Lease, bool) {
 	if w.flow == nil {
 		return nil, true
 	}
+	gs := *grants
+	*grants = nil
 	// A type without a rule (the local view of the rules) takes no lease:
 	// no context, no round trip.
 	if rule, ok := w.flow.Rule(a.typ); !ok || !rule.Limits() {
+		w.flow.Drop(w.ioCtx, gs...)
 		return nil, true
 	}
 	ctx, cancel := context.WithTimeout(w.ioCtx, w.admitTimeout(a.p))
 	defer cancel()
-	lease, err := w.flow.Acquire(ctx, a.typ, meta.Key, a.id)
+	lease, err := w.flow.AcquireGranted(ctx, a.typ, meta.Key, a.id, gs)
 	if err == nil {
 		return lease, true
 	}
 	var denied *flow.DeniedError
 	wait := time.Duration(0)
 	if errors.As(err, &denied) {
+		if (denied.Limit == "concurrency" || denied.Limit == "key_concurrency") && w.flow.CanPark() {
+			w.waitForSlot(a, meta, denied)
+			return nil, false
+		}
+		// Handed back: the key's slot it took goes on.
+		w.flow.Drop(w.ioCtx, denied.Kept...)
 		wait = denied.RetryAfter
 	} else {
 		w.log.Warn("flow-control leases unavailable; handing the task back", "task_id", a.id, "type", a.typ, "error", err)
@@ -134,6 +138,34 @@ func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta) (*flow.Lease, bool) {
 	}
 	w.deferTask(a, meta, delay)
 	return nil, false
+}
+
+// waitForSlot parks a task of a full concurrency limit in the limit's
+// waiting room (flow.Limiter.Park) and acks it; a slot released later is
+// handed to it there, in arrival order. Then it takes a slot freed
+// meanwhile for the room's oldest task (a releaser that found the room
+// empty just before the park freed it). If the park fails the task is
+// handed back instead. A crash between the park and the ack runs the task
+// twice (at least once).
+func (w *Worker) waitForSlot(a attemptInfo, meta spool.Meta, denied *flow.DeniedError) {
+	m := &nats.Msg{Subject: a.msg.Subject(), Header: handBackHeader(a, meta), Data: a.msg.Data()}
+	id := a.id + "-room-" + strconv.FormatUint(a.seq, 10)
+	err := w.settleWrite(a, "parking for a concurrency slot", func(ctx context.Context) error {
+		return w.flow.Park(ctx, denied, meta.Key, id, m)
+	})
+	if err != nil {
+		w.log.Warn("parking a task of a full concurrency limit failed; handing it back", "task_id", a.id, "type", a.typ, "error", err)
+		w.flow.Drop(w.ioCtx, denied.Kept...)
+		w.deferTask(a, meta, jitter(backoff(deferBase, deferMax, meta.Deferrals+1), deferJitter))
+		return
+	}
+	if err := a.msg.Ack(); err != nil {
+		w.log.Warn("acking a task parked for a concurrency slot", "task_id", a.id, "error", err)
+	}
+	w.log.Debug("task parked: concurrency limit full", "task_id", a.id, "type", a.typ, "limit", denied.Limit)
+	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
+	defer cancel()
+	w.flow.Wake(ctx, denied, meta.Key)
 }
 
 // admitTimeout bounds flow-control admission. Nothing heartbeats the task
@@ -191,7 +223,8 @@ func handBackHeader(a attemptInfo, meta spool.Meta) nats.Header {
 	h := nats.Header{}
 	for k, vs := range a.msg.Headers() {
 		if lk := strings.ToLower(k); strings.HasPrefix(lk, "nats-") ||
-			lk == strings.ToLower(spool.HeaderPriorAttempts) || lk == strings.ToLower(spool.HeaderDeferrals) {
+			lk == strings.ToLower(spool.HeaderPriorAttempts) || lk == strings.ToLower(spool.HeaderDeferrals) ||
+			lk == strings.ToLower(spool.HeaderSlot) {
 			continue
 		}
 		h[k] = vs

@@ -60,13 +60,15 @@ func (w *Worker) onKick(m *nats.Msg) {
 // heldSweepEvery is how often a worker looks for held keys with room in
 // their window (heldSweepMax at most per look): it starts the keys whose
 // kick request no worker heard (none ran, or it was lost in a
-// reconnect).
+// reconnect), and the waiting rooms of concurrency limits whose wake-up
+// was lost.
 const (
 	heldSweepEvery = 5 * time.Second
 	heldSweepMax   = 256
 )
 
-// sweepHeld kicks the keys that have held tasks, every heldSweepEvery
+// sweepHeld kicks the keys that have held tasks, and pumps the waiting
+// rooms of the concurrency limits that have, every heldSweepEvery
 // (with jitter, so the fleet's looks spread out), until stop closes.
 func (w *Worker) sweepHeld(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
@@ -83,7 +85,8 @@ func (w *Worker) sweepHeld(stop <-chan struct{}, done chan<- struct{}) {
 	}
 }
 
-// kickHeldKeys kicks up to heldSweepMax keys that have held tasks.
+// kickHeldKeys kicks up to heldSweepMax keys that have held tasks, and
+// pumps the waiting rooms among them (flow.Limiter.Pump).
 func (w *Worker) kickHeldKeys() {
 	ctx, cancel := context.WithTimeout(w.ioCtx, heldSweepEvery)
 	defer cancel()
@@ -101,10 +104,17 @@ func (w *Worker) kickHeldKeys() {
 			return
 		}
 		token, typ, err := w.o.Names.ParseHeldSubject(subj)
-		var key string
-		if err == nil {
-			key, err = limits.DecodeKey(token)
+		if err != nil {
+			continue
 		}
+		if key, ok := limits.ParseRoomToken(token); ok {
+			// A concurrency limit's waiting room: hand it the slots free
+			// now (a slot that expired with its killed worker, a limit
+			// raised or lifted).
+			w.flow.Pump(ctx, typ, key)
+			continue
+		}
+		key, err := limits.DecodeKey(token)
 		if err != nil {
 			continue
 		}

@@ -43,6 +43,12 @@ const (
 	// HeaderHeldTarget is the task subject a task parked on a held subject
 	// goes back to when its turn comes.
 	HeaderHeldTarget = "Spool-Held-Target"
+	// HeaderSlot hands concurrency slots to a task that waited in a
+	// limit's waiting room: one value "<lease key> <revision>" per slot,
+	// the revision its holder wrote last. The worker that receives the
+	// task takes each slot over with a compare-and-set at that revision
+	// instead of taking a new one; see shared/limits (Room).
+	HeaderSlot = "Spool-Slot"
 	// HeaderTraceParent and HeaderTraceState carry W3C trace context.
 	HeaderTraceParent = "traceparent"
 	HeaderTraceState  = "tracestate"

@@ -12,6 +12,14 @@
 // are taken, so a full limit is refused without a round trip; the view is
 // only a hint, the compare-and-set decides.
 //
+// A task whose concurrency limit is full waits in the limit's waiting
+// room on the task stream (Park; shared/limits, Room), and a slot
+// released while the room holds tasks is handed on to its oldest task
+// instead of being freed (Lease.Release): the task is released to its
+// task subject carrying the slot (GrantsOf), and AcquireGranted takes the
+// slot over. Pump releases a room's tasks while its limit has free slots;
+// the worker's sweep of held subjects calls it.
+//
 // Per-key ordering (a rule's "ordered") is not a lease: the worker and the
 // producer run it through shared/limits.Turns, before the Limiter's leases.
 package flow

@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Lease is the concurrency slots one running task holds. Release it when
@@ -29,14 +27,29 @@ type slot struct {
 	rev uint64
 }
 
+// keep takes the lease's slots out of it, as grants for its task to
+// carry while it waits (DeniedError.Kept).
+func (le *Lease) keep() []Grant {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	out := make([]Grant, 0, len(le.slots))
+	for _, s := range le.slots {
+		out = append(out, Grant{Slot: s.key, Rev: s.rev})
+	}
+	le.slots = nil
+	return out
+}
+
 func (le *Lease) add(k string, rev uint64) {
 	le.mu.Lock()
 	le.slots = append(le.slots, slot{k, rev})
 	le.mu.Unlock()
 }
 
-// Release frees the slots (a delete at the revision this lease wrote, so a
-// slot that expired and was taken by another task is left alone). It
+// Release hands each slot on to the oldest task of its limit's waiting
+// room (a write at the revision this lease wrote) or, with none waiting,
+// frees it (a delete at that revision); either way a slot that expired and
+// was taken by another task is left alone. It
 // does not wait for the deletes: the caller's worker slot is free at once,
 // and the limit's slot a round trip later (Limiter.Close waits for the
 // deletes in flight). Errors are logged: the slot then expires with its
@@ -66,18 +79,8 @@ func (le *Lease) release(ctx context.Context) {
 	slots := le.slots
 	le.slots, le.released = nil, true
 	le.mu.Unlock()
-	l := le.l
 	for _, s := range slots {
-		rctx, cancel := context.WithTimeout(ctx, l.io)
-		err := l.leases.Delete(rctx, s.key, jetstream.LastRevision(s.rev))
-		cancel()
-		if err != nil {
-			l.log.Warn("releasing a flow-control slot failed; it frees when its TTL runs out", "slot", s.key, "error", err)
-			continue
-		}
-		l.mu.Lock()
-		delete(l.taken, s.key)
-		l.mu.Unlock()
+		le.l.handOn(ctx, s.key, s.rev)
 	}
 }
 

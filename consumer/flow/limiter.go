@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,6 +31,10 @@ type DeniedError struct {
 	Limit      string
 	Type       string
 	RetryAfter time.Duration
+	// Kept is the slots the task keeps while it waits for a full
+	// concurrency limit of its type (its key's slot, taken first): Park
+	// carries them to the waiting room.
+	Kept []Grant
 }
 
 func (e *DeniedError) Error() string {
@@ -36,8 +42,8 @@ func (e *DeniedError) Error() string {
 }
 
 // localWait is the longest a task waits in its worker for its rate
-// limit's next start, or for a concurrency slot, before it is handed back.
-// DefaultWaiters is the default of Config.Waiters.
+// limit's next start before it is handed back. DefaultWaiters is the
+// default of Config.Waiters (which is no longer used).
 const (
 	localWait      = 600 * time.Millisecond
 	DefaultWaiters = 2
@@ -61,9 +67,10 @@ type Limiter struct {
 	ttl    time.Duration
 	io     time.Duration
 	log    *slog.Logger
-	// waitersMax bounds the tasks of one concurrency limit waiting in this
-	// worker for a slot (Config.Waiters).
-	waitersMax int
+	// tasks is the task stream, holding the waiting rooms; nil when it
+	// has no held subjects (see CanPark).
+	tasks jetstream.Stream
+	names spool.Names
 	// releasing counts the slot deletes in flight (Release does not wait
 	// for them); Close waits.
 	releasing sync.WaitGroup
@@ -77,12 +84,6 @@ type Limiter struct {
 	taken map[string]time.Time // slot key → until when the view holds it taken
 	mine  map[*Lease]struct{}
 	stats map[string]*TypeStats
-	// waiters are the tasks waiting in this worker for a slot of a limit
-	// (keyed by the slot keys' prefix), woken when one is released.
-	waiters map[string][]chan struct{}
-	// turnover is, per limit (the slot keys' prefix), how often the view
-	// sees one of its slots released.
-	turnover map[string]*turnover
 	// rateLocks let one task of this worker at a time run the
 	// compare-and-set of a rate key (striped by the key's hash): the others
 	// wait their turn here instead of colliding on the server.
@@ -102,19 +103,34 @@ type Limiter struct {
 	// ratePace is, per rate key, how long a start took this worker lately
 	// (see paceLocked).
 	ratePace map[string]time.Duration
+	// roomLocks let one releaser of a waiting room at a time in this
+	// process hand slots on (striped by the room's hash; see lockRoom).
+	roomLocks [roomLockStripes]sync.Mutex
+	// busy is when each waiting room was last seen holding tasks (see
+	// roomBusy).
+	busy map[string]time.Time
 }
 
 // TypeStats count one type's flow-control decisions in this worker.
 type TypeStats struct {
 	// Acquired counts leases taken (tasks let through a rule).
 	Acquired uint64
-	// Denied counts tasks handed back because a limit was full, by limit.
+	// Denied counts tasks turned away because a limit was full, by limit
+	// (a rate's are handed back, a concurrency limit's parked in its
+	// waiting room, or handed back where the stream has no rooms).
 	Denied map[string]uint64
+	// Parked counts tasks this worker parked in a concurrency limit's
+	// waiting room, by limit ("concurrency", "key_concurrency").
+	Parked map[string]uint64
+	// Released counts waiting tasks this worker released from the type's
+	// waiting rooms (handing each a slot).
+	Released uint64
 	// Held is the leases this worker holds now.
 	Held int
 	// Waiting is the tasks of the type waiting in this worker now for a
-	// concurrency slot or a rate limit's start (at most 600ms each before
-	// they run or are handed back).
+	// rate limit's start (at most 600ms each before they run or are
+	// handed back). Tasks of a full concurrency limit wait in its waiting
+	// room on the task stream, not in a worker.
 	Waiting int
 	// LateStarts counts rate-limited starts this worker reserved and
 	// then woke too late to take (another was taken instead).
@@ -135,11 +151,11 @@ type Config struct {
 	// IOTimeout bounds each KV request.
 	IOTimeout time.Duration
 	Logger    *slog.Logger
-	// Waiters is the most tasks of one concurrency limit that wait in
-	// this worker (up to localWait, 600ms) for a slot to be released
-	// before they are handed back; never more than the limit itself. A
-	// waiting task holds a worker slot, so the worker sets it to a small
-	// share of its slots. Default (and below 1): DefaultWaiters.
+	// Waiters is not used any more: a task of a full concurrency limit
+	// waits in the limit's waiting room on the task stream (Park), not in
+	// a worker slot.
+	//
+	// Deprecated: ignored.
 	Waiters int
 }
 
@@ -149,9 +165,6 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 	if c.TTL < time.Second {
 		c.TTL = time.Second
 	}
-	if c.Waiters < 1 {
-		c.Waiters = DefaultWaiters
-	}
 	leases, err := c.JS.KeyValue(ctx, c.Names.LeasesBucket())
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("%w: bucket %q", ErrNotProvisioned, c.Names.LeasesBucket())
@@ -159,16 +172,23 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("binding bucket %q: %w", c.Names.LeasesBucket(), err)
 	}
+	tasks, err := c.JS.Stream(ctx, c.Names.TaskStream())
+	if err != nil {
+		return nil, fmt.Errorf("binding stream %q: %w", c.Names.TaskStream(), err)
+	}
+	if !slices.Contains(tasks.CachedInfo().Config.Subjects, c.Names.HeldFilter()) {
+		c.Logger.Warn("the task stream has no held subjects: tasks of a full concurrency limit are handed back, not parked; provision the topology again")
+		tasks = nil
+	}
 	l := &Limiter{
 		js: c.JS, leases: leases, subj: "$KV." + c.Names.LeasesBucket() + ".",
 		owner: c.Owner, ttl: c.TTL, io: c.IOTimeout, log: c.Logger,
-		waitersMax: c.Waiters,
-		taken:      map[string]time.Time{},
-		mine:       map[*Lease]struct{}{}, stats: map[string]*TypeStats{},
-		waiters: map[string][]chan struct{}{}, turnover: map[string]*turnover{},
-		lines: map[string][]*waiter{}, rateLast: map[string]instant{},
-		rateIdle: map[string]time.Time{}, reserved: map[string]int{},
-		ratePace: map[string]time.Duration{},
+		tasks: tasks, names: c.Names,
+		taken: map[string]time.Time{},
+		mine:  map[*Lease]struct{}{}, stats: map[string]*TypeStats{},
+		lines: map[string][]*waiter{}, busy: map[string]time.Time{},
+		rateLast: map[string]instant{}, rateIdle: map[string]time.Time{},
+		reserved: map[string]int{}, ratePace: map[string]time.Duration{},
 	}
 	for i := range l.rateLocks {
 		l.rateLocks[i] = make(chan struct{}, 1)
@@ -246,10 +266,8 @@ func (l *Limiter) Stats() map[string]TypeStats {
 	out := make(map[string]TypeStats, len(l.stats))
 	for t, s := range l.stats {
 		c := *s
-		c.Denied = make(map[string]uint64, len(s.Denied))
-		for k, v := range s.Denied {
-			c.Denied[k] = v
-		}
+		c.Denied = maps.Clone(s.Denied)
+		c.Parked = maps.Clone(s.Parked)
 		out[t] = c
 	}
 	return out
@@ -258,7 +276,7 @@ func (l *Limiter) Stats() map[string]TypeStats {
 func (l *Limiter) statsLocked(typ string) *TypeStats {
 	s := l.stats[typ]
 	if s == nil {
-		s = &TypeStats{Denied: map[string]uint64{}}
+		s = &TypeStats{Denied: map[string]uint64{}, Parked: map[string]uint64{}}
 		l.stats[typ] = s
 	}
 	return s
@@ -271,8 +289,19 @@ func (l *Limiter) statsLocked(typ string) *TypeStats {
 // or written (no lease is held either; the caller must not run the task
 // blind).
 func (l *Limiter) Acquire(ctx context.Context, typ, key, taskID string) (*Lease, error) {
+	return l.AcquireGranted(ctx, typ, key, taskID, nil)
+}
+
+// AcquireGranted is Acquire for a task handed slots (GrantsOf: it left a
+// waiting room): the task takes those slots over instead of new ones. The
+// grants are used up whatever the outcome: a slot the rule no longer asks
+// for, or that the task cannot keep (a rate is full), goes on to the next
+// waiting task. When the type's concurrency limit is full, the key's slot
+// taken before is kept for the task's wait (DeniedError.Kept).
+func (l *Limiter) AcquireGranted(ctx context.Context, typ, key, taskID string, gs []Grant) (*Lease, error) {
 	rule, ok := l.Rule(typ)
 	if !ok || !rule.Limits() {
+		l.Drop(ctx, gs...)
 		return nil, nil
 	}
 	value, err := json.Marshal(limits.Holder{Task: taskID, Worker: l.owner})
@@ -280,7 +309,7 @@ func (l *Limiter) Acquire(ctx context.Context, typ, key, taskID string) (*Lease,
 		return nil, fmt.Errorf("encoding lease holder: %w", err)
 	}
 	lease := &Lease{l: l, typ: typ, value: value}
-	err = l.acquire(ctx, rule.ForKey(key), key, lease)
+	err = l.acquire(ctx, rule.ForKey(key), key, lease, gs)
 	if err != nil {
 		// ctx may be what ended: give the release a context of its own.
 		lease.release(context.WithoutCancel(ctx))
@@ -309,18 +338,32 @@ func (l *Limiter) waiting(typ string, d int) {
 	l.mu.Unlock()
 }
 
-func (l *Limiter) acquire(ctx context.Context, rule limits.Rule, key string, lease *Lease) error {
+func (l *Limiter) acquire(ctx context.Context, rule limits.Rule, key string, lease *Lease, gs []Grant) error {
 	value := lease.value
-	if rule.Concurrency > 0 {
-		if err := l.takeSlot(ctx, rule.Type, "", rule.Concurrency, value, lease); err != nil {
-			return err
-		}
-	}
+	// The key's slot first: a task that then finds the type's limit full
+	// keeps it while it waits in the type's room, so it waits in each
+	// room at most once.
 	if rule.KeyConcurrency > 0 && key != "" {
-		if err := l.takeSlot(ctx, rule.Type, key, rule.KeyConcurrency, value, lease); err != nil {
-			return err
+		if !l.adoptOne(ctx, gs, rule.Type, key, lease) {
+			if err := l.takeSlot(ctx, rule.Type, key, rule.KeyConcurrency, value, lease); err != nil {
+				l.Drop(ctx, gs...)
+				return err
+			}
 		}
 	}
+	if rule.Concurrency > 0 {
+		if !l.adoptOne(ctx, gs, rule.Type, "", lease) {
+			if err := l.takeSlot(ctx, rule.Type, "", rule.Concurrency, value, lease); err != nil {
+				l.Drop(ctx, gs...)
+				var d *DeniedError
+				if errors.As(err, &d) {
+					d.Kept = lease.keep()
+				}
+				return err
+			}
+		}
+	}
+	l.Drop(ctx, gs...)
 	// Rates last: a start is counted only when it happens (a token taken
 	// before a full slot would be lost; one taken by the type-wide rate
 	// before a full key rate is lost, which errs on the safe side).
@@ -357,9 +400,9 @@ func (l *Limiter) renewLoop(ctx context.Context) {
 			}
 		}
 		l.forgetRatesLocked(now)
-		for scope, t := range l.turnover {
-			if now.Sub(t.last) > turnoverForget {
-				delete(l.turnover, scope)
+		for room, at := range l.busy {
+			if now.Sub(at) > roomBusyFor {
+				delete(l.busy, room)
 			}
 		}
 		held := make([]*Lease, 0, len(l.mine))

@@ -131,9 +131,11 @@ var (
 	// Flow control, by task type (a type with a rule): per key would be
 	// unbounded, see spool-admin limits for the busiest keys.
 	flowAdmittedDesc = desc("flow_admitted_total", "Tasks a flow-control rule let run (leases taken), by task type.", "type")
-	flowBackDesc     = desc("flow_handed_back_total", "Tasks handed back for later because a flow-control limit was full, by task type and limit (concurrency, key_concurrency, rate, key_rate).", "type", "limit")
+	flowBackDesc     = desc("flow_handed_back_total", "Tasks turned away because a flow-control limit was full (a rate's handed back for later, a concurrency limit's parked in its waiting room), by task type and limit (concurrency, key_concurrency, rate, key_rate).", "type", "limit")
+	flowParkedDesc   = desc("flow_parked_total", "Tasks parked in a concurrency limit's waiting room, by task type and limit (concurrency, key_concurrency).", "type", "limit")
+	flowReleasedDesc = desc("flow_released_total", "Tasks released from the type's waiting rooms with a slot handed to them, by task type.", "type")
 	flowHeldDesc     = desc("flow_slots_held", "Tasks of the type running under a flow-control rule in this worker.", "type")
-	flowWaitingDesc  = desc("flow_waiting", "Tasks of the type waiting in this worker for a concurrency slot or a rate limit's start.", "type")
+	flowWaitingDesc  = desc("flow_waiting", "Tasks of the type waiting in this worker for a rate limit's start.", "type")
 	routerDescs      = []*prometheus.Desc{
 		desc("dlq_router_routed_total", "Tasks the DLQ router moved to the dead-letter stream."),
 		desc("dlq_router_gone_total", "MAX_DELIVERIES advisories whose task was already gone."),
@@ -155,7 +157,7 @@ func Names() []string {
 	all = append(all, byType...)
 	all = append(all, pickupDesc, runDesc, typePickupDesc, typeRunDesc, backlogDesc, oldestDesc, prioBusyDesc,
 		weightDesc, slotsDesc, slotsMaxDesc, slotsMinDesc, scaleDesc, stateDesc, infoDesc, dlqDesc,
-		flowAdmittedDesc, flowBackDesc, flowHeldDesc, flowWaitingDesc)
+		flowAdmittedDesc, flowBackDesc, flowHeldDesc, flowWaitingDesc, flowParkedDesc, flowReleasedDesc)
 	all = append(all, routerDescs...)
 	names := make([]string, 0, len(all))
 	for _, d := range all {
@@ -183,7 +185,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	for _, d := range []*prometheus.Desc{pickupDesc, runDesc, typePickupDesc, typeRunDesc, backlogDesc, oldestDesc,
 		prioBusyDesc, weightDesc, slotsDesc, slotsMaxDesc, slotsMinDesc, scaleDesc, stateDesc, infoDesc,
-		flowAdmittedDesc, flowBackDesc, flowHeldDesc, flowWaitingDesc} {
+		flowAdmittedDesc, flowBackDesc, flowHeldDesc, flowWaitingDesc, flowParkedDesc, flowReleasedDesc} {
 		ch <- d
 	}
 	if c.dlqCount != nil {
@@ -231,6 +233,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for _, limit := range flowLimits {
 			counter(flowBackDesc, fs.Denied[limit], typ, limit)
 		}
+		for _, limit := range flowLimits[:2] {
+			counter(flowParkedDesc, fs.Parked[limit], typ, limit)
+		}
+		counter(flowReleasedDesc, fs.Released, typ)
 		gauge(flowHeldDesc, float64(fs.Held), typ)
 		gauge(flowWaitingDesc, float64(fs.Waiting), typ)
 	}

@@ -170,20 +170,21 @@ func newLimitsCollector(adm *admin.Client, logger *slog.Logger) *limitsCollector
 }
 
 var (
-	limitConcDesc    = prometheus.NewDesc("spool_limit_concurrency", "Concurrency limit of a task type across the fleet (rule \"concurrency\").", []string{"type"}, nil)
-	limitRunningDesc = prometheus.NewDesc("spool_limit_running", "Concurrency slots of a task type's limit held now.", []string{"type"}, nil)
-	limitKeyConcDesc = prometheus.NewDesc("spool_limit_key_concurrency", "Per-key concurrency limit of a task type (rule \"key_concurrency\").", []string{"type"}, nil)
-	limitKeysRunDesc = prometheus.NewDesc("spool_limit_keys_running", "Per-key concurrency slots of a task type held now.", []string{"type"}, nil)
-	limitKeysActDesc = prometheus.NewDesc("spool_limit_keys_active", "Keys of a task type holding at least one slot now.", []string{"type"}, nil)
-	limitRateDesc    = prometheus.NewDesc("spool_limit_rate_per_second", "Rate limit of a task type in starts per second (rule \"rate\"; \"key_rate\" per key).", []string{"type", "scope"}, nil)
-	limitWaitingDesc = prometheus.NewDesc("spool_limit_rate_waiting", "Tasks a task type's rate limit turned away that are booked to come back (an estimate from its return queue).", []string{"type"}, nil)
-	limitNextDesc    = prometheus.NewDesc("spool_limit_rate_next_start_seconds", "Time until a task type's rate limit allows its next start; 0 when one is free (above 0 the type starts at its limit).", []string{"type"}, nil)
-	limitsUpDesc     = prometheus.NewDesc("spool_limits_up", "Whether the last read of the flow-control rules succeeded (1) or not (0).", nil, nil)
+	limitConcDesc     = prometheus.NewDesc("spool_limit_concurrency", "Concurrency limit of a task type across the fleet (rule \"concurrency\").", []string{"type"}, nil)
+	limitRunningDesc  = prometheus.NewDesc("spool_limit_running", "Concurrency slots of a task type's limit held now.", []string{"type"}, nil)
+	limitKeyConcDesc  = prometheus.NewDesc("spool_limit_key_concurrency", "Per-key concurrency limit of a task type (rule \"key_concurrency\").", []string{"type"}, nil)
+	limitKeysRunDesc  = prometheus.NewDesc("spool_limit_keys_running", "Per-key concurrency slots of a task type held now.", []string{"type"}, nil)
+	limitKeysActDesc  = prometheus.NewDesc("spool_limit_keys_active", "Keys of a task type holding at least one slot now.", []string{"type"}, nil)
+	limitRateDesc     = prometheus.NewDesc("spool_limit_rate_per_second", "Rate limit of a task type in starts per second (rule \"rate\"; \"key_rate\" per key).", []string{"type", "scope"}, nil)
+	limitWaitingDesc  = prometheus.NewDesc("spool_limit_rate_waiting", "Tasks a task type's rate limit turned away that are booked to come back (an estimate from its return queue).", []string{"type"}, nil)
+	limitSlotWaitDesc = prometheus.NewDesc("spool_limit_waiting", "Tasks of a task type waiting in its concurrency limits' waiting rooms (the type's and every key's) for a slot.", []string{"type"}, nil)
+	limitNextDesc     = prometheus.NewDesc("spool_limit_rate_next_start_seconds", "Time until a task type's rate limit allows its next start; 0 when one is free (above 0 the type starts at its limit).", []string{"type"}, nil)
+	limitsUpDesc      = prometheus.NewDesc("spool_limits_up", "Whether the last read of the flow-control rules succeeded (1) or not (0).", nil, nil)
 )
 
 func (c *limitsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{limitConcDesc, limitRunningDesc, limitKeyConcDesc, limitKeysRunDesc, limitKeysActDesc, limitRateDesc,
-		limitWaitingDesc, limitNextDesc, limitsUpDesc} {
+		limitWaitingDesc, limitSlotWaitDesc, limitNextDesc, limitsUpDesc} {
 		ch <- d
 	}
 }
@@ -212,6 +213,9 @@ func (c *limitsCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(limitKeyConcDesc, float64(u.Rule.KeyConcurrency), t)
 			gauge(limitKeysRunDesc, float64(u.KeysRunning), t)
 			gauge(limitKeysActDesc, float64(u.KeysActive), t)
+		}
+		if u.Rule.Concurrency > 0 || u.Rule.KeyConcurrency > 0 || len(u.Rule.Keys) > 0 || u.Waiting > 0 {
+			gauge(limitSlotWaitDesc, float64(u.Waiting), t)
 		}
 		if r := u.Rule.Rate; r != nil {
 			gauge(limitRateDesc, float64(time.Second)/float64(r.Interval()), t, "type")

@@ -15,7 +15,9 @@ import (
 //	kr.<type>.<key>         the rate state of one key of the type
 //	q.<type>, kq.<type>.<key>  when the next task turned away by that rate
 //	                           comes back (its queue)
-//	cq.<type>, kcq.<type>.<key>  the same for the concurrency limit
+//	cq.<type>, kcq.<type>.<key>  the same for the concurrency limit (no
+//	                             longer written: its tasks wait in its
+//	                             waiting room, see Room)
 
 // Holder is the value of a concurrency slot key: who holds it.
 type Holder struct {
@@ -104,7 +106,9 @@ func QueueKey(typ, key string) string {
 }
 
 // SlotQueueKey is the lease key of the return queue of the type's
-// concurrency limit, or of key's when key is not empty.
+// concurrency limit, or of key's when key is not empty. Workers no longer
+// write it (a task of a full concurrency limit waits in the limit's
+// waiting room, Room); keys written by earlier workers expire.
 func SlotQueueKey(typ, key string) string {
 	if key == "" {
 		return "cq." + typ

@@ -250,28 +250,15 @@ func (t *Turns) next(ctx context.Context, held string, seq uint64) (*jetstream.R
 // held sequence, and deletes the held copy. Nats-Msg-Id makes a second
 // release of it one message within the duplicate window.
 func (t *Turns) release(ctx context.Context, m *jetstream.RawStreamMsg) error {
-	target := m.Header.Get(spool.HeaderHeldTarget)
-	if target == "" {
-		return fmt.Errorf("held task %d on %s has no %s", m.Sequence, m.Subject, spool.HeaderHeldTarget)
-	}
-	h := nats.Header{}
-	for k, v := range m.Header {
-		h[k] = v
-	}
-	h.Del(spool.HeaderHeldTarget)
-	// A direct get adds the stored message's place (Nats-Subject,
-	// Nats-Sequence, ...) to its headers; the released copy must not carry
-	// the held copy's, or a direct get of it reads the held subject.
-	for _, k := range directGetHeaders {
-		h.Del(k)
+	msg, id, err := Unhold(m)
+	if err != nil {
+		return err
 	}
 	seq := strconv.FormatUint(m.Sequence, 10)
-	id := spool.TaskID(m.Header, m.Sequence)
-	h.Set(spool.HeaderTaskID, id)
-	h.Set(spool.HeaderOrderSeq, seq)
-	h.Set(spool.HeaderMsgID, id+"-turn-"+seq)
-	if _, err := t.js.PublishMsg(ctx, &nats.Msg{Subject: target, Header: h, Data: m.Data}); err != nil {
-		return fmt.Errorf("releasing held task %d to %s: %w", m.Sequence, target, err)
+	msg.Header.Set(spool.HeaderOrderSeq, seq)
+	msg.Header.Set(spool.HeaderMsgID, id+"-turn-"+seq)
+	if _, err := t.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("releasing held task %d to %s: %w", m.Sequence, msg.Subject, err)
 	}
 	return t.delete(ctx, m.Sequence)
 }

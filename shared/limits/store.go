@@ -22,6 +22,10 @@ var ErrNoRule = errors.New("no limit rule for this type")
 // in use. Workers see a change within a second (they watch the bucket).
 type Store struct {
 	rules, leases jetstream.KeyValue
+	// tasks is the task stream (its waiting rooms); nil when it could not
+	// be bound.
+	tasks jetstream.Stream
+	names spool.Names
 }
 
 // Open binds the rules and leases buckets (created by provisioning).
@@ -34,7 +38,13 @@ func Open(ctx context.Context, js jetstream.JetStream, names spool.Names) (*Stor
 	if err != nil {
 		return nil, fmt.Errorf("binding bucket %q (provision the topology first): %w", names.LeasesBucket(), err)
 	}
-	return &Store{rules: rules, leases: leases}, nil
+	// The waiting rooms are counted when the task stream is there: a
+	// store that only reads and writes rules does not need it.
+	tasks, err := js.Stream(ctx, names.TaskStream())
+	if err != nil {
+		tasks = nil
+	}
+	return &Store{rules: rules, leases: leases, tasks: tasks, names: names}, nil
 }
 
 // Put validates r and stores it under RuleKey(r.Type), replacing the rule
@@ -156,6 +166,9 @@ type Usage struct {
 	// Busiest is the keys holding the most per-key slots (at most
 	// BusiestKeys, most first, then by key).
 	Busiest []KeyUsage `json:"busiest_keys,omitempty"`
+	// Waiting is the tasks of the type waiting in its concurrency limits'
+	// waiting rooms (the type's and every key's; see Room).
+	Waiting int `json:"waiting,omitempty"`
 	// Rate is the state of the type-wide rate limit (nil without one, and
 	// on a pattern rule's row: each type has its own).
 	Rate *RateUsage `json:"rate_usage,omitempty"`
@@ -226,6 +239,7 @@ func (s *Store) Usage(ctx context.Context) ([]Usage, error) {
 			sum.Running += u.Running
 			sum.KeysRunning += u.KeysRunning
 			sum.KeysActive += u.KeysActive
+			sum.Waiting += u.Waiting
 			rows = append(rows, u)
 		}
 		out = append(append(out, sum), rows...)
@@ -259,6 +273,9 @@ func (s *Store) typeUsage(ctx context.Context, r Rule) (Usage, error) {
 		if u.Rate, err = s.rateUsage(ctx, r.Type, *r.Rate); err != nil {
 			return Usage{}, err
 		}
+	}
+	if u.Waiting, err = s.waiting(ctx, r); err != nil {
+		return Usage{}, err
 	}
 	return u, nil
 }
@@ -295,6 +312,43 @@ func (s *Store) leaseTypes(ctx context.Context, pattern string, set *Set) ([]str
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// waiting counts the tasks in the waiting rooms of r's concurrency limits,
+// from the task stream's subject counts (one request per limit).
+func (s *Store) waiting(ctx context.Context, r Rule) (int, error) {
+	if s.tasks == nil {
+		return 0, nil
+	}
+	n := 0
+	count := func(filter string, room func(subject string) bool) error {
+		info, err := s.tasks.Info(ctx, jetstream.WithSubjectFilter(filter))
+		if err != nil {
+			return fmt.Errorf("counting the tasks waiting for a slot of %q: %w", r.Type, err)
+		}
+		for subj, c := range info.State.Subjects {
+			if room(subj) {
+				n += int(c)
+			}
+		}
+		return nil
+	}
+	// Also after a limit was lowered to 0 the rooms may hold tasks until
+	// the next sweep: count them while a rule is stored.
+	if err := count(Room(s.names, r.Type, ""), func(string) bool { return true }); err != nil {
+		return 0, err
+	}
+	if r.KeyConcurrency > 0 || len(r.Keys) > 0 {
+		err := count(s.names.HeldSubject("*", r.Type), func(subj string) bool {
+			token, typ, err := s.names.ParseHeldSubject(subj)
+			key, ok := ParseRoomToken(token)
+			return err == nil && typ == r.Type && ok && key != ""
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
 }
 
 // busiest returns the BusiestKeys keys holding the most slots, decoded.

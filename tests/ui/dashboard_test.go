@@ -284,8 +284,9 @@ func TestDashboard(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#limits-form button[type="submit"]`)),
 	)
 	b.waitJS("the limit listed", `(document.querySelector('#limits-list tr[data-type="demo.sleep"]')?.textContent || "").includes("/ 3") && document.querySelector('#limits-list tr[data-type="demo.sleep"]').textContent.includes("50/1s") && document.querySelector('#limits-list tr[data-type="demo.sleep"]').textContent.includes("hold")`, 10*time.Second)
-	// Its use: no key busy, the rate below its limit (nothing ran).
-	b.waitJS("the limit's use", `document.querySelector('#limits-list tr[data-type="demo.sleep"] .rate-now').textContent === "below the limit" && document.querySelector('#limits-list tr[data-type="demo.sleep"] .busiest').textContent === "—"`, 10*time.Second)
+	// Its use: no key busy, no task waiting for a slot, the rate below
+	// its limit (nothing ran).
+	b.waitJS("the limit's use", `document.querySelector('#limits-list tr[data-type="demo.sleep"] .rate-now').textContent === "below the limit" && document.querySelector('#limits-list tr[data-type="demo.sleep"] .busiest').textContent === "—" && document.querySelector('#limits-list tr[data-type="demo.sleep"] .waiting').textContent === "0"`, 10*time.Second)
 	b.do("setting a bad limit", 10*time.Second,
 		chromedp.SendKeys(chromedp.CSS("#limits-type"), "demo.sleep"),
 		chromedp.SendKeys(chromedp.CSS("#limits-rate"), "50/soon"),

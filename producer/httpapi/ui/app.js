@@ -1009,6 +1009,7 @@
       el("td", { class: "num" }, r.concurrency ? fmtInt(u.running) + " / " + fmtInt(r.concurrency) : "—"),
       el("td", { class: "num" }, r.key_concurrency ? fmtInt(u.keys_running) + " / " + fmtInt(r.key_concurrency) + " each" : "—"),
       el("td", { class: "num" }, r.key_concurrency ? fmtInt(u.keys_active) : "—"),
+      el("td", { class: "num waiting" }, r.concurrency || r.key_concurrency || r.keys || u.waiting ? fmtInt(u.waiting || 0) : "—"),
       el("td", { class: "mono busiest" }, (u.busiest_keys || []).map((k) => k.key + " " + fmtInt(k.running)).join(", ") || "—"),
       el("td", {}, fmtRateRule(r.rate)),
       el("td", { class: "rate-now" }, fmtRateNow(u.rate_usage)),

@@ -233,10 +233,10 @@ func unblockKey(ctx context.Context, sess *session, st *limits.Store, typ, key s
 // type.
 func printUsage(w io.Writer, usage []limits.Usage) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "type\trunning / concurrency\tper-key running / limit\tbusiest keys\trate\trate now\tkey rate\tkey patterns\tordered\tfair")
+	fmt.Fprintln(tw, "type\trunning / concurrency\tper-key running / limit\twaiting for a slot\tbusiest keys\trate\trate now\tkey rate\tkey patterns\tordered\tfair")
 	for _, u := range usage {
 		r := u.Rule
-		conc, keys, busy := "-", "-", "-"
+		conc, keys, busy, waiting := "-", "-", "-", "-"
 		name := r.Type
 		switch {
 		case u.Via != "":
@@ -250,6 +250,9 @@ func printUsage(w io.Writer, usage []limits.Usage) error {
 		if r.KeyConcurrency > 0 {
 			keys = fmt.Sprintf("%d in %d keys / %d each", u.KeysRunning, u.KeysActive, r.KeyConcurrency)
 		}
+		if r.Concurrency > 0 || r.KeyConcurrency > 0 || len(r.Keys) > 0 || u.Waiting > 0 {
+			waiting = strconv.Itoa(u.Waiting)
+		}
 		if len(u.Busiest) > 0 {
 			var b []string
 			for _, k := range u.Busiest {
@@ -257,7 +260,7 @@ func printUsage(w io.Writer, usage []limits.Usage) error {
 			}
 			busy = strings.Join(b, ", ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, conc, keys, busy, rateText(r.Rate), rateNow(u.Rate), rateText(r.KeyRate), keysText(r.Keys), orderText(r.Ordered), fairText(r.Fair))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, conc, keys, waiting, busy, rateText(r.Rate), rateNow(u.Rate), rateText(r.KeyRate), keysText(r.Keys), orderText(r.Ordered), fairText(r.Fair))
 	}
 	return tw.Flush()
 }
