@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,7 +27,7 @@ import (
 // type, or of one key, than the limit (a run cut by a kill counts until
 // the kill), that no second held more starts of the paced type than its
 // rate (and reports in the fault table the fraction of the rate the paced
-// backlog reached), that no task of the ordered type (25 keys, "hold")
+// backlog reached while there was backlog, checker.RateUnderBacklog), that no task of the ordered type (25 keys, "hold")
 // started before every task enqueued before it under its key had
 // completed, and, as every fault scenario does, that nothing was lost.
 func TestFlowControlUnderCrash(t *testing.T) {
@@ -134,13 +133,17 @@ func TestFlowControlUnderCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	unfinished := 0
-	var paced []time.Time
+	var (
+		paced     []time.Time
+		pacedRuns []checker.Span
+	)
 	for _, s := range spans {
 		if s.End.IsZero() {
 			unfinished++
 		}
 		if s.Type == "fault.paced" {
 			paced = append(paced, s.Start)
+			pacedRuns = append(pacedRuns, s)
 		}
 	}
 	t.Logf("%d runs in the span log (%d cut by a kill, %d torn lines)", len(spans), unfinished, tornSpans)
@@ -220,25 +223,26 @@ func TestFlowControlUnderCrash(t *testing.T) {
 	// t+period) (limits.Rate.GCRA); the checker counts the windows [s,
 	// s+period) opening at each handler start, taken a few milliseconds
 	// after the grant, so one more than the limit is measurement jitter,
-	// not a breach. And the rate the backlog's middle 90% reached.
+	// not a breach.
 	most, _ := checker.MaxInWindow(paced, ratePeriod)
-	sort.Slice(paced, func(i, j int) bool { return paced[i].Before(paced[j]) })
-	lo, hi := paced[len(paced)/20], paced[len(paced)-1-len(paced)/20]
-	achieved := float64(len(paced)-1-2*(len(paced)/20)) / hi.Sub(lo).Seconds()
-	t.Logf("fault.paced: %d starts, most in any %s %d (limit %d), %.0f/s over the middle 90%% (limit %d/s): %.0f%% of the rate",
-		len(paced), ratePeriod, most, rate, achieved, rate, 100*achieved/rate)
 	if most > rate+1 {
 		t.Errorf("fault.paced: %d starts within %s, limit %d", most, ratePeriod, rate)
 	}
-	// The fraction of the rate reached is reported in the fault table, not
-	// asserted: it depends on when the kills fall and on the machine's load
-	// (a killed worker's waiting tasks come back only after AckWait, and a
-	// turn nobody is there to take is lost; the returns of a backlog are
-	// booked faster than the rate to cover for them). On a shared 2-core
-	// machine it swung from 49% to 87% between runs of the same code, so
-	// no floor near 90% would hold there. spool-bench measures it without
+	// And the rate reached while there was backlog: from the first start
+	// until fewer than a period's allowance of paced tasks were waiting (a
+	// task held by a killed worker until its redelivery still waits).
+	reached := checker.RateUnderBacklog(pacedRuns, nPaced, rate, ratePeriod)
+	t.Logf("fault.paced: %d starts, most in any %s %d (limit %d); %d starts in the %.1fs of backlog: %.0f%% of the rate; per %s: %v",
+		len(paced), ratePeriod, most, rate, reached.Starts, reached.To.Sub(reached.From).Seconds(), 100*reached.Fraction, ratePeriod, reached.Windows)
+	// The fraction is reported in the fault table, not asserted: on a
+	// shared 2-core machine it follows the load (a worker that wakes late
+	// for a start loses it, a worker starved of CPU takes starts late, and
+	// the tasks a killed worker held wait for their redelivery): it
+	// reached 89-95% in quiet runs, 70-86% with the consumer module's tests
+	// running beside it, and 20-69% at load averages of 20 to 50, so no
+	// floor near 90% would hold there. spool-bench measures it without
 	// faults. A limiter that stalls fails the suite's wait for every task.
-	r := report(t, "flow control (SIGKILL)"+q.label, fmt.Sprintf("%d SIGKILL; rate reached %.0f%%", fl.kills, 100*achieved/rate), start, chk, left)
+	r := report(t, "flow control (SIGKILL)"+q.label, fmt.Sprintf("%d SIGKILL; rate reached %.0f%%", fl.kills, 100*reached.Fraction), start, chk, left)
 	if r.Tasks != len(tasks) {
 		t.Errorf("%d tasks recorded, want %d", r.Tasks, len(tasks))
 	}
