@@ -52,8 +52,9 @@ func newAcks(nc *nats.Conn, timeout time.Duration, window int) *acks {
 // fields once it is open, until close.
 type batch struct {
 	id      uint64
-	flights []flight // by task index
-	waiting int      // flights in flight
+	flights []flight  // by task index
+	one     [1]flight // the flights of a batch of one (EnqueueAsync)
+	waiting int       // flights in flight
 	wake    chan struct{}
 	closed  bool // by Client.Close: publish no more
 }
@@ -96,10 +97,11 @@ func (a *acks) open(n int) (*batch, error) {
 		a.pub = pub
 	}
 	a.next++
-	b := &batch{
-		id:      a.next,
-		flights: make([]flight, n),
-		wake:    make(chan struct{}, 1),
+	b := &batch{id: a.next, wake: make(chan struct{}, 1)}
+	if n == 1 {
+		b.flights = b.one[:]
+	} else {
+		b.flights = make([]flight, n)
 	}
 	a.batches[b.id] = b
 	return b, nil

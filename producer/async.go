@@ -13,14 +13,15 @@ import (
 // Pending is a task EnqueueAsync published whose acknowledgement may still
 // be on its way. Wait gives its outcome.
 type Pending struct {
-	c       *Client
-	b       *batch
-	id      string
-	done    bool // settled when EnqueueAsync returned (res holds the outcome)
-	once    sync.Once
-	res     EnqueueResult
-	err     error
-	settled chan struct{} // closed once res and err are final
+	c    *Client
+	b    *batch
+	id   string
+	done bool // settled when EnqueueAsync returned (res holds the outcome)
+	// once settles res and err; a concurrent Wait blocks in it until
+	// they are final.
+	once sync.Once
+	res  EnqueueResult
+	err  error
 }
 
 // ID is the task's id.
@@ -39,11 +40,15 @@ func (c *Client) EnqueueAsync(ctx context.Context, task Task, opts ...EnqueueOpt
 	for _, o := range opts {
 		o(&task)
 	}
-	lookupCtx, cancel := c.withTimeout(ctx)
-	_, limit, err := c.taskStream(lookupCtx)
-	cancel()
-	if err != nil {
-		return nil, err
+	limit, ok := c.cachedLimit()
+	if !ok {
+		lookupCtx, cancel := c.withTimeout(ctx)
+		_, l, err := c.taskStream(lookupCtx)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		limit = l
 	}
 	return c.enqueueAsync(ctx, task, time.Now(), limit, nil, nil)
 }
@@ -109,7 +114,7 @@ func (c *Client) enqueueAsync(ctx context.Context, t Task, now time.Time, limit 
 		}
 		return &Pending{id: p.id}, err
 	}
-	return &Pending{c: c, b: b, id: p.id, settled: make(chan struct{})}, nil
+	return &Pending{c: c, b: b, id: p.id}, nil
 }
 
 // Wait returns the task's outcome once its acknowledgement arrived, or
@@ -126,11 +131,7 @@ func (p *Pending) Wait(ctx context.Context) (EnqueueResult, error) {
 	if p.b == nil {
 		return EnqueueResult{ID: p.id}, fmt.Errorf("task %q was not published", p.id)
 	}
-	p.once.Do(func() {
-		p.res, p.err = p.c.settleFlight(ctx, p.b)
-		close(p.settled)
-	})
-	<-p.settled
+	p.once.Do(func() { p.res, p.err = p.c.settleFlight(ctx, p.b) })
 	return p.res, p.err
 }
 

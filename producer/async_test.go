@@ -119,3 +119,40 @@ func TestEnqueueAsyncAnnouncesWithoutWait(t *testing.T) {
 		t.Fatalf("event %s: %v", m.Data, err)
 	}
 }
+
+// A client made WithEnqueuedEvents(false) stores its tasks and announces
+// none of them; another client on the same connection still does.
+func TestWithoutEnqueuedEvents(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	ctx := ctxFor(t)
+	quiet, err := producer.New(e.nc, producer.WithNames(e.names), producer.WithEnqueuedEvents(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(quiet.Close)
+	sub, err := e.nc.SubscribeSync(e.names.EventSubject(spool.EventEnqueued, spool.Normal, "*", "silent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Enqueue announces before it returns, so an event of the quiet task
+	// would reach the subscription before the loud one's: one connection
+	// keeps its publishes in order.
+	if res, err := quiet.Enqueue(ctx, producer.Task{Type: "silent", ID: "quiet-2"}); err != nil || res.Duplicate {
+		t.Fatalf("quiet enqueue: %+v, %v", res, err)
+	}
+	if _, err := e.client.Enqueue(ctx, producer.Task{Type: "silent", ID: "loud-2"}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("no enqueued event: %v", err)
+	}
+	var ev spool.Event
+	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Task.ID != "loud-2" {
+		t.Fatalf("first enqueued event %s (%v), want loud-2's", m.Data, err)
+	}
+}

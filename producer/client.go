@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,6 +26,7 @@ type Client struct {
 	logger  *slog.Logger
 	timeout time.Duration
 	acks    *acks // EnqueueBatch's publishes
+	quiet   bool  // no enqueued events (WithEnqueuedEvents)
 	retry   jsproto.Retry
 
 	mu      sync.Mutex
@@ -35,6 +37,9 @@ type Client struct {
 	cancels jetstream.KeyValue
 	wf      *workflow.Store
 	order   orderCache
+	// lastSubject is the task subject EnqueueAsync built last, which the
+	// next task most often shares.
+	lastSubject atomic.Pointer[lastSubject]
 }
 
 // New returns a client publishing on nc. It does no I/O: the task stream
@@ -66,9 +71,12 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 		acks:    newAcks(nc, o.timeout, o.window),
 		retry:   jsproto.Retry{PerTry: min(jsproto.DefaultPerTry, o.timeout)},
 	}
-	// The enqueued event goes out as the acknowledgement arrives, whether
-	// or not anybody waits for the Pending.
-	c.acks.stored = c.enqueued
+	c.quiet = o.quiet
+	if !c.quiet {
+		// The enqueued event goes out as the acknowledgement arrives,
+		// whether or not anybody waits for the Pending.
+		c.acks.stored = c.enqueued
+	}
 	return c, nil
 }
 
@@ -98,6 +106,14 @@ func (c *Client) withTimeout(ctx context.Context) (context.Context, context.Canc
 // ctx (see jsproto.Retry).
 func (c *Client) do(ctx context.Context, what string, fn func(ctx context.Context) error) error {
 	return c.retry.Do(ctx, what, fn)
+}
+
+// cachedLimit returns the largest task message, once taskStream looked
+// the stream up.
+func (c *Client) cachedLimit() (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.limit, c.tasks != nil
 }
 
 // taskStream returns the task stream and the largest message it accepts,

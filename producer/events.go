@@ -14,19 +14,13 @@ import (
 )
 
 // enqueued announces a stored task on its enqueued event subject (a core
-// publish: lost when nobody listens). A duplicate announces nothing.
+// publish: lost when nobody listens). A duplicate announces nothing, nor
+// does a client made WithEnqueuedEvents(false).
 func (c *Client) enqueued(p prepared, dup bool) {
-	if dup {
+	if dup || c.quiet {
 		return
 	}
-	target := p.msg.Subject
-	if p.scheduled {
-		target = p.msg.Header.Get(spool.HeaderScheduleTarget)
-	}
-	doc := spool.Result{ID: p.id, State: spool.StatePending, EnqueuedAt: time.Now().UTC(), TraceParent: p.msg.Header.Get(spool.HeaderTraceParent)}
-	if pr, typ, err := c.names.ParseTaskSubject(target); err == nil {
-		doc.Priority, doc.Type = pr, typ
-	}
+	doc := spool.Result{ID: p.id, Type: p.typ, Priority: p.priority, State: spool.StatePending, EnqueuedAt: time.Now().UTC(), TraceParent: p.msg.Header.Get(spool.HeaderTraceParent)}
 	if p.scheduled {
 		doc.State = spool.StateScheduled
 		at := p.processAt

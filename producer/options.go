@@ -30,6 +30,8 @@ type options struct {
 	logger  *slog.Logger
 	timeout time.Duration
 	window  int
+	// quiet: no enqueued events (WithEnqueuedEvents(false)).
+	quiet bool
 }
 
 func defaultOptions() options {
@@ -96,6 +98,21 @@ func WithPublishWindow(n int) Option {
 			return fmt.Errorf("publish window: %d must be 1 to %d", n, 1<<20)
 		}
 		o.window = n
+		return nil
+	}
+}
+
+// WithEnqueuedEvents sets whether the client announces each task it
+// stored with an enqueued event (a core publish on
+// <prefix>.events.enqueued.<priority>.<id>.<type>; see Subscribe). Default
+// true. Turn it off in a producer whose enqueued events nobody watches:
+// the event costs about as much as the task's own publish to the client
+// (its encoding) and to the server (parsing it and matching a subject
+// that is new every time), whether or not anyone listens, and a client
+// cannot tell whether anyone does. Every other event is the worker's.
+func WithEnqueuedEvents(on bool) Option {
+	return func(o *options) error {
+		o.quiet = !on
 		return nil
 	}
 }

@@ -73,6 +73,8 @@ func (t Task) PriorityOrDefault() spool.Priority {
 type prepared struct {
 	id        string
 	msg       *nats.Msg
+	priority  spool.Priority // of the task (the target's, for a scheduled one)
+	typ       string
 	uniqueKey string
 	uniqueTTL time.Duration
 	scheduled bool
@@ -87,17 +89,28 @@ type lastSubject struct {
 	subject  string
 }
 
-// taskSubject returns spool.tasks.<priority>.<type>, validating the type;
-// last, if not nil, remembers the previous answer.
+// taskSubject returns spool.tasks.<priority>.<type>, validating the type.
+// last, if not nil, remembers the previous answer; without it the client's
+// own last answer (shared by the callers of EnqueueAsync) is looked at.
 func (c *Client) taskSubject(p spool.Priority, typ string, last *lastSubject) (string, error) {
 	if last != nil && last.subject != "" && last.priority == p && last.typ == typ {
 		return last.subject, nil
 	}
-	subject, err := c.names.TaskSubject(p, typ)
-	if err == nil && last != nil {
-		*last = lastSubject{priority: p, typ: typ, subject: subject}
+	if last == nil {
+		if l := c.lastSubject.Load(); l != nil && l.priority == p && l.typ == typ {
+			return l.subject, nil
+		}
 	}
-	return subject, err
+	subject, err := c.names.TaskSubject(p, typ)
+	if err != nil {
+		return subject, err
+	}
+	if last != nil {
+		*last = lastSubject{priority: p, typ: typ, subject: subject}
+	} else {
+		c.lastSubject.Store(&lastSubject{priority: p, typ: typ, subject: subject})
+	}
+	return subject, nil
 }
 
 // prepare validates t and builds its message. now is the enqueue time,
@@ -122,8 +135,8 @@ func (c *Client) prepare(t Task, now time.Time, limit int, last *lastSubject) (p
 	if meta.ID == "" {
 		meta.ID = spool.NewID() // valid by construction
 	}
-	p.id = meta.ID
-	subject, err := c.taskSubject(t.PriorityOrDefault(), t.Type, last)
+	p.id, p.priority, p.typ = meta.ID, t.PriorityOrDefault(), t.Type
+	subject, err := c.taskSubject(p.priority, p.typ, last)
 	if err != nil {
 		return p, invalid("type", err)
 	}
@@ -136,7 +149,8 @@ func (c *Client) prepare(t Task, now time.Time, limit int, last *lastSubject) (p
 	p.scheduled = p.processAt.After(now)
 
 	var h nats.Header
-	if !p.scheduled && len(t.Headers) == 0 && meta == (spool.Meta{ID: p.id}) {
+	common := !p.scheduled && len(t.Headers) == 0 && meta == (spool.Meta{ID: p.id})
+	if common {
 		// The common task: its id (validated above) is all there is.
 		h = nats.Header{spool.HeaderMsgID: {p.id}}
 	} else {
@@ -163,8 +177,11 @@ func (c *Client) prepare(t Task, now time.Time, limit int, last *lastSubject) (p
 		// reader falls back to it (the wire contract), and a header less
 		// saves the client and the server a tenth of their work per
 		// publish. A scheduled task keeps Spool-Task-Id: the server strips
-		// Nats-Msg-Id from the message the schedule fires.
-		delete(h, spool.HeaderTaskID)
+		// Nats-Msg-Id from the message the schedule fires. (The common
+		// task's header never had it.)
+		if !common {
+			delete(h, spool.HeaderTaskID)
+		}
 	}
 	if err := spool.ValidateMsgSize(msg, limit); err != nil {
 		return p, err

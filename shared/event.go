@@ -43,19 +43,25 @@ type Event struct {
 // AppendEvent appends the JSON event of kind at at, wrapping doc, an encoded
 // result document, without decoding it.
 func AppendEvent(b []byte, kind EventKind, at time.Time, doc []byte) []byte {
-	b = append(b, `{"event":"`...)
-	b = append(b, kind...)
-	b = append(b, `","at":"`...)
-	b = AppendTime(b, at.UTC())
-	b = append(b, `","task":`...)
+	b = appendEventHead(b, kind, at)
 	b = append(b, doc...)
 	return append(b, '}')
 }
 
+// appendEventHead appends an event up to its task document.
+func appendEventHead(b []byte, kind EventKind, at time.Time) []byte {
+	b = append(b, `{"event":"`...)
+	b = append(b, kind...)
+	b = append(b, `","at":"`...)
+	b = AppendTime(b, at.UTC())
+	return append(b, `","task":`...)
+}
+
 // EncodeEvent encodes an event of kind about doc at at.
 func EncodeEvent(kind EventKind, at time.Time, doc Result) ([]byte, error) {
-	if d, ok := AppendResult(make([]byte, 0, 384), &doc); ok {
-		return AppendEvent(make([]byte, 0, len(d)+80), kind, at, d), nil
+	// One buffer: the document is encoded in place after the event's head.
+	if b, ok := AppendResult(appendEventHead(make([]byte, 0, 464), kind, at), &doc); ok {
+		return append(b, '}'), nil
 	}
 	d, err := json.Marshal(doc)
 	if err != nil {

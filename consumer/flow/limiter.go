@@ -90,7 +90,19 @@ type Limiter struct {
 	rateLocks [64]chan struct{}
 	// lines are the tasks waiting in this worker for a start of a rate
 	// key, first come first served (see takeRate).
-	lines map[string][]chan struct{}
+	lines map[string][]*waiter
+	// reserved counts, per rate key, the tasks of this worker that left
+	// its line with a start reserved and sleep until it.
+	reserved map[string]int
+	// rateLast is this worker's last write to each rate key (see
+	// reserve).
+	rateLast map[string]instant
+	// rateIdle is when this worker last saw each rate key's limit idle
+	// while a task was waiting (see reserve).
+	rateIdle map[string]time.Time
+	// ratePace is, per rate key, how long a start took this worker lately
+	// (see paceLocked).
+	ratePace map[string]time.Duration
 	// roomLocks let one releaser of a waiting room at a time in this
 	// process hand slots on (striped by the room's hash; see lockRoom).
 	roomLocks [roomLockStripes]sync.Mutex
@@ -120,6 +132,9 @@ type TypeStats struct {
 	// handed back). Tasks of a full concurrency limit wait in its waiting
 	// room on the task stream, not in a worker.
 	Waiting int
+	// LateStarts counts rate-limited starts this worker reserved and
+	// then woke too late to take (another was taken instead).
+	LateStarts uint64
 }
 
 // Config is what New needs.
@@ -171,7 +186,9 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 		tasks: tasks, names: c.Names,
 		taken: map[string]time.Time{},
 		mine:  map[*Lease]struct{}{}, stats: map[string]*TypeStats{},
-		lines: map[string][]chan struct{}{}, busy: map[string]time.Time{},
+		lines: map[string][]*waiter{}, busy: map[string]time.Time{},
+		rateLast: map[string]instant{}, rateIdle: map[string]time.Time{},
+		reserved: map[string]int{}, ratePace: map[string]time.Duration{},
 	}
 	for i := range l.rateLocks {
 		l.rateLocks[i] = make(chan struct{}, 1)
@@ -382,6 +399,7 @@ func (l *Limiter) renewLoop(ctx context.Context) {
 				delete(l.taken, k)
 			}
 		}
+		l.forgetRatesLocked(now)
 		for room, at := range l.busy {
 			if now.Sub(at) > roomBusyFor {
 				delete(l.busy, room)

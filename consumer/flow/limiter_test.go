@@ -3,6 +3,7 @@ package flow_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -329,4 +330,68 @@ func TestRateLineFirstComeFirstServed(t *testing.T) {
 		t.Errorf("all %d tasks started within the wait at 5/s", n)
 	}
 	t.Logf("started in order %v of %d; most waiting at once %d", started, n, most.Load())
+}
+
+// Two workers, each with a dozen tasks arriving at once for one fast rate
+// (10 per 100ms, a start every 10.5ms): the heads write the starts due
+// within 50ms ahead, up to five in one write, for themselves and the
+// tasks behind them. Every task that is not handed back starts once, and
+// no window of a period holds more starts than the limit (three more are
+// the jitter between the allowed moment and Acquire's return on a loaded
+// machine, a start written at once being taken when the write returns;
+// starts written twice would put nearly twice the limit in one).
+func TestRateStartsWrittenAhead(t *testing.T) {
+	t.Parallel()
+	e := streamstest.Start(t, streams.Settings{})
+	const limit, period = 10, 100 * time.Millisecond
+	putRule(t, e, limits.Rule{Type: "fast", Rate: &limits.Rate{Limit: limit, Period: limits.Duration(period)}})
+	ctx := streamstest.Context(t)
+	const perWorker = 12
+	var (
+		mu     sync.Mutex
+		starts []time.Time
+		denied atomic.Int32
+		wg     sync.WaitGroup
+	)
+	for _, name := range []string{"a", "b"} {
+		l := newLimiter(t, e, name, time.Second)
+		defer l.Close()
+		for i := range perWorker {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := l.Acquire(ctx, "fast", "", fmt.Sprint(name, i))
+				var d *flow.DeniedError
+				switch {
+				case err == nil:
+					mu.Lock()
+					starts = append(starts, time.Now())
+					mu.Unlock()
+				case errors.As(err, &d):
+					denied.Add(1)
+				default:
+					t.Errorf("task %s%d: %v", name, i, err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if len(starts)+int(denied.Load()) != 2*perWorker {
+		t.Fatalf("%d started and %d denied of %d", len(starts), denied.Load(), 2*perWorker)
+	}
+	if len(starts) < limit {
+		t.Errorf("only %d of %d tasks started", len(starts), 2*perWorker)
+	}
+	slices.SortFunc(starts, time.Time.Compare)
+	most := 0
+	for i, j := 0, 0; i < len(starts); i++ {
+		for j < len(starts) && starts[j].Sub(starts[i]) < period {
+			j++
+		}
+		most = max(most, j-i)
+	}
+	if most > limit+3 {
+		t.Errorf("%d starts in a window of %s, limit %d", most, period, limit)
+	}
+	t.Logf("%d started, %d handed back, most in a window of %s %d", len(starts), denied.Load(), period, most)
 }

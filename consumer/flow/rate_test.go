@@ -9,19 +9,23 @@ import (
 	"github.com/spoolq/spool/shared/limits"
 )
 
+// boundRates are the rates whose window bound the simulations check.
+var boundRates = []limits.Rate{
+	{Limit: 50, Period: limits.Duration(time.Second)},
+	{Limit: 200, Period: limits.Duration(time.Second)},
+	{Limit: 1, Period: limits.Duration(time.Second)},
+	{Limit: 7, Period: limits.Duration(time.Second)},
+	{Limit: 1000, Period: limits.Duration(time.Minute)},
+	{Limit: 50, Period: limits.Duration(time.Second), Burst: 5},
+}
+
 // TestGCRAWindowBound drives the rate arithmetic with a simulated clock
 // and workers that wake late for their turns (up to 4 intervals, with
 // idle spells): no half-open window [t, t+period) ever holds more starts than
 // the limit (Limit+Burst−1 with a burst), and a worker late by less than
 // the slack loses no start to it.
 func TestGCRAWindowBound(t *testing.T) {
-	for _, r := range []limits.Rate{
-		{Limit: 50, Period: limits.Duration(time.Second)},
-		{Limit: 1, Period: limits.Duration(time.Second)},
-		{Limit: 7, Period: limits.Duration(time.Second)},
-		{Limit: 1000, Period: limits.Duration(time.Minute)},
-		{Limit: 50, Period: limits.Duration(time.Second), Burst: 5},
-	} {
+	for _, r := range boundRates {
 		iv, tol := r.GCRA()
 		period := time.Duration(r.Period)
 		rng := rand.New(rand.NewPCG(1, uint64(r.Limit)))
@@ -85,13 +89,6 @@ func TestGCRASlackAbsorbsLateWakeUps(t *testing.T) {
 	// lateness per start.
 }
 
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
 // mostInWindow counts the most starts in any half-open window [s, s+w)
 // that opens at a start (the checker's definition).
 func mostInWindow(starts []time.Time, w time.Duration) int {
@@ -105,4 +102,78 @@ func mostInWindow(starts []time.Time, w time.Duration) int {
 		most = max(most, j-i)
 	}
 	return most
+}
+
+// TestReserveAheadWindowBound drives reserve's arithmetic with a
+// simulated clock: three workers write starts up to reserveAhead before
+// they are due, sleep until they are allowed and wake late by up to twice
+// the tolerance (with idle spells); a start is taken only when its worker
+// wakes by the reservation's end, else it is lost and the worker reserves
+// again. No half-open window [t, t+period) ever holds more starts than
+// the limit (Limit+Burst−1 with a burst), and workers that wake on time
+// lose no start.
+func TestReserveAheadWindowBound(t *testing.T) {
+	for _, r := range boundRates {
+		iv, tol := r.GCRA()
+		period := time.Duration(r.Period)
+		for _, maxLate := range []time.Duration{0, 2 * tol} {
+			rng := rand.New(rand.NewPCG(3, uint64(r.Limit)))
+			now := time.Unix(1_000_000, 0)
+			stored := time.Time{}
+			// wake is when each worker next acts; until its reservation's
+			// end (zero: none).
+			wake := []time.Time{now, now, now}
+			until := make([]time.Time, len(wake))
+			var starts []time.Time
+			lost := 0
+			for len(starts) < 20*r.Limit {
+				w := 0
+				for i := range wake {
+					if wake[i].Before(wake[w]) {
+						w = i
+					}
+				}
+				now = wake[w]
+				if !until[w].IsZero() {
+					if now.After(until[w]) {
+						lost++
+					} else {
+						starts = append(starts, now)
+					}
+					until[w] = time.Time{}
+					if maxLate > 0 && rng.IntN(100) == 0 {
+						now = now.Add(time.Duration(rng.Int64N(int64(2 * period)))) // idle spell
+					}
+					wake[w] = now
+					continue
+				}
+				tat, next, wait := reserveStep(stored, now, iv, tol)
+				if wait > reserveAhead {
+					wake[w] = now.Add(wait - reserveAhead)
+					continue
+				}
+				stored = next
+				if wait <= 0 {
+					starts = append(starts, now) // the write is the start
+					continue
+				}
+				until[w] = tat
+				late := time.Duration(0)
+				if maxLate > 0 {
+					late = time.Duration(rng.Int64N(int64(maxLate) + 1))
+				}
+				wake[w] = tat.Add(-tol + late)
+			}
+			most := mostInWindow(starts, period)
+			if bound := r.Limit + r.BurstOrOne() - 1; most > bound {
+				t.Errorf("%+v, late up to %s: %d starts in a window of %s, bound %d", r, maxLate, most, period, bound)
+			}
+			if maxLate == 0 && lost > 0 {
+				t.Errorf("%+v on time: %d reserved starts lost", r, lost)
+			}
+			if maxLate == 0 && r.Burst == 0 && most != r.Limit {
+				t.Errorf("%+v on time: most %d in a window of %s, want the limit %d", r, most, period, r.Limit)
+			}
+		}
+	}
 }

@@ -197,9 +197,11 @@ type RateUsage struct {
 
 // ReturnSpacing is the spacing of the returns a rate limit books for the
 // tasks it turns away (q. and kq. keys), in percent of the limit's
-// interval: a backlog comes back a little faster than the rate, so a turn
-// whose task is not there (its worker was killed, its schedule fired late)
-// is taken by another.
+// interval, while a worker sees the limit go idle with tasks waiting (for
+// 10s after): a backlog then comes back a little faster than the rate, so a
+// turn whose task is not there (its worker was killed, its schedule fired
+// late) is taken by another. Otherwise returns are booked one interval
+// apart.
 const ReturnSpacing = 80
 
 // Usage counts the leases held for every rule. Slots of a killed worker
@@ -390,11 +392,12 @@ func (s *Store) rateUsage(ctx context.Context, typ string, r Rate) (*RateUsage, 
 	if err != nil {
 		return nil, err
 	}
-	// Returns are booked from the limit's next start on, one every qiv;
-	// back is when the next one would be.
+	// Returns are booked from the limit's next start on, about one an
+	// interval (ReturnSpacing of it while turns go unused); back is when
+	// the next one would be.
 	from := now.Add(u.NextStart)
-	if qiv := iv * ReturnSpacing / 100; qiv > 0 && back.After(from) {
-		u.Waiting = int((back.Sub(from) + qiv/2) / qiv)
+	if iv > 0 && back.After(from) {
+		u.Waiting = int((back.Sub(from) + iv/2) / iv)
 	}
 	return u, nil
 }

@@ -232,3 +232,79 @@ func KeyOrder(spans []Span, key func(Span) string, index func(Span) int) []Order
 	}
 	return out
 }
+
+// BacklogRate is the rate a backlog of rate-limited tasks reached (see
+// RateUnderBacklog).
+type BacklogRate struct {
+	// From is the first start; To the moment the backlog fell below one
+	// period's allowance (zero when it never held that much).
+	From, To time.Time
+	// Starts counts the runs started in [From, To) (a run again of a
+	// task, and a run cut by a kill, took a start too).
+	Starts int
+	// Fraction is Starts over what the limit allows in [From, To).
+	Fraction float64
+	// Windows are the starts in each whole period from From on, the
+	// last one ending by To.
+	Windows []int
+}
+
+// RateUnderBacklog measures the rate that a backlog of tasks limited to
+// limit starts per period reached while there was backlog: runs are every
+// run of the tasks (tasks of them, all enqueued before the first start),
+// and the span goes from the first start until fewer than limit tasks were
+// waiting. A task waits
+// until the start of its first run that ended (a run cut by a kill did
+// not; its task still waits for its redelivery), so the span ends when at
+// most limit−1 tasks had not yet started the run that completed them:
+// until then, a whole period's allowance of tasks was there to start
+// (some held by a killed worker until their redelivery, which the rate
+// pays for).
+func RateUnderBacklog(runs []Span, tasks, limit int, period time.Duration) BacklogRate {
+	var r BacklogRate
+	if len(runs) == 0 || limit < 1 || tasks < limit {
+		return r
+	}
+	starts := make([]time.Time, 0, len(runs))
+	done := map[string]time.Time{}
+	for _, s := range runs {
+		starts = append(starts, s.Start)
+		if s.End.IsZero() {
+			continue
+		}
+		if d, ok := done[s.ID]; !ok || s.Start.Before(d) {
+			done[s.ID] = s.Start
+		}
+	}
+	sort.Slice(starts, func(i, j int) bool { return starts[i].Before(starts[j]) })
+	r.From = starts[0]
+	left := make([]time.Time, 0, len(done))
+	for _, d := range done {
+		left = append(left, d)
+	}
+	sort.Slice(left, func(i, j int) bool { return left[i].Before(left[j]) })
+	// The backlog falls below limit when the (tasks−limit+1)-th task
+	// starts its completing run; tasks that never completed keep it up.
+	if i := tasks - limit; i < len(left) {
+		r.To = left[i]
+	} else {
+		r.To = starts[len(starts)-1]
+	}
+	if !r.To.After(r.From) {
+		r.To = time.Time{}
+		return r
+	}
+	r.Windows = make([]int, r.To.Sub(r.From)/period)
+	for _, s := range starts {
+		if !s.Before(r.To) {
+			break
+		}
+		r.Starts++
+		if k := int(s.Sub(r.From) / period); k < len(r.Windows) {
+			r.Windows[k]++
+		}
+	}
+	allowed := float64(limit) * r.To.Sub(r.From).Seconds() / period.Seconds()
+	r.Fraction = float64(r.Starts) / allowed
+	return r
+}

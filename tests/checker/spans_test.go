@@ -2,6 +2,7 @@ package checker_test
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 	"time"
 
@@ -86,5 +87,45 @@ func TestKeyOrder(t *testing.T) {
 		if len(got) != len(tc.want) || len(got) > 0 && got[0] != tc.want[0] {
 			t.Errorf("%s: breaches %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// The rate under backlog counts the starts from the first until fewer
+// than a period's allowance of tasks waited (a task waits until its run
+// that ended starts; a run cut by a kill counts as a start but not as the
+// task's), per whole period and in all.
+func TestRateUnderBacklog(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	var runs []checker.Span
+	run := func(id string, ms int, ended bool) {
+		s := checker.Span{ID: id, Start: at(ms)}
+		if ended {
+			s.End = at(ms + 1)
+		}
+		runs = append(runs, s)
+	}
+	// 8 tasks at 2 per second: a..f start 500ms apart from 0, g's first
+	// run (at 1250) is cut by a kill and it runs again at 3500, h at 4000.
+	for i, id := range []string{"a", "b", "c", "d", "e", "f"} {
+		run(id, 500*i, true)
+	}
+	run("g", 1250, false)
+	run("g", 3500, true)
+	run("h", 4000, true)
+	r := checker.RateUnderBacklog(runs, 8, 2, time.Second)
+	// Fewer than 2 wait once the 7th task (g, at 3500) starts its
+	// completing run: the backlog is [0, 3500).
+	if !r.From.Equal(at(0)) || !r.To.Equal(at(3500)) {
+		t.Fatalf("backlog from %s to %s, want 0 to 3500ms", r.From.Sub(t0), r.To.Sub(t0))
+	}
+	if r.Starts != 7 || fmt.Sprint(r.Windows) != "[2 3 2]" {
+		t.Errorf("%d starts, windows %v; want 7, [2 3 2]", r.Starts, r.Windows)
+	}
+	if want := 7 / 7.0; r.Fraction != want {
+		t.Errorf("fraction %v, want %v", r.Fraction, want)
+	}
+	if r := checker.RateUnderBacklog(runs, 8, 9, time.Second); !r.To.IsZero() || r.Starts != 0 {
+		t.Errorf("a backlog below the limit measured %+v", r)
 	}
 }

@@ -91,7 +91,8 @@ func TestControlsUnderKills(t *testing.T) {
 			typePaused = false
 		}
 		if producing || round < 30 {
-			p := spool.Priorities[rand.IntN(len(spool.Priorities))]
+			pi := rand.IntN(len(spool.Priorities))
+			p := spool.Priorities[pi]
 			if _, err := adm.PausePriority(ctx, p, time.Now().Add(time.Minute)); err != nil {
 				t.Fatalf("pausing %s: %v", p, err)
 			}
@@ -106,12 +107,26 @@ func TestControlsUnderKills(t *testing.T) {
 				typePaused = true
 				typePauses++
 			}
-			// Cancel a few tasks, queued or running.
-			for range 3 {
-				id := tasks[rand.IntN(n)].ID
+			// Cancel a few tasks, queued or running: up to 3 of at most 12
+			// tries, most of them among the last 100 enqueued and of the
+			// priority just paused, whose queued tasks do not start
+			// meanwhile. (When the workers keep up with the producer, as
+			// they do under soak's fsync per write, a task enqueued earlier
+			// has most likely finished.)
+			for try, hits := 0, 0; try < 12 && hits < 3; try++ {
+				i := rand.IntN(n)
+				if sent := int(gen.Sent.Load()); try%4 != 3 && sent > 0 {
+					i = max(0, sent-1-rand.IntN(min(sent, 100)))
+					i += pi - i%len(spool.Priorities)
+					if i >= n {
+						continue
+					}
+				}
+				id := tasks[i].ID
 				_, err := client.Cancel(ctx, id, producer.CancelBy("faults"))
 				switch {
 				case err == nil:
+					hits++
 					mu.Lock()
 					cancelled[id] = time.Now()
 					mu.Unlock()

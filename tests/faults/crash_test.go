@@ -20,15 +20,18 @@ func TestWorkerCrash(t *testing.T) {
 		workers   = 3
 		killEvery = 300 * time.Millisecond
 	)
-	n := scale(20_000)
+	// The same count under soak, where the tasks run on an R3 cluster
+	// with fsync on every node (startQueue) at a tenth of the pace; the
+	// kills keep their rate, so the soak's faults grow with its time.
+	n := 20_000
 	start := time.Now()
-	// The server does not fail here, so fsync per write (60% of the run
-	// time) proves nothing; the soak keeps the durable setting.
-	srv := startServer(t, t.TempDir(), 0, soak())
-	nc := connect(t, srv.url, "faults-crash")
-	js := provision(t, nc, settings(1))
+	// One server in the bounded run; under soak an R3 cluster with
+	// sync_interval: always (startQueue).
+	q := startQueue(t, "crash")
+	nc := connect(t, q.url, "faults-crash")
+	js := provision(t, nc, q.settings)
 	chk := checker.New()
-	fl := newFleet(t, srv.url, chk, "SPOOL_CONCURRENCY=16")
+	fl := newFleet(t, q.url, chk, "SPOOL_CONCURRENCY=16")
 	for range workers {
 		fl.start()
 	}
@@ -40,8 +43,8 @@ func TestWorkerCrash(t *testing.T) {
 	gen := &loadGen{client: client, chk: chk}
 	tasks, values := tasksFor(t, "crash", n)
 
-	// Under soak the tasks are durable (fsync per write) and five times as
-	// many, with the same kill rate: give the run time in proportion.
+	// Under soak the tasks are durable (fsync per write on three nodes):
+	// give the run five times the time.
 	ctx := ctxFor(t, time.Duration(scale(4))*time.Minute)
 	produced := make(chan error, 1)
 	go func() { produced <- gen.enqueue(ctx, tasks, values, 500, 0) }()
@@ -58,7 +61,7 @@ func TestWorkerCrash(t *testing.T) {
 	collect(t, js, chk)
 	lines, torn := fl.readLogs()
 	t.Logf("%d execution lines, %d torn by SIGKILL, %d workers started", lines, torn, workers+fl.kills)
-	r := report(t, "worker crash (SIGKILL)", fmt.Sprintf("%d SIGKILL", fl.kills), start, chk, left)
+	r := report(t, "worker crash (SIGKILL)"+q.label, fmt.Sprintf("%d SIGKILL", fl.kills), start, chk, left)
 	if len(left) > 0 {
 		t.Errorf("no server fault here, yet %d acknowledged tasks were left in the task stream", len(left))
 	}

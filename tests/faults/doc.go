@@ -7,6 +7,8 @@
 // or stuck, and duplicate executions are counted with their cause.
 //
 // `make test` runs every scenario at its bounded size; `make soak` sets
-// SPOOL_SOAK=1, which multiplies task counts and fault rounds. The suite
+// SPOOL_SOAK=1, which multiplies task counts and fault rounds and runs the
+// worker-crash, flow-control and election scenarios on a 3-node cluster
+// with sync_interval: always and everything at R3. The suite
 // prints one table at the end of the package run.
 package faults

@@ -55,12 +55,13 @@ func streamLeaderOf(ctx context.Context, js jetstream.JetStream, stream string) 
 	return clusterLeader(s.CachedInfo().Cluster)
 }
 
-// electionCluster starts a 3-node cluster with everything at R3 (no
-// fsync: these tests are about elections, not power loss) and provisions
-// it.
+// electionCluster starts a 3-node cluster with everything at R3 and
+// provisions it. The bounded run skips fsync (these tests are about
+// elections, not power loss); the soak keeps sync_interval: always, the
+// durable deployment the guarantees are stated for.
 func electionCluster(t *testing.T) (*embedded.Cluster, string, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	c, err := embedded.StartCluster(3, embedded.Options{Name: "elect", StoreDir: t.TempDir()})
+	c, err := embedded.StartCluster(3, embedded.Options{Name: "elect", StoreDir: t.TempDir(), SyncAlways: soak()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func TestElectionWaits(t *testing.T) {
 	fl.stopAll(30 * time.Second)
 	collect(t, js, chk)
 	fl.readLogs()
-	r := report(t, "elections, 10 Waits each", fmt.Sprintf("%d kills of each of 3 leaders", rounds), start, chk, nil)
+	r := report(t, "elections, 10 Waits each"+soakSync(), fmt.Sprintf("%d kills of each of 3 leaders", rounds), start, chk, nil)
 	if r.DuplicateExecutions > 0 {
 		t.Errorf("%d executions ran again, with no worker process lost: %v", r.DuplicateExecutions, r.DupCauses)
 	}
@@ -161,10 +162,15 @@ func TestElectionLoad(t *testing.T) {
 		at    time.Time
 	}
 	var kills []kill
-	for range rounds {
-		for _, f := range electionFaults {
-			// Each kill under load: 1,000 more completions first.
-			completions.await(t, completions.count()+1_000)
+	// Each kill under load: 1,000 more completions first, but no later
+	// than its share of the run (under soak's rounds the kills and the
+	// elections after them outpace the steps of 1,000: completions are
+	// never waited for past the last task).
+	total := rounds * len(electionFaults)
+	for round := range rounds {
+		for i, f := range electionFaults {
+			k := round*len(electionFaults) + i
+			completions.await(t, min(completions.count()+1_000, (k+1)*n/(total+1)))
 			at, _ := loseLeader(t, ctx, c, f.name, func(ctx context.Context) (string, error) { return f.leader(ctx, c, js) })
 			kills = append(kills, kill{f.name, at})
 		}
@@ -175,7 +181,7 @@ func TestElectionLoad(t *testing.T) {
 	for _, k := range kills {
 		t.Logf("%s leader killed: completions stopped for %s", k.fault, longestGap(done, k.at, 15*time.Second).Round(time.Millisecond))
 	}
-	r := report(t, "elections under load (3 nodes, R3)", fmt.Sprintf("%d kills of each of 3 leaders", rounds), start, chk, left)
+	r := report(t, "elections under load (3 nodes, R3"+soakSync()+")", fmt.Sprintf("%d kills of each of 3 leaders", rounds), start, chk, left)
 	if r.Completed != r.Tasks || r.Tasks != n {
 		t.Errorf("%d of %d tasks completed (%d recorded); dead: %s", r.Completed, n, r.Tasks, r.DeadSummary())
 	}
@@ -202,11 +208,13 @@ type electionLoad struct {
 
 // startElectionLoad starts an election cluster, two worker processes of
 // 16 slots and a producer of 20,000 tasks (ids <prefix>-<i>) at about
-// 1,000 a second, so that it runs across the faults; five times the tasks
-// under soak, and the time (5 minutes) in proportion.
+// 1,000 a second, so that it runs across the faults; under soak five
+// times the time (5 minutes) for the fsyncs and the rounds.
 func startElectionLoad(t *testing.T, prefix string) *electionLoad {
 	t.Helper()
-	l := &electionLoad{n: scale(20_000), start: time.Now(), chk: checker.New(), produced: make(chan error, 1)}
+	// The same count under soak, where the cluster fsyncs every write
+	// (electionCluster); the soak multiplies the elections instead.
+	l := &electionLoad{n: 20_000, start: time.Now(), chk: checker.New(), produced: make(chan error, 1)}
 	var url string
 	l.c, url, l.nc, l.js = electionCluster(t)
 	var client *producer.Client
@@ -269,7 +277,7 @@ func TestElectionWorkerKill(t *testing.T) {
 	for _, at := range kills {
 		t.Logf("worker and node killed: completions stopped for %s", longestGap(done, at, 15*time.Second).Round(time.Millisecond))
 	}
-	r := report(t, "worker SIGKILL with the results and task stream leader (3 nodes, R3)", fmt.Sprintf("%d kills of a worker and a node", rounds), start, chk, left)
+	r := report(t, "worker SIGKILL with the results and task stream leader (3 nodes, R3"+soakSync()+")", fmt.Sprintf("%d kills of a worker and a node", rounds), start, chk, left)
 	if r.Completed != r.Tasks || r.Tasks != n {
 		t.Errorf("%d of %d tasks completed (%d recorded); dead: %s", r.Completed, n, r.Tasks, r.DeadSummary())
 	}

@@ -60,6 +60,32 @@ func startServer(t testing.TB, store string, port int, syncAlways bool) *serverH
 	return h
 }
 
+// queue is where a scenario without server faults runs its tasks.
+type queue struct {
+	url      string
+	settings streams.Settings
+	label    string // appended to the scenario's row in the fault table
+}
+
+// startQueue starts the servers of a scenario whose faults are in the
+// workers, not the servers: one embedded server (no fsync: the server does
+// not fail, so fsync would prove nothing) in the bounded run; under soak a
+// 3-node cluster with sync_interval: always and every stream, consumer and
+// bucket at R3, the durable deployment the guarantees are stated for.
+func startQueue(t testing.TB, name string) queue {
+	t.Helper()
+	if !soak() {
+		srv := startServer(t, t.TempDir(), 0, false)
+		return queue{url: srv.url, settings: settings(1)}
+	}
+	c, err := embedded.StartCluster(3, embedded.Options{Name: name, StoreDir: t.TempDir(), SyncAlways: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Shutdown)
+	return queue{url: c.ClientURLs(), settings: settings(3), label: " R3 SyncAlways"}
+}
+
 // serverHandle is a single embedded server that can be stopped and
 // restarted on the same port and store.
 type serverHandle struct {

@@ -169,10 +169,18 @@ func (f *fleet) stopAll(timeout time.Duration) {
 		case <-deadline.C:
 			f.t.Fatalf("worker %s did not stop within %s after SIGTERM\n%s", p.pid, timeout, f.tail(p))
 		}
-		if p.waitErr != nil {
+		if p.waitErr != nil && !termBeforeMain(p.cmd.ProcessState) {
 			f.t.Errorf("worker %s exited with %v\n%s", p.pid, p.waitErr, f.tail(p))
 		}
 	}
+}
+
+// termBeforeMain reports a worker that SIGTERM ended by the signal's
+// default action: one started just before stopAll, stopped before its main
+// installed the handler (its first statement), so it ran nothing.
+func termBeforeMain(ps *os.ProcessState) bool {
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGTERM
 }
 
 // checkAlive fails the test for every worker that ended without being

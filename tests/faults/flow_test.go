@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,7 +27,7 @@ import (
 // type, or of one key, than the limit (a run cut by a kill counts until
 // the kill), that no second held more starts of the paced type than its
 // rate (and reports in the fault table the fraction of the rate the paced
-// backlog reached), that no task of the ordered type (25 keys, "hold")
+// backlog reached while there was backlog, checker.RateUnderBacklog), that no task of the ordered type (25 keys, "hold")
 // started before every task enqueued before it under its key had
 // completed, and, as every fault scenario does, that nothing was lost.
 func TestFlowControlUnderCrash(t *testing.T) {
@@ -43,11 +42,14 @@ func TestFlowControlUnderCrash(t *testing.T) {
 		ratePeriod = time.Second
 		orderKeys  = 25
 	)
-	nLimited, nPaced, nFree, nOrdered := scale(4_000), scale(500), scale(15_500), scale(1_000)
+	// The same counts under soak, where the tasks run on an R3 cluster
+	// with fsync on every node (startQueue) at a tenth of the pace; the
+	// kills keep their rate, so the soak's faults grow with its time.
+	nLimited, nPaced, nFree, nOrdered := 4_000, 500, 15_500, 1_000
 	start := time.Now()
-	srv := startServer(t, t.TempDir(), 0, soak())
-	nc := connect(t, srv.url, "faults-flow")
-	js := provision(t, nc, settings(1))
+	q := startQueue(t, "flow")
+	nc := connect(t, q.url, "faults-flow")
+	js := provision(t, nc, q.settings)
 	ctx := ctxFor(t, time.Duration(scale(4))*time.Minute)
 	store, err := limits.Open(ctx, js, names)
 	if err != nil {
@@ -64,7 +66,7 @@ func TestFlowControlUnderCrash(t *testing.T) {
 	}
 	chk := checker.New()
 	spanLog := filepath.Join(t.TempDir(), "spans.log")
-	fl := newFleet(t, srv.url, chk, fmt.Sprintf("SPOOL_CONCURRENCY=%d", slots), "SPOOL_FAULT_SPAN_LOG="+spanLog)
+	fl := newFleet(t, q.url, chk, fmt.Sprintf("SPOOL_CONCURRENCY=%d", slots), "SPOOL_FAULT_SPAN_LOG="+spanLog)
 	for range workers {
 		fl.start()
 	}
@@ -106,7 +108,15 @@ func TestFlowControlUnderCrash(t *testing.T) {
 	produced := make(chan error, 1)
 	go func() { produced <- gen.enqueue(ctx, tasks, values, 500, 0) }()
 
-	killedAt := fl.killUntilDone(ctx, produced, killEvery, func(ctx context.Context) error { return idleFlow(ctx, js) })
+	// On the soak's R3 cluster with fsync a task takes about twenty times
+	// as long; at the bounded run's kill rate a worker lived little longer
+	// than it took to start (1,363 kills in 13 minutes), and a task ran
+	// out of its 10 deliveries. Kill four times less often there.
+	every := killEvery
+	if q.label != "" {
+		every *= 4
+	}
+	killedAt := fl.killUntilDone(ctx, produced, every, func(ctx context.Context) error { return idleFlow(ctx, js) })
 	left := settle(t, ctx, js, time.Minute)
 	fl.stopAll(30 * time.Second)
 
@@ -123,13 +133,17 @@ func TestFlowControlUnderCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	unfinished := 0
-	var paced []time.Time
+	var (
+		paced     []time.Time
+		pacedRuns []checker.Span
+	)
 	for _, s := range spans {
 		if s.End.IsZero() {
 			unfinished++
 		}
 		if s.Type == "fault.paced" {
 			paced = append(paced, s.Start)
+			pacedRuns = append(pacedRuns, s)
 		}
 	}
 	t.Logf("%d runs in the span log (%d cut by a kill, %d torn lines)", len(spans), unfinished, tornSpans)
@@ -209,25 +223,26 @@ func TestFlowControlUnderCrash(t *testing.T) {
 	// t+period) (limits.Rate.GCRA); the checker counts the windows [s,
 	// s+period) opening at each handler start, taken a few milliseconds
 	// after the grant, so one more than the limit is measurement jitter,
-	// not a breach. And the rate the backlog's middle 90% reached.
+	// not a breach.
 	most, _ := checker.MaxInWindow(paced, ratePeriod)
-	sort.Slice(paced, func(i, j int) bool { return paced[i].Before(paced[j]) })
-	lo, hi := paced[len(paced)/20], paced[len(paced)-1-len(paced)/20]
-	achieved := float64(len(paced)-1-2*(len(paced)/20)) / hi.Sub(lo).Seconds()
-	t.Logf("fault.paced: %d starts, most in any %s %d (limit %d), %.0f/s over the middle 90%% (limit %d/s): %.0f%% of the rate",
-		len(paced), ratePeriod, most, rate, achieved, rate, 100*achieved/rate)
 	if most > rate+1 {
 		t.Errorf("fault.paced: %d starts within %s, limit %d", most, ratePeriod, rate)
 	}
-	// The fraction of the rate reached is reported in the fault table, not
-	// asserted: it depends on when the kills fall and on the machine's load
-	// (a killed worker's waiting tasks come back only after AckWait, and a
-	// turn nobody is there to take is lost; the returns of a backlog are
-	// booked faster than the rate to cover for them). On a shared 2-core
-	// machine it swung from 49% to 87% between runs of the same code, so
-	// no floor near 90% would hold there. spool-bench measures it without
+	// And the rate reached while there was backlog: from the first start
+	// until fewer than a period's allowance of paced tasks were waiting (a
+	// task held by a killed worker until its redelivery still waits).
+	reached := checker.RateUnderBacklog(pacedRuns, nPaced, rate, ratePeriod)
+	t.Logf("fault.paced: %d starts, most in any %s %d (limit %d); %d starts in the %.1fs of backlog: %.0f%% of the rate; per %s: %v",
+		len(paced), ratePeriod, most, rate, reached.Starts, reached.To.Sub(reached.From).Seconds(), 100*reached.Fraction, ratePeriod, reached.Windows)
+	// The fraction is reported in the fault table, not asserted: on a
+	// shared 2-core machine it follows the load (a worker that wakes late
+	// for a start loses it, a worker starved of CPU takes starts late, and
+	// the tasks a killed worker held wait for their redelivery): it
+	// reached 89-95% in quiet runs, 70-86% with the consumer module's tests
+	// running beside it, and 20-69% at load averages of 20 to 50, so no
+	// floor near 90% would hold there. spool-bench measures it without
 	// faults. A limiter that stalls fails the suite's wait for every task.
-	r := report(t, "flow control (SIGKILL)", fmt.Sprintf("%d SIGKILL; rate reached %.0f%%", fl.kills, 100*achieved/rate), start, chk, left)
+	r := report(t, "flow control (SIGKILL)"+q.label, fmt.Sprintf("%d SIGKILL; rate reached %.0f%%", fl.kills, 100*reached.Fraction), start, chk, left)
 	if r.Tasks != len(tasks) {
 		t.Errorf("%d tasks recorded, want %d", r.Tasks, len(tasks))
 	}

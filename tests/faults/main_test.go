@@ -69,6 +69,15 @@ func (s suite) Run() int {
 // soak reports whether the long soak sizes are asked for (make soak).
 func soak() bool { return os.Getenv("SPOOL_SOAK") != "" }
 
+// soakSync is the fault table's note on the election clusters' durable
+// setting: sync_interval: always under soak only.
+func soakSync() string {
+	if soak() {
+		return ", SyncAlways"
+	}
+	return ""
+}
+
 // scale returns n, or n*soakFactor under soak.
 func scale(n int) int {
 	if soak() {

@@ -42,6 +42,9 @@ type loadGen struct {
 	chk    *checker.Checker
 	// Retries counts enqueues retried with the same id after an error.
 	Retries atomic.Int64
+	// Sent counts the tasks of enqueue's list whose batch returned:
+	// tasks[:Sent] were enqueued (but for the failed ones, retried later).
+	Sent atomic.Int64
 }
 
 // tasksFor returns n fault.task tasks with ids <prefix>-<i>, spread over
@@ -112,6 +115,7 @@ func (g *loadGen) enqueue(ctx context.Context, tasks []producer.Task, values []s
 			}
 			g.chk.Enqueued(r.ID, value[r.ID])
 		}
+		g.Sent.Add(int64(len(part)))
 		if tick != nil {
 			select {
 			case <-tick:

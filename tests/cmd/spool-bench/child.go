@@ -134,6 +134,9 @@ type consumeReport struct {
 	// shares
 	Shares      [5]float64 `json:"shares"`
 	IdleMaxWait float64    `json:"idle_max_wait_ms"`
+	// HandBacks counts the tasks a spool worker handed back for flow
+	// control (a full limit) during the run.
+	HandBacks uint64 `json:"hand_backs"`
 }
 
 type consumeFlags struct {
@@ -554,6 +557,11 @@ func spoolRun(ctx context.Context, nc *nats.Conn, f consumeFlags, rep *consumeRe
 		return err
 	}
 	win.end(rep, f.n)
+	for _, ts := range w.Stats().Flow {
+		for _, n := range ts.Denied {
+			rep.HandBacks += n
+		}
+	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := w.Stop(sctx); err != nil {

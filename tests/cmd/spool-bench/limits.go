@@ -61,6 +61,7 @@ func (b *bench) limits(ctx context.Context) error {
 		}
 		tasks := float64(r.Tasks)
 		b.add(row+", CPU per task: consumer + server (µs)", "spool", (r.CPUus+r.ServerCPUus)/tasks)
+		b.add(row+", hand-backs per task", "spool", float64(r.HandBacks)/tasks)
 	}
 	if err := st.Delete(ctx, "bench"); err != nil {
 		return err

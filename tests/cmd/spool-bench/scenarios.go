@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -245,6 +246,18 @@ func (b *bench) enqueue(ctx context.Context) error {
 		return fmt.Errorf("spool enqueue: %w", err)
 	}
 
+	quiet, err := producer.New(b.nc, producer.WithNames(b.names), producer.WithEnqueuedEvents(false))
+	if err != nil {
+		return err
+	}
+	defer quiet.Close()
+
+	// measured keeps each figure of this run, by row and variant.
+	measured := map[[2]string]float64{}
+	add := func(row, variant string, v float64) {
+		measured[[2]string{row, variant}] = v
+		b.add(row, variant, v)
+	}
 	// measure times one way of enqueueing total tasks (run) on a fresh
 	// stream, under row.
 	measure := func(variant, row string, run func(total int) error) error {
@@ -252,19 +265,25 @@ func (b *bench) enqueue(ctx context.Context) error {
 			return err
 		}
 		runtime.GC()
+		stopProfile, err := b.profileEnqueue(variant, row)
+		if err != nil {
+			return err
+		}
 		cpu0, srv0, t0 := selfCPU(), b.srv.cpu(), time.Now()
 		total := b.cfg.batchN
 		if b.mode == "SyncAlways" {
 			total = b.cfg.batchNAlw
 		}
-		if err := run(total); err != nil {
+		err = run(total)
+		wall := time.Since(t0)
+		stopProfile()
+		if err != nil {
 			return err
 		}
-		wall := time.Since(t0)
 		n := float64(total)
-		b.add("enqueue: "+row+" (tasks/s)", variant, n/wall.Seconds())
-		b.add("CPU per task: producer, "+row+" (µs)", variant, us(selfCPU()-cpu0)/n)
-		b.add("CPU per task: server, "+row+" (µs)", variant, us(b.srv.cpu()-srv0)/n)
+		add("enqueue: "+row+" (tasks/s)", variant, n/wall.Seconds())
+		add("CPU per task: producer, "+row+" (µs)", variant, us(selfCPU()-cpu0)/n)
+		add("CPU per task: server, "+row+" (µs)", variant, us(b.srv.cpu()-srv0)/n)
 		return nil
 	}
 	rawMsg := func(headers bool) *nats.Msg {
@@ -313,14 +332,10 @@ func (b *bench) enqueue(ctx context.Context) error {
 		}
 		return nil
 	}
-	const streamRow, batchRow = "streaming", "batches waited one by one"
-	for _, v := range []struct {
-		variant, row string
-		run          func(int) error
-	}{
-		{"raw", streamRow, rawStream(false)},
-		{"raw+headers", streamRow, rawStream(true)},
-		{"spool", streamRow, func(total int) error {
+	// spoolStream streams with EnqueueAsync + EnqueueAsyncComplete, then
+	// checks every outcome.
+	spoolStream := func(client *producer.Client) func(int) error {
+		return func(total int) error {
 			pending := make([]*producer.Pending, 0, total)
 			for range total {
 				p, err := client.EnqueueAsync(ctx, producer.Task{Type: "bench", Payload: payload})
@@ -340,7 +355,20 @@ func (b *bench) enqueue(ctx context.Context) error {
 				}
 			}
 			return nil
-		}},
+		}
+	}
+	const streamRow, batchRow = "streaming", "batches waited one by one"
+	// quietRow is Spool streaming from a client without enqueued events
+	// (WithEnqueuedEvents(false)); its raw cells repeat streamRow's.
+	const quietRow = "streaming, no enqueued events"
+	for _, v := range []struct {
+		variant, row string
+		run          func(int) error
+	}{
+		{"raw", streamRow, rawStream(false)},
+		{"raw+headers", streamRow, rawStream(true)},
+		{"spool", streamRow, spoolStream(client)},
+		{"spool", quietRow, spoolStream(quiet)},
 		{"raw-bounded", batchRow, rawBatches},
 		{"spool", batchRow, func(total int) error {
 			tasks := make([]producer.Task, b.cfg.batchSize)
@@ -359,7 +387,37 @@ func (b *bench) enqueue(ctx context.Context) error {
 			return fmt.Errorf("%s enqueue, %s: %w", v.variant, v.row, err)
 		}
 	}
+	for _, variant := range []string{"raw", "raw+headers"} {
+		for _, f := range []string{"enqueue: %s (tasks/s)", "CPU per task: producer, %s (µs)", "CPU per task: server, %s (µs)"} {
+			b.add(fmt.Sprintf(f, quietRow), variant, measured[[2]string{fmt.Sprintf(f, streamRow), variant}])
+		}
+	}
 	return b.recreate(ctx)
+}
+
+// profileEnqueue starts, with -profile, CPU profiles of the harness (the
+// producer) and of the server child for one enqueue variant; the returned
+// func stops both.
+func (b *bench) profileEnqueue(variant, row string) (stop func(), err error) {
+	if b.cfg.profileDir == "" {
+		return func() {}, nil
+	}
+	b.profiles++
+	name := fmt.Sprintf("%s-enqueue-%s-%s-%d.pprof", strings.ReplaceAll(b.mode, " ", "-"), variant, strings.ReplaceAll(row, " ", "-"), b.profiles)
+	fh, err := os.Create(filepath.Join(b.cfg.profileDir, "producer-"+name))
+	if err != nil {
+		return nil, fmt.Errorf("creating the producer profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(fh); err != nil {
+		_ = fh.Close()
+		return nil, fmt.Errorf("starting the producer profile: %w", err)
+	}
+	fmt.Fprintf(b.srv.stdin, "profile %s\n", filepath.Join(b.cfg.profileDir, "server-"+name))
+	return func() {
+		pprof.StopCPUProfile()
+		_ = fh.Close()
+		fmt.Fprintln(b.srv.stdin, "stop")
+	}, nil
 }
 
 // awaitFutures waits for every publish acknowledgement; the first error

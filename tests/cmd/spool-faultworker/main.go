@@ -101,6 +101,8 @@ func (c *Config) Validate() error {
 }
 
 func main() {
+	// First: the fault suite takes a worker ended by SIGTERM's default
+	// action for one stopped before this line, which ran nothing.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stderr)
 	stop()
