@@ -29,10 +29,10 @@ const (
 )
 
 // attempt runs one delivery of a task in its slot and settles the message:
-// ack, NAK with backoff, dead letter, or hand-back at shutdown.
+// ack, NAK with backoff, dead letter, or hand-back at shutdown. The caller
+// (runner) frees the slot after.
 func (w *Worker) attempt(lane int, msg jetstream.Msg) {
 	defer w.attempts.Done()
-	defer w.release(lane)
 	received := time.Now()
 	p := lanePriority(lane)
 
@@ -148,7 +148,8 @@ func (w *Worker) attempt(lane int, msg jetstream.Msg) {
 		return
 	}
 	a.started = time.Now()
-	w.results.Event(spool.EventStarted, a.doc(spool.StateProcessing))
+	started := a.doc(spool.StateProcessing)
+	w.results.Event(spool.EventStarted, &started)
 	if w.o.ProcessingDelay <= 0 {
 		w.putProcessing(a)
 	}
@@ -432,7 +433,7 @@ func (h *watch) progress(p spool.Progress) error {
 	if err := h.w.results.PutUnacked(doc); err != nil {
 		return err
 	}
-	h.w.results.Event(spool.EventProgress, doc)
+	h.w.results.Event(spool.EventProgress, &doc)
 	return nil
 }
 
@@ -542,10 +543,18 @@ func classify(hard, attemptCtx context.Context, r handlerResult) ([]byte, error,
 		return nil, r.err, verdictDead, spool.ReasonPermanent
 	case hard.Err() != nil:
 		return nil, r.err, verdictReturned, ""
-	case errors.Is(attemptCtx.Err(), context.DeadlineExceeded):
+	case errors.Is(attemptCtx.Err(), context.DeadlineExceeded) || pastDeadline(attemptCtx):
 		return nil, fmt.Errorf("attempt timed out: %w", r.err), verdictFailed, spool.ReasonTimeout
 	}
 	return nil, r.err, verdictFailed, spool.ReasonError
+}
+
+// pastDeadline reports whether ctx's deadline has passed: on a loaded
+// machine a handler (or the watch settling it without it) may return
+// before the context's own timer has run and set its error.
+func pastDeadline(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // settleWrite runs a settling write of attempt a (a result, a dead
@@ -587,7 +596,7 @@ func (w *Worker) complete(a attemptInfo, out []byte, o outcome) {
 	fin := time.Now()
 	doc.FinishedAt = &fin
 	if a.uniqueKey == "" && a.wf == nil && a.order == nil {
-		err := w.pipe.put(a, o, doc)
+		err := w.pipe.put(&a, o, &doc)
 		if err == nil {
 			return
 		}

@@ -36,9 +36,9 @@
 //
 // # Pulling
 //
-// A worker never uses Consume (it pre-buffers messages whose AckWait is
-// already running). It keeps a count of free slots and pulls only that
-// many tasks, with pull requests (at most one outstanding per lane: a
+// A worker never uses Consume (it pre-buffers up to 500 messages whose
+// AckWait is already running, whatever the handlers' pace). It keeps a
+// count of free slots and pulls about that many tasks, with pull requests (at most one outstanding per lane: a
 // priority's consumer in one task partition; one partition unless the
 // topology is partitioned) answered on one subscription that lives as
 // long as the worker:
@@ -49,6 +49,16 @@
 //     share split round robin over its partitions' lanes. One round of
 //     fetches is in flight at a time, so slots freed meanwhile are pulled
 //     together in the next, larger batch;
+//   - fetches pull ahead of the free slots by what the slots free during
+//     one pull round trip at the pace of recent attempts (at most the
+//     maximum concurrency; about none when tasks run much longer than a
+//     round trip), so short tasks never leave a slot waiting for a pull.
+//     A task pulled ahead waits in the worker's queue for the next slot
+//     that frees (strict mode pulls none ahead: it could start before a
+//     more urgent task of the same round), heartbeated with InProgress if
+//     it waits a third of its AckWait; the next round goes when half the
+//     queue has drained. A graceful Stop runs the queued tasks; a hard one
+//     hands them back;
 //   - what a worker knows comes from the NumPending of the last message
 //     pulled from a priority, and from a refresh every refresh interval
 //     (WithPolling) that

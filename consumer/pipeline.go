@@ -59,12 +59,17 @@ type pipeline struct {
 	ackWait [numPriorities]time.Duration // of the priority consumers
 	subject func(id string) string       // of a task's result in the bucket
 	encode  func(dst []byte, doc *spool.Result) ([]byte, error)
-	// event builds a task's completed event; publish sends it once the
-	// task is acked.
-	event    func(kind spool.EventKind, doc *spool.Result, data []byte) (string, []byte)
-	publish  func(subject string, data []byte) error
-	attempts *sync.WaitGroup // counts each completion until it is settled
-	rec      *recorder
+	// encodeEvent encodes a task's completed event, the document it
+	// embeds being what the bucket stores, into a buffer of evBuf's;
+	// publish sends it once the task is acked, and putEvBuf then takes
+	// the buffer back.
+	encodeEvent  func(buf []byte, kind spool.EventKind, doc *spool.Result) (event, data []byte, err error)
+	evBuf        func() *[]byte
+	putEvBuf     func(buf *[]byte, used []byte)
+	eventSubject func(kind spool.EventKind, p spool.Priority, id, typ string) string
+	publish      func(subject string, data []byte) error
+	attempts     *sync.WaitGroup // counts each completion until it is settled
+	rec          *recorder
 	// lost NAKs a completed task whose result could not be stored, for a
 	// retry.
 	lost func(a attemptInfo, o outcome, err error)
@@ -81,11 +86,6 @@ type pipeline struct {
 	// end of a burst of acknowledgements (see onAck); only the
 	// subscription's goroutine uses it.
 	stored []*completion
-
-	// bufs holds encoding buffers (*[]byte): nats.go copies a message as
-	// it publishes it, so the writer gives a document's buffer back right
-	// after.
-	bufs sync.Pool
 
 	// kick wakes the writer (capacity 1); spare is the writer's other
 	// queue buffer, swapped with queue on every round.
@@ -104,12 +104,7 @@ type resultWrite struct {
 	id   string
 	rev  uint64 // the revision the write expects (see putFinal)
 	data []byte
-	buf  *[]byte // from bufs
 }
-
-// maxPooledBuf is the largest encoding buffer kept for reuse: a large
-// result would otherwise stay in the pool.
-const maxPooledBuf = 4 << 10
 
 // completion is a completed attempt whose result write is in flight.
 type completion struct {
@@ -128,36 +123,38 @@ type completion struct {
 	// beat is when the task's AckWait clock last restarted as far as the
 	// pipeline knows: the hand-over, then each InProgress the sweep sends.
 	beat time.Time
-	// evSubject and evBody are the completed event, sent after the ack.
+	// evSubject and evBody are the completed event, sent after the ack;
+	// the first try's document is a subslice of evBody, whose buffer
+	// evBuf goes back to the pool once the event is sent.
 	evSubject string
 	evBody    []byte
+	evBuf     *[]byte
 }
 
 func newPipeline(w *Worker) (*pipeline, error) {
 	p := &pipeline{
-		log:        w.log,
-		timeout:    writePerTry(w.o.IOTimeout),
-		budget:     w.o.IOTimeout,
-		ackWait:    w.ackWait,
-		subject:    w.results.Subject,
-		encode:     w.results.Encode,
-		event:      w.results.EventMsg,
-		publish:    w.nc.Publish,
-		attempts:   &w.attempts,
-		rec:        w.rec,
-		lost:       w.resultLost,
-		conflicted: w.finishConflicted,
-		room:       make(chan struct{}, pipelineDepth(w.o.MaxConcurrency)),
-		pending:    make(map[uint64]*completion),
-		kick:       make(chan struct{}, 1),
-		stopSweep:  make(chan struct{}),
-		swept:      make(chan struct{}),
-		stopWrite:  make(chan struct{}),
-		written:    make(chan struct{}),
-	}
-	p.bufs.New = func() any {
-		b := make([]byte, 0, 512)
-		return &b
+		log:          w.log,
+		timeout:      writePerTry(w.o.IOTimeout),
+		budget:       w.o.IOTimeout,
+		ackWait:      w.ackWait,
+		subject:      w.results.Subject,
+		encode:       w.results.Encode,
+		encodeEvent:  w.results.EncodeEvent,
+		evBuf:        w.results.EventBuf,
+		putEvBuf:     w.results.PutEventBuf,
+		eventSubject: w.o.Names.EventSubject,
+		publish:      w.nc.Publish,
+		attempts:     &w.attempts,
+		rec:          w.rec,
+		lost:         w.resultLost,
+		conflicted:   w.finishConflicted,
+		room:         make(chan struct{}, pipelineDepth(w.o.MaxConcurrency)),
+		pending:      make(map[uint64]*completion),
+		kick:         make(chan struct{}, 1),
+		stopSweep:    make(chan struct{}),
+		swept:        make(chan struct{}),
+		stopWrite:    make(chan struct{}),
+		written:      make(chan struct{}),
 	}
 	pub, err := jsproto.NewPublisher(w.nc, p.onAck)
 	if err != nil {
@@ -170,28 +167,32 @@ func newPipeline(w *Worker) (*pipeline, error) {
 }
 
 // put queues doc for the writer and hands the attempt to the pipeline.
-// On error nothing was handed over.
-func (p *pipeline) put(a attemptInfo, o outcome, doc spool.Result) error {
-	buf := p.bufs.Get().(*[]byte)
-	data, err := p.encode((*buf)[:0], &doc)
+// On error nothing was handed over. The document is encoded once, inside
+// its completed event: the write sends the document's part of the
+// event's buffer, and the event goes once the task is acked.
+func (p *pipeline) put(a *attemptInfo, o outcome, doc *spool.Result) error {
+	c := &completion{a: *a, o: o, doc: *doc}
+	c.evBuf = p.evBuf()
+	ev, data, err := p.encodeEvent((*c.evBuf)[:0], spool.EventCompleted, &c.doc)
 	if err != nil {
-		p.bufs.Put(buf)
+		p.putEvBuf(c.evBuf, nil)
 		return err
 	}
+	c.evBody = ev
+	c.evSubject = p.eventSubject(spool.EventCompleted, c.doc.Priority, c.doc.ID, c.doc.Type)
 	p.room <- struct{}{}
 	// Counted as an attempt until settled, so shutdown waits for it; added
 	// while the calling attempt still counts, so the count cannot reach
 	// zero in between, and before anything can settle it.
 	p.attempts.Add(1)
 	now := time.Now()
-	c := &completion{a: a, o: o, doc: doc, deadline: now.Add(p.timeout), until: now.Add(p.retryBudget(a.p)), beat: now}
-	c.evSubject, c.evBody = p.event(spool.EventCompleted, &doc, data)
+	c.deadline, c.until, c.beat = now.Add(p.timeout), now.Add(p.retryBudget(a.p)), now
 	p.mu.Lock()
 	p.next++
 	tok := p.next
 	c.tok = tok
 	p.pending[tok] = c
-	p.queue = append(p.queue, resultWrite{tok: tok, id: doc.ID, rev: a.rev, data: data, buf: buf})
+	p.queue = append(p.queue, resultWrite{tok: tok, id: c.doc.ID, rev: a.rev, data: data})
 	first := len(p.queue) == 1
 	p.mu.Unlock()
 	if first {
@@ -240,10 +241,6 @@ func (p *pipeline) writeLoop() {
 			}}
 			if err := p.pub.PublishMsg(m, wr.tok); err != nil {
 				p.failTry(wr.tok, err)
-			}
-			if wr.buf != nil && cap(wr.data) <= maxPooledBuf {
-				*wr.buf = wr.data[:0] // the buffer the document grew into
-				p.bufs.Put(wr.buf)
 			}
 			q[i] = resultWrite{}
 		}
@@ -356,6 +353,7 @@ func (p *pipeline) ackStored() {
 			p.log.Warn("acking completed task", "task_id", c.a.id, "error", err)
 		}
 		_ = p.publish(c.evSubject, c.evBody) // best effort: events are notifications
+		p.putEvBuf(c.evBuf, c.evBody)
 		p.rec.record(c.a.p, c.a.typ, c.o)
 		p.done()
 		p.stored[i] = nil
@@ -433,7 +431,7 @@ func (p *pipeline) sweep() {
 }
 
 // resend queues the writes of again for the writer, each document encoded
-// afresh (the first try's buffer went back to the pool when it was sent).
+// afresh into a buffer of its own (the first try's is part of the event).
 func (p *pipeline) resend(again []*completion) {
 	if len(again) == 0 {
 		return

@@ -38,9 +38,13 @@ type pullEvents interface {
 	// request ended short of what it asked for).
 	emptyLocked(lane int)
 	// admitLocked counts an attempt of a task of the lane about to start
-	// and gives it a slot; false once the worker stops (the task is to be
-	// handed back).
-	admitLocked(lane int) bool
+	// and gives it a slot (start), or, a fetched task finding every slot
+	// busy (pulled ahead), queues it for the next slot that frees
+	// (neither); handBack once the worker stops (the task is to be handed
+	// back).
+	admitLocked(lane int, poll bool, m jetstream.Msg) (start, handBack bool)
+	// roundTripLocked records how long a no-wait fetch took.
+	roundTripLocked(d time.Duration)
 	// startAttempt runs an admitted attempt of a pulled task.
 	startAttempt(lane int, m jetstream.Msg)
 	// pullFailed rests the lane after a failed pull.
@@ -191,7 +195,8 @@ func (pl *puller) send(plans []pullPlan) {
 // is known by its stream and consumer (from the ack subject). With one
 // request per lane at a time, a task belongs to the lane's current request;
 // one beyond what that request reserved slots for (a late arrival for an
-// abandoned request) is handed back at once.
+// abandoned request) is handed back at once. A task that finds every slot
+// busy (it was pulled ahead) waits in the worker's queue.
 func (pl *puller) onMsg(m *nats.Msg) {
 	if st, ok := jsproto.CheckStatus(m); ok {
 		pl.onStatus(m.Subject, st)
@@ -219,24 +224,27 @@ func (pl *puller) onMsg(m *nats.Msg) {
 		return
 	}
 	r.got++
-	pl.slots.arrive(r.poll)
+	poll := r.poll // r is cleared when the request ends
+	pl.slots.arrive(poll)
 	done := r.got >= r.want
 	if done {
 		pl.ev.pendingLocked(lane, md.NumPending)
 		pl.endLocked(lane, r.id, false)
 	}
-	start := pl.ev.admitLocked(lane)
+	start, handBack := pl.ev.admitLocked(lane, poll, msg)
 	pl.mu.Unlock()
 	if done {
 		pl.ev.nudge()
 	}
-	if !start {
+	if handBack {
 		if err := m.Nak(); err != nil {
 			pl.log.Warn("handing back a task pulled during shutdown", "priority", p.String(), "error", err)
 		}
 		return
 	}
-	pl.ev.startAttempt(lane, msg)
+	if start {
+		pl.ev.startAttempt(lane, msg)
+	}
 }
 
 // onStatus ends the request a status answers (a heartbeat ends none):
@@ -290,6 +298,9 @@ func (pl *puller) endLocked(lane int, id uint64, failed bool) bool {
 	left := r.want - r.got
 	if left > 0 && !r.poll && !failed {
 		pl.ev.emptyLocked(lane)
+	}
+	if !r.poll && !failed {
+		pl.ev.roundTripLocked(time.Since(r.sent))
 	}
 	pl.slots.end(r.poll, max(0, left))
 	*r = pullRequest{}

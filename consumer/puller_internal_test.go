@@ -18,16 +18,30 @@ import (
 // pullRecorder is a worker as the puller sees it, recording what it is
 // told.
 type pullRecorder struct {
+	slots   *slots
 	empty   []int
 	pending map[int]uint64
 	started []int
 	failed  []error
 	nudges  int
+	// queued are the lanes of tasks queued for a slot; roundTrips counts
+	// the no-wait fetches that ended.
+	queued     []int
+	roundTrips int
 }
 
-func (r *pullRecorder) pendingLocked(lane int, n uint64)       { r.pending[lane] = n }
-func (r *pullRecorder) emptyLocked(lane int)                   { r.empty = append(r.empty, lane) }
-func (r *pullRecorder) admitLocked(int) bool                   { return true }
+func (r *pullRecorder) pendingLocked(lane int, n uint64) { r.pending[lane] = n }
+func (r *pullRecorder) emptyLocked(lane int)             { r.empty = append(r.empty, lane) }
+func (r *pullRecorder) admitLocked(lane int, poll bool, _ jetstream.Msg) (start, handBack bool) {
+	if !r.slots.runnable(poll) {
+		r.slots.enqueue()
+		r.queued = append(r.queued, lane)
+		return false, false
+	}
+	r.slots.take(lanePriority(lane))
+	return true, false
+}
+func (r *pullRecorder) roundTripLocked(time.Duration)          { r.roundTrips++ }
 func (r *pullRecorder) startAttempt(lane int, _ jetstream.Msg) { r.started = append(r.started, lane) }
 func (r *pullRecorder) pullFailed(_ int, err error)            { r.failed = append(r.failed, err) }
 func (r *pullRecorder) nudge()                                 { r.nudges++ }
@@ -35,8 +49,8 @@ func (r *pullRecorder) nudge()                                 { r.nudges++ }
 // newTestPuller is a puller of two partitions, SPOOL_TASKS and
 // SPOOL_TASKS_1: ten lanes.
 func newTestPuller() (*puller, *pullRecorder) {
-	ev := &pullRecorder{pending: make(map[int]uint64)}
 	s := newSlots(1, 8)
+	ev := &pullRecorder{slots: &s, pending: make(map[int]uint64)}
 	pl := &puller{
 		log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
 		pollWait: time.Second,
@@ -112,5 +126,30 @@ func TestPullerStatuses(t *testing.T) {
 		if c.code == "409" && c.desc == "Consumer Deleted" && (len(ev.failed) == 0 || !errors.Is(ev.failed[0], jetstream.ErrConsumerDeleted)) {
 			t.Errorf("%s: failure %v, want jetstream.ErrConsumerDeleted", name, ev.failed)
 		}
+	}
+}
+
+// A no-wait fetch pulled ahead: the tasks it brings beyond the idle slots
+// are queued, not started, and its end records a round trip.
+func TestPullerQueuesTasksPulledAhead(t *testing.T) {
+	t.Parallel()
+	pl, ev := newTestPuller()
+	lane := laneOf(0, spool.High)
+	pl.mu.Lock()
+	pl.slots.ahead = 2
+	n := pl.slots.free() // the pool's one idle slot and 2 ahead
+	pl.slots.reserve(n, false)
+	pl.planLocked(lane, n, false)
+	pl.mu.Unlock()
+	for i := range n {
+		seq := strconv.Itoa(i + 1)
+		pl.onMsg(&nats.Msg{Subject: "spool.tasks.high.work", Reply: "$JS.ACK.SPOOL_TASKS.spool-high.1." + seq + "." + seq + ".1795316429644390470.0"})
+	}
+	if n != 3 || pl.slots.busy != 1 || len(ev.started) != 1 || pl.slots.queued != 2 || len(ev.queued) != 2 || ev.roundTrips != 1 || pl.outstanding(lane) {
+		t.Fatalf("asked for %d: busy %d, started %v, queued %d (%v), round trips %d, outstanding %v",
+			n, pl.slots.busy, ev.started, pl.slots.queued, ev.queued, ev.roundTrips, pl.outstanding(lane))
+	}
+	if err := pl.slots.check(); err != nil {
+		t.Fatal(err)
 	}
 }

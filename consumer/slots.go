@@ -7,19 +7,32 @@ import (
 )
 
 // slots is the worker's pool of slots: how many there are (size, moved by
-// autoscaling between min and max), how many run an attempt (busy), and
-// how many outstanding pull requests hold in reserve for the tasks they
-// may bring (fetching for no-wait fetches, polling for long-polls), in
-// total, with the busy ones per priority. Which lane (a priority consumer
-// of a partition) has which request out is the puller's.
+// autoscaling between min and max), how many run an attempt (busy), how
+// many outstanding pull requests hold in reserve for the tasks they may
+// bring (fetching for no-wait fetches, polling for long-polls), in total,
+// with the busy ones per priority, and how many pulled tasks wait for a
+// slot (queued). Which lane (a priority consumer of a partition) has
+// which request out is the puller's.
+//
+// No-wait fetches pull ahead: they may ask for up to ahead tasks more than
+// the idle slots, so that the slots freeing during the fetch's round trip
+// find a task waiting instead of waiting for the next pull; such a task
+// waits in the worker's queue (see Worker.release) and takes the next slot
+// that frees. ahead is what the slots free during one round trip at the
+// pace of recent attempts (see aheadFor): about none for tasks that run
+// much longer than a round trip, so they are never pulled early.
 //
 // Invariants, whenever the worker's lock is free (check verifies them):
 //
-//   - busy, fetching, polling >= 0, and busy is the sum of the priorities'
-//     busy;
+//   - busy, fetching, polling, queued >= 0, and busy is the sum of the
+//     priorities' busy;
 //   - polling is the number of lanes with a long-poll out (a long-poll
 //     reserves one slot);
-//   - busy + fetching + polling <= max: a pulled task always finds a slot;
+//   - 0 <= ahead <= max, and busy + queued + fetching + polling <= 2*max:
+//     a pulled task always finds a slot or a place in the queue, and at
+//     most max tasks are pulled ahead;
+//   - queued > 0 only while every slot is busy (busy >= size): a slot
+//     that frees goes to a queued task first;
 //   - min <= size <= max, and busy <= size: the pool grows to fit the
 //     busy slots (a long-poll's task may take a slot beyond size) and never
 //     shrinks below them;
@@ -33,6 +46,8 @@ type slots struct {
 	busy     int                // slots running an attempt
 	fetching int                // slots reserved by no-wait fetches in flight
 	polling  int                // slots reserved by long-polls in flight
+	queued   int                // pulled tasks waiting for a slot
+	ahead    int                // tasks a round of fetches may pull beyond the idle slots
 	prio     [numPriorities]int // busy slots per priority
 
 	scaleUps   uint64
@@ -56,8 +71,31 @@ func (s *slots) reserve(n int, poll bool) {
 }
 
 // arrive gives back the reservation of one task a request brought (the
-// task then takes a slot with take, or is handed back).
+// task then takes a slot with take, waits with enqueue, or is handed
+// back).
 func (s *slots) arrive(poll bool) { s.unreserve(poll, 1) }
+
+// runnable reports whether a task that arrived takes a slot at once: a
+// long-poll's task always does (it reserved one out of max), a fetched one
+// when a slot is idle; any other waits in the queue.
+func (s *slots) runnable(poll bool) bool { return poll || s.busy < s.size }
+
+// enqueue counts a pulled task waiting for a slot.
+func (s *slots) enqueue() { s.queued++ }
+
+// handOver passes the slot of a finished attempt of p to a queued task of
+// q.
+func (s *slots) handOver(p, q spool.Priority) {
+	s.prio[p]--
+	s.prio[q]++
+	s.queued--
+}
+
+// dequeue gives an idle slot to a queued task of p (the pool grew).
+func (s *slots) dequeue(p spool.Priority) {
+	s.queued--
+	s.take(p)
+}
 
 // end ends a request, giving back the left slots it still reserved.
 func (s *slots) end(poll bool, left int) { s.unreserve(poll, left) }
@@ -90,13 +128,26 @@ func (s *slots) release(p spool.Priority) (fetching bool) {
 	return s.fetching > 0
 }
 
-// free is the slots a round of no-wait fetches may reserve: the pool's
-// slots not busy, within what the long-polls leave of max.
-func (s *slots) free() int { return min(s.size, s.max-s.polling) - s.busy }
+// free is the tasks a round of no-wait fetches may ask for: the pool's
+// slots not busy, within what the long-polls leave of max, plus ahead,
+// less the tasks queued already.
+func (s *slots) free() int { return min(s.size, s.max-s.polling) - s.busy + s.ahead - s.queued }
 
-// spare is the slots of max neither busy nor reserved: what long-polls
-// may reserve.
-func (s *slots) spare() int { return s.max - s.busy - s.fetching - s.polling }
+// spare is the slots of max neither busy, nor reserved, nor promised to a
+// queued task: what long-polls may reserve.
+func (s *slots) spare() int { return s.max - s.busy - s.queued - s.fetching - s.polling }
+
+// aheadFor is how many tasks fetches pull beyond the idle slots of a pool
+// of size slots: the attempts that end during one pull round trip (rtt)
+// when each takes run (from pulled to its slot freed), at most max; 0
+// until both are known, and about 0 when attempts take much longer than a
+// round trip.
+func aheadFor(size, maxSlots int, rtt, run time.Duration) int {
+	if rtt <= 0 || run <= 0 {
+		return 0
+	}
+	return int(min(int64(maxSlots), int64(size)*int64(rtt)/int64(run)))
+}
 
 // idle is the pool's slots not busy.
 func (s *slots) idle() int { return max(0, s.size-s.busy) }
@@ -106,7 +157,9 @@ func (s *slots) idle() int { return max(0, s.size-s.busy) }
 // slots left.
 func (s *slots) grow(backlog uint64, fill float64) {
 	for s.size < s.max {
-		used := s.busy + s.fetching
+		// The tasks fetched or queued beyond the idle slots (pulled
+		// ahead) count as used: they are demand waiting for slots.
+		used := s.busy + s.queued + s.fetching - s.ahead
 		if float64(used) < fill*float64(s.size) || backlog <= uint64(max(0, s.size-used)) {
 			return
 		}

@@ -21,12 +21,16 @@ func (s *slots) check() error {
 		}
 	}
 	switch {
-	case s.busy < 0 || s.fetching < 0 || s.polling < 0:
-		return fmt.Errorf("negative: busy %d, fetching %d, polling %d", s.busy, s.fetching, s.polling)
+	case s.busy < 0 || s.fetching < 0 || s.polling < 0 || s.queued < 0:
+		return fmt.Errorf("negative: busy %d, fetching %d, polling %d, queued %d", s.busy, s.fetching, s.polling, s.queued)
+	case s.ahead < 0 || s.ahead > s.max:
+		return fmt.Errorf("ahead %d outside [0, max %d]", s.ahead, s.max)
+	case s.queued > 0 && s.busy < s.size:
+		return fmt.Errorf("%d queued with %d of %d slots busy", s.queued, s.busy, s.size)
 	case busy != s.busy:
 		return fmt.Errorf("busy %d, priorities' busy %d", s.busy, busy)
-	case s.busy+s.fetching+s.polling > s.max:
-		return fmt.Errorf("busy %d + fetching %d + polling %d > max %d", s.busy, s.fetching, s.polling, s.max)
+	case s.busy+s.queued+s.fetching+s.polling > 2*s.max:
+		return fmt.Errorf("busy %d + queued %d + fetching %d + polling %d > 2 * max %d", s.busy, s.queued, s.fetching, s.polling, s.max)
 	case s.size < s.min || s.size > s.max || s.busy > s.size:
 		return fmt.Errorf("size %d outside [max(min %d, busy %d), max %d]", s.size, s.min, s.busy, s.max)
 	case s.highWater < s.busy:
@@ -148,12 +152,12 @@ func TestScaleDownAfterIdle(t *testing.T) {
 		w.mu.Lock()
 		w.slots.grow(100, 0) // a backlog: the pool grows to max
 		for range 5 {
-			w.admitLocked(normal)
+			w.admitLocked(normal, false, nil)
 			w.attempts.Done()
 		}
 		w.mu.Unlock()
 		for range 3 {
-			w.release(normal)
+			w.release(normal, 0)
 		}
 		size := func() int {
 			w.mu.Lock()
@@ -176,7 +180,7 @@ func TestScaleDownAfterIdle(t *testing.T) {
 		}
 		for _, st := range steps {
 			for range st.release {
-				w.release(normal)
+				w.release(normal, 0)
 			}
 			time.Sleep(st.sleep)
 			w.scaleDown()
@@ -188,4 +192,66 @@ func TestScaleDownAfterIdle(t *testing.T) {
 			t.Fatalf("%d scale-downs, want 3", w.slots.scaleDowns)
 		}
 	})
+}
+
+// Pulling ahead: a round asks for the idle slots plus ahead; tasks beyond
+// the idle slots wait in the queue, a freed slot passes to a queued task,
+// and ahead follows the round trip against the time in a slot.
+func TestSlotsPullAhead(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		size, max int
+		rtt, run  time.Duration
+		want      int
+	}{
+		{4, 8, 0, time.Millisecond, 0},                           // no round trip known yet
+		{4, 8, time.Millisecond, 0, 0},                           // no attempt finished yet
+		{4, 8, 300 * time.Microsecond, 50 * time.Microsecond, 8}, // no-op tasks: as many as max
+		{4, 8, 300 * time.Microsecond, 600 * time.Microsecond, 2},
+		{10, 10, time.Millisecond, time.Second, 0}, // long tasks are never pulled ahead
+	} {
+		if got := aheadFor(c.size, c.max, c.rtt, c.run); got != c.want {
+			t.Errorf("aheadFor(%d, %d, %s, %s) = %d, want %d", c.size, c.max, c.rtt, c.run, got, c.want)
+		}
+	}
+
+	s := newSlots(2, 2)
+	s.ahead = 2
+	if s.free() != 4 {
+		t.Fatalf("free %d, want the 2 idle slots and 2 ahead", s.free())
+	}
+	s.reserve(4, false)
+	mustCheck(t, &s, "reserve")
+	var ran, queued int
+	for range 4 {
+		s.arrive(false)
+		if s.runnable(false) {
+			s.take(spool.High)
+			ran++
+		} else {
+			s.enqueue()
+			queued++
+		}
+		mustCheck(t, &s, "arrival")
+	}
+	s.end(false, 0)
+	if ran != 2 || queued != 2 || s.queued != 2 || s.free() != 0 || s.spare() != -2 {
+		t.Fatalf("after the round: ran %d, queued %d, %+v, free %d, spare %d", ran, queued, s, s.free(), s.spare())
+	}
+	// A long-poll's task still runs at once (it reserved a slot of max).
+	if !s.runnable(true) {
+		t.Fatal("a long-poll's task must run at once")
+	}
+	s.handOver(spool.High, spool.Low)
+	mustCheck(t, &s, "hand-over")
+	if s.busy != 2 || s.queued != 1 || s.prio[spool.High] != 1 || s.prio[spool.Low] != 1 || s.free() != 1 {
+		t.Fatalf("after a hand-over: %+v, free %d", s, s.free())
+	}
+	s.handOver(spool.High, spool.High)
+	s.release(spool.High)
+	s.release(spool.Low)
+	mustCheck(t, &s, "releases")
+	if s.busy != 0 || s.queued != 0 || s.free() != 4 {
+		t.Fatalf("after the releases: %+v, free %d", s, s.free())
+	}
 }

@@ -90,6 +90,8 @@ type Stats struct {
 	// Slots is the current pool size, Busy the slots running a handler,
 	// Idle the rest.
 	Slots, Busy, Idle int
+	// Queued counts tasks pulled ahead of the free slots, waiting for one.
+	Queued int
 	// MinSlots and MaxSlots bound Slots.
 	MinSlots, MaxSlots int
 	// ScaleUps and ScaleDowns count autoscaling steps.

@@ -113,6 +113,12 @@ type Worker struct {
 	laneCaps []int
 	resting  []bool
 	split    []int
+	// queue holds tasks pulled ahead, waiting for a slot (oldest first);
+	// rtt and inSlot are moving averages of a no-wait fetch's round trip
+	// and of an attempt's time in its slot, which size the pull-ahead
+	// (see slots).
+	queue       []job
+	rtt, inSlot time.Duration
 }
 
 // lane is one priority consumer of one task partition: what the worker
@@ -294,9 +300,10 @@ func bindError(kind, name string, err error) error {
 }
 
 // Stop stops pulling, lets running handlers finish for up to the shutdown
-// timeout (or until ctx ends, whichever is first), then cancels the
-// handlers still running and hands their tasks back at once (NAK without
-// delay) so another worker takes them. It returns when everything is done,
+// timeout (or until ctx ends, whichever is first), along with the tasks
+// pulled ahead and waiting for a slot, then cancels the handlers still
+// running and hands their tasks, and those still waiting, back at once
+// (NAK without delay) so another worker takes them. It returns when everything is done,
 // or ctx.Err() when ctx ends first (the hand-back still completes in the
 // background; wait on Stopped). A ctx that is already done makes Stop a
 // hard stop: running handlers are cancelled and their tasks handed back at
@@ -318,8 +325,13 @@ func (w *Worker) shutdown() {
 	w.state = WorkerStopping
 	w.mu.Unlock()
 	w.loops.Wait()
-	// No request is sent any more: give up the outstanding ones (a task
-	// one still brings is handed back at once).
+	// No request is sent any more. The no-wait fetches out end within a
+	// round trip: wait for them, so the tasks they bring are handed back
+	// while the subscription still takes them (once it is gone, a task
+	// sent to it stays unacknowledged until its AckWait runs out). Then
+	// give up the requests still out, long-polls (a task one still brings
+	// is handed back at once).
+	w.awaitFetches()
 	w.pl.expire(true)
 	drained := make(chan struct{})
 	go func() {
@@ -335,6 +347,7 @@ func (w *Worker) shutdown() {
 	}
 	timer.Stop()
 	w.cancelHandlers()
+	w.handBackQueued()
 	w.pulls.Wait()
 	w.attempts.Wait()
 	<-drained
@@ -359,6 +372,27 @@ func (w *Worker) shutdown() {
 	w.state = WorkerStopped
 	w.mu.Unlock()
 	w.log.Info("worker stopped")
+}
+
+// awaitFetches waits, for pullAnswerWait at most, until no no-wait fetch
+// is out. The dispatcher has stopped: a request that ends nudges w.wake,
+// which only this wait reads now.
+func (w *Worker) awaitFetches() {
+	timer := time.NewTimer(pullAnswerWait)
+	defer timer.Stop()
+	for {
+		w.mu.Lock()
+		fetching := w.slots.fetching > 0
+		w.mu.Unlock()
+		if !fetching {
+			return
+		}
+		select {
+		case <-w.wake:
+		case <-timer.C:
+			return
+		}
+	}
 }
 
 // State returns the lifecycle state.
@@ -397,6 +431,7 @@ func (w *Worker) Stats() Stats {
 		Slots:      w.slots.size,
 		Busy:       w.slots.busy,
 		Idle:       w.slots.idle(),
+		Queued:     w.slots.queued,
 		MinSlots:   w.o.MinConcurrency,
 		MaxSlots:   w.o.MaxConcurrency,
 		ScaleUps:   w.slots.scaleUps,
@@ -445,7 +480,11 @@ func (w *Worker) isStopping() bool {
 func (w *Worker) dispatchLoop() {
 	defer w.loops.Done()
 	for {
-		w.pl.send(w.dispatch())
+		plans, start := w.dispatch()
+		for _, j := range start {
+			w.startAttempt(j.lane, j.msg)
+		}
+		w.pl.send(plans)
 		select {
 		case <-w.wake:
 		case <-w.stopping:
@@ -464,9 +503,9 @@ func (w *Worker) dispatchLoop() {
 // every other lane gets a long-poll, the most urgent priorities' first: a
 // single-message pull that reserves a slot out of MaxConcurrency, so a
 // message it brings always has a slot.
-func (w *Worker) dispatch() (plans []pullPlan) {
+func (w *Worker) dispatch() (plans []pullPlan, start []job) {
 	if w.isStopping() {
-		return nil
+		return nil, nil
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -484,27 +523,37 @@ func (w *Worker) dispatch() (plans []pullPlan) {
 		case resting[i]:
 		case w.pl.polling(i):
 		case st.pending > 0:
-			laneCaps[i] = int(min(st.pending, uint64(w.o.MaxConcurrency)))
+			laneCaps[i] = int(min(st.pending, uint64(2*w.o.MaxConcurrency))) // what a round may ask for: the slots and as many ahead
 		case st.maybe && !w.pl.outstanding(i):
 			laneCaps[i] = 1
 		}
 		if laneCaps[i] > 0 {
-			caps[p] = min(caps[p]+laneCaps[i], w.o.MaxConcurrency)
+			caps[p] = min(caps[p]+laneCaps[i], 2*w.o.MaxConcurrency)
 			known = true
 		}
 	}
 	if known {
 		w.scaleUpLocked()
+		start = w.startQueuedLocked()
 		if w.slots.fetching > 0 {
 			// One round of fetches at a time: slots freed meanwhile are
 			// pulled together in the next round, in larger batches (the
 			// server answers fetch requests one by one, so batches carry
 			// the throughput).
-			return nil
+			return nil, start
+		}
+		if !w.o.Strict {
+			// Strict mode pulls no task ahead: one pulled ahead could
+			// start before a more urgent one of the same round.
+			w.slots.ahead = aheadFor(w.slots.size, w.o.MaxConcurrency, w.rtt, w.inSlot)
 		}
 		free := w.slots.free()
-		if free <= 0 {
-			return nil
+		if free <= 0 || w.slots.queued > 0 && 2*free < w.slots.size+w.slots.ahead {
+			// While tasks pulled ahead still wait, the slots do not
+			// wait for a pull: the next round waits until it can ask
+			// for half of what the slots and the queue take, rather
+			// than pulling a few tasks at a time.
+			return nil, start
 		}
 		alloc := w.sched.allocate(free, caps, w.sched.effective(w.o.now(), oldest))
 		used := 0
@@ -521,7 +570,7 @@ func (w *Worker) dispatch() (plans []pullPlan) {
 			}
 		}
 		if used == free {
-			return plans // every free slot is wanted: no spare capacity to long-poll
+			return plans, start // every free slot is wanted: no spare capacity to long-poll
 		}
 	}
 	// Spare capacity: long-poll every lane with no known work, the most
@@ -530,7 +579,7 @@ func (w *Worker) dispatch() (plans []pullPlan) {
 	for _, p := range spool.Priorities {
 		for j := range w.parts {
 			if budget <= 0 {
-				return plans
+				return plans, start
 			}
 			i := laneOf(j, p)
 			if w.pl.outstanding(i) || laneCaps[i] > 0 || resting[i] {
@@ -541,7 +590,7 @@ func (w *Worker) dispatch() (plans []pullPlan) {
 			plans = append(plans, w.pl.planLocked(i, 1, true))
 		}
 	}
-	return plans
+	return plans, start
 }
 
 // splitLocked splits the n slots the scheduler gave priority p over its
@@ -599,6 +648,7 @@ func (w *Worker) refreshLoop() {
 		case <-t.C:
 		}
 		w.pl.expire(false)
+		w.beatQueued()
 		w.reloadCancels()
 		w.refresh()
 		w.scaleDown()

@@ -27,7 +27,7 @@ func TestEventBody(t *testing.T) {
 	}
 	for i, doc := range docs {
 		before := time.Now()
-		s.Event(spool.EventStarted, doc)
+		s.Event(spool.EventStarted, &doc)
 		m, err := sub.NextMsg(5 * time.Second)
 		if err != nil {
 			t.Fatalf("event %d: %v", i, err)

@@ -117,38 +117,71 @@ func (r *Store) stateEvent(doc *spool.Result, data []byte) {
 	}
 }
 
-// Event publishes the event of kind about doc.
-func (r *Store) Event(kind spool.EventKind, doc spool.Result) {
+// Event publishes the event of kind about doc (filling in the worker name
+// when empty).
+func (r *Store) Event(kind spool.EventKind, doc *spool.Result) {
 	if doc.Worker == "" {
 		doc.Worker = r.worker
 	}
 	// The document is encoded into the event's own buffer: one buffer
 	// and no copy for the event a worker publishes as each attempt starts.
+	buf := r.EventBuf()
+	body, _, err := r.EncodeEvent((*buf)[:0], kind, doc)
+	if err != nil {
+		r.PutEventBuf(buf, nil)
+		return
+	}
+	_ = r.js.Conn().Publish(r.names.EventSubject(kind, doc.Priority, doc.ID, doc.Type), body) // best effort: events are notifications
+	r.PutEventBuf(buf, body)
+}
+
+// EventBuf is an encoding buffer from the store's pool, for EncodeEvent;
+// give it back with PutEventBuf once what was encoded into it is
+// published (the connection copies a message as it publishes it).
+func (r *Store) EventBuf() *[]byte {
 	buf, _ := r.evBufs.Get().(*[]byte)
 	if buf == nil {
 		buf = new([]byte)
 	}
-	head := spool.AppendEvent(slices.Grow((*buf)[:0], 480+len(doc.Result)+len(doc.Error)), kind, time.Now(), nil)
-	head = head[:len(head)-1] // AppendEvent closed the object after an empty document
-	if body, ok := spool.AppendResult(head, &doc); ok {
-		subj := r.names.EventSubject(kind, doc.Priority, doc.ID, doc.Type)
-		body = append(body, '}')
-		_ = r.js.Conn().Publish(subj, body) // best effort: events are notifications
-		if cap(body) <= maxPooledEvent {
-			*buf = body[:0]
-			r.evBufs.Put(buf)
-		}
-		return
-	}
-	b, err := r.encode(&doc)
-	if err != nil {
-		return
-	}
-	r.PublishEvent(kind, &doc, b)
+	return buf
 }
 
-// EventMsg is the subject and body of the event of kind about doc, encoded
-// as data, for callers that publish it later (the completion pipeline).
+// PutEventBuf gives buf back to the pool, keeping used, the slice it
+// grew into (nil: unchanged), unless that grew too large to keep.
+func (r *Store) PutEventBuf(buf *[]byte, used []byte) {
+	if used != nil {
+		if cap(used) > maxPooledEvent {
+			return
+		}
+		*buf = used[:0]
+	}
+	r.evBufs.Put(buf)
+}
+
+// EncodeEvent encodes the event of kind about doc, stamped now, appending
+// to buf, and fills in the worker name when empty. doc is the document
+// alone, encoded once: a subslice of event when the fast encoder could
+// encode it (the event embeds the document), so a caller that stores the
+// document and announces it later (the completion pipeline) encodes and
+// buffers it once.
+func (r *Store) EncodeEvent(buf []byte, kind spool.EventKind, doc *spool.Result) (event, docData []byte, err error) {
+	if doc.Worker == "" {
+		doc.Worker = r.worker
+	}
+	head := spool.AppendEvent(slices.Grow(buf, 480+len(doc.Result)+len(doc.Error)), kind, time.Now(), nil)
+	head = head[:len(head)-1] // AppendEvent closed the object after an empty document
+	if body, ok := spool.AppendResult(head, doc); ok {
+		return append(body, '}'), body[len(head):], nil
+	}
+	d, err := r.encode(doc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return spool.AppendEvent(buf[:0], kind, time.Now(), d), d, nil
+}
+
+// EventMsg is the subject and body of the event of kind about doc,
+// encoded as data.
 func (r *Store) EventMsg(kind spool.EventKind, doc *spool.Result, data []byte) (string, []byte) {
 	return r.names.EventSubject(kind, doc.Priority, doc.ID, doc.Type),
 		spool.AppendEvent(make([]byte, 0, len(data)+80), kind, time.Now(), data)
@@ -209,7 +242,9 @@ func (r *Store) Encode(buf []byte, doc *spool.Result) ([]byte, error) {
 	if b, ok := spool.AppendResult(buf, doc); ok {
 		return b, nil
 	}
-	b, err := json.Marshal(doc)
+	// A copy, so that doc does not escape to the heap on the fast path.
+	cp := *doc
+	b, err := json.Marshal(&cp)
 	if err != nil {
 		return nil, fmt.Errorf("encoding result of task %s: %w", doc.ID, err)
 	}
