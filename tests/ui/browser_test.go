@@ -101,6 +101,30 @@ func (b *browser) do(what string, timeout time.Duration, actions ...chromedp.Act
 	}
 }
 
+// press clicks the first element matching the CSS selector as a user
+// would, once it is rendered and not covered (by a modal dialog, say).
+// Unlike chromedp.Click, which measures the element and then sends mouse
+// events in separate round trips, it measures, hit-tests and clicks in one
+// JavaScript turn: the live page re-renders every second, and a panel
+// above the target growing between the measurement and the click made a
+// mouse click land on something else (a purge whose confirmation never
+// opened).
+func press(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](`(() => {
+  const el = document.querySelector(`+jsString(sel)+`);
+  if (!el) return false;
+  el.scrollIntoView({ block: "center" });
+  const r = el.getBoundingClientRect();
+  if (r.width === 0 || r.height === 0) return false;
+  const x = r.left + r.width / 2, y = r.top + r.height / 2;
+  const hit = document.elementFromPoint(x, y);
+  if (!hit || !(el.contains(hit) || hit.contains(el) || el.parentElement.contains(hit))) return false;
+  if (typeof el.click === "function") el.click();
+  else el.dispatchEvent(new MouseEvent("click", { bubbles: true, cancelable: true, view: window, clientX: x, clientY: y }));
+  return true;
+})()`, chromedp.WithPollingInterval(50*time.Millisecond))
+}
+
 // waitJS waits until the JavaScript expression is truthy, checking every
 // 50ms until timeout.
 func (b *browser) waitJS(what, expr string, timeout time.Duration) {

@@ -83,7 +83,7 @@ func TestDashboard(t *testing.T) {
 		chromedp.Navigate(st.BrokerURL+"/ui"),
 		chromedp.WaitVisible(chromedp.CSS("#token-form")),
 		chromedp.SendKeys(chromedp.CSS("#token-input"), token),
-		chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)),
+		press(`#token-form button[type="submit"]`),
 	)
 	b.waitJS("the page to go live", `document.querySelector("#conn").textContent === "live"`, 10*time.Second)
 	b.waitJS("five priority rows", `document.querySelectorAll("#prio-table tbody tr").length === 5`, 5*time.Second)
@@ -122,15 +122,15 @@ func TestDashboard(t *testing.T) {
 	b.waitJS("the dead letter in the list", deadRow+` !== undefined`, 15*time.Second)
 	seq := eval[string](b, deadRow+`.dataset.seq`)
 	rowSel := fmt.Sprintf(`#dlq-list tbody tr[data-seq="%s"]`, seq)
-	b.do("opening the dead letter", 10*time.Second, chromedp.Click(chromedp.CSS(rowSel)))
+	b.do("opening the dead letter", 10*time.Second, press(rowSel))
 	b.waitJS("the dead letter's detail", `!document.querySelector("#dlq-detail").hidden && document.querySelector("#dlq-detail-error").textContent.includes("demo.fail") && document.querySelector("#dlq-detail-headers").textContent.includes("Spool-Reason")`, 10*time.Second)
 	if p := eval[string](b, `document.querySelector("#dlq-detail-payload").textContent`); !strings.Contains(p, "fail_times") {
 		t.Errorf("payload preview %q", p)
 	}
 	b.screenshot("ui-dashboard-dlq.png")
-	b.do("asking to replay", 10*time.Second, chromedp.Click(chromedp.CSS("#dlq-replay")))
+	b.do("asking to replay", 10*time.Second, press("#dlq-replay"))
 	b.waitJS("the confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("ui-dead-1")`, 15*time.Second)
-	b.do("confirming the replay", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.do("confirming the replay", 10*time.Second, press("#confirm-ok"))
 	b.waitJS("the replay done", fmt.Sprintf(`document.querySelector("#dlq-message").textContent.includes("Replayed #%s") && !document.querySelector(%s)`, seq, jsString(rowSel)), 10*time.Second)
 	b.waitJS("the replay in the task's history", `document.querySelector("#lookup-id").value === "ui-dead-1" && document.querySelector("#lookup-timeline").textContent.includes("replayed from the DLQ")`, 10*time.Second)
 	// demo.fail fails the replayed attempt again (attempts start over): it
@@ -140,11 +140,11 @@ func TestDashboard(t *testing.T) {
 	// Purge, filtered by type, after the confirmation.
 	b.do("filtering the dead letters", 10*time.Second,
 		chromedp.SendKeys(chromedp.CSS("#dlq-type"), "demo.fail"),
-		chromedp.Click(chromedp.CSS(`#dlq-filter button[type="submit"]`)),
-		chromedp.Click(chromedp.CSS("#dlq-purge")),
+		press(`#dlq-filter button[type="submit"]`),
+		press("#dlq-purge"),
 	)
 	b.waitJS("the purge confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("type=demo.fail")`, 15*time.Second)
-	b.do("confirming the purge", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.do("confirming the purge", 10*time.Second, press("#confirm-ok"))
 	b.waitJS("the purge done", `document.querySelector("#dlq-message").textContent === "Purged 1 dead letter." && document.querySelectorAll("#dlq-list tbody tr").length === 0`, 10*time.Second)
 	b.waitJS("an empty dead-letter stream", numberIn("#dead-letters")+" === 0", 5*time.Second)
 
@@ -153,7 +153,7 @@ func TestDashboard(t *testing.T) {
 	b.do("looking the task up", 10*time.Second,
 		chromedp.Evaluate[chromedp.Void](`document.querySelector("#lookup-id").value = ""`),
 		chromedp.SendKeys(chromedp.CSS("#lookup-id"), "ui-echo-1"),
-		chromedp.Click(chromedp.CSS("#lookup-go")),
+		press("#lookup-go"),
 	)
 	b.waitJS("the completed task", `document.querySelector("#lookup-state").textContent === "completed" && document.querySelector("#lookup-doc").textContent.includes('"hello": "dashboard"')`, 15*time.Second)
 	if h := eval[string](b, `location.hash`); h != "#task=ui-echo-1" {
@@ -168,29 +168,29 @@ func TestDashboard(t *testing.T) {
 
 	// 4b. Pause a priority from its row, cancel a task queued behind the
 	// pause from the lookup, resume: the cancelled task never runs.
-	b.do("asking to pause normal", 10*time.Second, chromedp.Click(chromedp.CSS("#prio-normal .pause-toggle")))
+	b.do("asking to pause normal", 10*time.Second, press("#prio-normal .pause-toggle"))
 	b.waitJS("the pause confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("Pause priority normal")`, 5*time.Second)
-	b.do("confirming the pause", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.do("confirming the pause", 10*time.Second, press("#confirm-ok"))
 	b.waitJS("normal shown paused", `document.querySelector("#prio-normal .pause-state").textContent === "paused" && document.querySelector("#prio-normal .pause-toggle").textContent === "Resume"`, 10*time.Second)
 	post(t, ctx, st.BrokerURL+"/v1/tasks", `{"type":"demo.echo","priority":"normal","id":"ui-paused-1","payload":{"n":1}}`)
 	b.waitJS("the task queued behind the pause", numberIn("#prio-normal .pending")+" === 1", 10*time.Second)
 	b.do("looking the queued task up", 10*time.Second,
 		chromedp.Evaluate[chromedp.Void](`document.querySelector("#lookup-id").value = ""`),
 		chromedp.SendKeys(chromedp.CSS("#lookup-id"), "ui-paused-1"),
-		chromedp.Click(chromedp.CSS("#lookup-go")),
+		press("#lookup-go"),
 	)
 	b.waitJS("the cancel control for a queued task", `!document.querySelector("#cancel-form").hidden`, 10*time.Second)
 	b.do("asking to cancel", 10*time.Second,
 		chromedp.SendKeys(chromedp.CSS("#cancel-reason"), "not needed"),
-		chromedp.Click(chromedp.CSS("#lookup-cancel")),
+		press("#lookup-cancel"),
 	)
 	b.waitJS("the cancel confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("ui-paused-1")`, 5*time.Second)
-	b.do("confirming the cancel", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.do("confirming the cancel", 10*time.Second, press("#confirm-ok"))
 	b.waitJS("the cancelled task, with who and why", `document.querySelector("#lookup-state").textContent === "cancelled" && document.querySelector("#lookup-cancelled").textContent === "Cancelled by dashboard: not needed" && document.querySelector("#cancel-form").hidden`, 10*time.Second)
 	b.screenshot("ui-dashboard-cancelled.png")
-	b.do("asking to resume normal", 10*time.Second, chromedp.Click(chromedp.CSS("#prio-normal .pause-toggle")))
+	b.do("asking to resume normal", 10*time.Second, press("#prio-normal .pause-toggle"))
 	b.waitJS("the resume confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("Resume priority normal")`, 5*time.Second)
-	b.do("confirming the resume", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.do("confirming the resume", 10*time.Second, press("#confirm-ok"))
 	b.waitJS("normal resumed and drained", `document.querySelector("#prio-normal .pause-state").textContent === "" && `+numberIn("#prio-normal .pending")+" === 0 && "+numberIn("#prio-normal .inflight")+" === 0", 15*time.Second)
 	if got := eval[string](b, `document.querySelector("#lookup-state").textContent`); got != "cancelled" {
 		t.Errorf("the cancelled task ended %q after the resume", got)
@@ -201,22 +201,22 @@ func TestDashboard(t *testing.T) {
 	b.do("asking to pause type demo.echo", 10*time.Second,
 		chromedp.SendKeys(chromedp.CSS("#type-pause-type"), "demo.echo"),
 		chromedp.SendKeys(chromedp.CSS("#type-pause-reason"), "ui check"),
-		chromedp.Click(chromedp.CSS("#type-pause-submit")),
+		press("#type-pause-submit"),
 	)
 	b.waitJS("the type pause confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("Pause task type demo.echo")`, 5*time.Second)
-	b.do("confirming the type pause", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.do("confirming the type pause", 10*time.Second, press("#confirm-ok"))
 	typeRow := `document.querySelector('#types-table tr[data-type="demo.echo"]')`
 	b.waitJS("demo.echo shown paused", typeRow+`?.querySelector(".type-state").textContent === "until resumed" && `+typeRow+`.textContent.includes("ui check")`, 10*time.Second)
 	post(t, ctx, st.BrokerURL+"/v1/tasks", `{"type":"demo.echo","priority":"high","id":"ui-typepaused-1","payload":{"n":2}}`)
 	b.waitJS("the task parked", typeRow+`?.querySelector(".parked").textContent === "1"`, 15*time.Second)
-	b.do("asking to resume demo.echo", 10*time.Second, chromedp.Click(chromedp.CSS(`#types-table tr[data-type="demo.echo"] .type-resume`)))
+	b.do("asking to resume demo.echo", 10*time.Second, press(`#types-table tr[data-type="demo.echo"] .type-resume`))
 	b.waitJS("the type resume confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("Resume task type demo.echo")`, 5*time.Second)
-	b.do("confirming the type resume", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.do("confirming the type resume", 10*time.Second, press("#confirm-ok"))
 	b.waitJS("no type paused or parked", typeRow+` === null && !document.querySelector("#types-empty").hidden`, 15*time.Second)
 	b.do("looking the parked task up", 10*time.Second,
 		chromedp.Evaluate[chromedp.Void](`document.querySelector("#lookup-id").value = ""`),
 		chromedp.SendKeys(chromedp.CSS("#lookup-id"), "ui-typepaused-1"),
-		chromedp.Click(chromedp.CSS("#lookup-go")),
+		press("#lookup-go"),
 	)
 	b.waitJS("the resumed task completed on attempt 1", `document.querySelector("#lookup-state").textContent === "completed" && document.querySelector("#lookup-doc").textContent.includes('"attempts": 1')`, 15*time.Second)
 
@@ -227,19 +227,19 @@ func TestDashboard(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#sched-name"), "ui-every-second"),
 		chromedp.SendKeys(chromedp.CSS("#sched-spec"), "@every 1s"),
 		chromedp.SendKeys(chromedp.CSS("#sched-type"), "demo.echo"),
-		chromedp.Click(chromedp.CSS("#sched-save")),
+		press("#sched-save"),
 	)
 	schedRow := `document.querySelector('#sched-table tr[data-name="ui-every-second"]')`
 	b.waitJS("the schedule listed with its next run", schedRow+`?.querySelector(".sched-state").textContent === "active" && `+schedRow+`.querySelector(".sched-next").textContent !== "—"`, 10*time.Second)
 	b.waitJS("a fired task in the results", fmt.Sprintf("%s > %v", numberIn("#results-count"), resultsBefore), 10*time.Second)
-	b.do("pausing the schedule", 10*time.Second, chromedp.Click(chromedp.CSS(`#sched-table tr[data-name="ui-every-second"] .sched-toggle`)))
+	b.do("pausing the schedule", 10*time.Second, press(`#sched-table tr[data-name="ui-every-second"] .sched-toggle`))
 	b.waitJS("the schedule paused", schedRow+`?.querySelector(".sched-state").textContent === "paused" && `+schedRow+`.querySelector(".sched-next").textContent === "—"`, 10*time.Second)
-	b.do("resuming the schedule", 10*time.Second, chromedp.Click(chromedp.CSS(`#sched-table tr[data-name="ui-every-second"] .sched-toggle`)))
+	b.do("resuming the schedule", 10*time.Second, press(`#sched-table tr[data-name="ui-every-second"] .sched-toggle`))
 	b.waitJS("the schedule active again", schedRow+`?.querySelector(".sched-state").textContent === "active"`, 10*time.Second)
 	b.screenshot("ui-dashboard-schedules.png")
-	b.do("asking to delete the schedule", 10*time.Second, chromedp.Click(chromedp.CSS(`#sched-table tr[data-name="ui-every-second"] .sched-delete`)))
+	b.do("asking to delete the schedule", 10*time.Second, press(`#sched-table tr[data-name="ui-every-second"] .sched-delete`))
 	b.waitJS("the delete confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("ui-every-second")`, 5*time.Second)
-	b.do("confirming the delete", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.do("confirming the delete", 10*time.Second, press("#confirm-ok"))
 	b.waitJS("the schedule gone", schedRow+` === null && document.querySelector("#sched-message").textContent === "Schedule ui-every-second deleted."`, 10*time.Second)
 
 	// 4b. A binary output: shown as a hex dump, downloaded byte for byte.
@@ -252,10 +252,10 @@ func TestDashboard(t *testing.T) {
 	b.do("looking the binary task up", 10*time.Second,
 		chromedp.Evaluate[chromedp.Void](`document.querySelector("#lookup-id").value = ""`),
 		chromedp.SendKeys(chromedp.CSS("#lookup-id"), "ui-bin-1"),
-		chromedp.Click(chromedp.CSS("#lookup-go")),
+		press("#lookup-go"),
 	)
 	b.waitJS("the binary output", `!document.querySelector("#lookup-output").hidden && document.querySelector("#lookup-output-kind").textContent.startsWith("binary output") && document.querySelector("#lookup-output-preview").textContent.startsWith("binary, 263 B")`, 15*time.Second)
-	b.do("downloading the output", 10*time.Second, chromedp.Click(chromedp.CSS("#lookup-output-download")))
+	b.do("downloading the output", 10*time.Second, press("#lookup-output-download"))
 	b.waitJS("the download's object URL", `document.querySelector("#lookup-output-download").href.startsWith("blob:")`, 5*time.Second)
 	// The page's CSP (connect-src 'self') keeps scripts from reading the
 	// blob: URL back, so read what the download fetched, the same way.
@@ -281,7 +281,7 @@ func TestDashboard(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#limits-concurrency"), "3"),
 		chromedp.SendKeys(chromedp.CSS("#limits-rate"), "50/1s"),
 		chromedp.SetValue(chromedp.CSS("#limits-ordered"), "hold"),
-		chromedp.Click(chromedp.CSS(`#limits-form button[type="submit"]`)),
+		press(`#limits-form button[type="submit"]`),
 	)
 	b.waitJS("the limit listed", `(document.querySelector('#limits-list tr[data-type="demo.sleep"]')?.textContent || "").includes("/ 3") && document.querySelector('#limits-list tr[data-type="demo.sleep"]').textContent.includes("50/1s") && document.querySelector('#limits-list tr[data-type="demo.sleep"]').textContent.includes("hold")`, 10*time.Second)
 	// Its use: no key busy, no task waiting for a slot, the rate below
@@ -290,12 +290,12 @@ func TestDashboard(t *testing.T) {
 	b.do("setting a bad limit", 10*time.Second,
 		chromedp.SendKeys(chromedp.CSS("#limits-type"), "demo.sleep"),
 		chromedp.SendKeys(chromedp.CSS("#limits-rate"), "50/soon"),
-		chromedp.Click(chromedp.CSS(`#limits-form button[type="submit"]`)),
+		press(`#limits-form button[type="submit"]`),
 	)
 	b.waitJS("the bad limit refused", `document.querySelector("#limits-message").textContent.includes("period \"soon\"")`, 10*time.Second)
-	b.do("removing the limit", 10*time.Second, chromedp.Click(chromedp.CSS(`#limits-list tr[data-type="demo.sleep"] button`)))
+	b.do("removing the limit", 10*time.Second, press(`#limits-list tr[data-type="demo.sleep"] button`))
 	b.waitJS("the removal confirmation", `document.querySelector("#confirm").open`, 5*time.Second)
-	b.do("confirming the removal", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.do("confirming the removal", 10*time.Second, press("#confirm-ok"))
 	b.waitJS("the limit gone", `document.querySelector('#limits-list tr[data-type="demo.sleep"]') === null`, 10*time.Second)
 
 	// 5. Nothing left the broker's origin.

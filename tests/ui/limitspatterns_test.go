@@ -24,7 +24,7 @@ func TestDashboardPatternLimits(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#limits-type"), "demo.*"),
 		chromedp.SendKeys(chromedp.CSS("#limits-concurrency"), "1"),
 		chromedp.SendKeys(chromedp.CSS("#limits-keys"), "vip-*=5,100/1s; free-*=1"),
-		chromedp.Click(chromedp.CSS(`#limits-form button[type="submit"]`)),
+		press(`#limits-form button[type="submit"]`),
 	)
 	row := `document.querySelector('#limits-list tr[data-type="demo.*"]')`
 	b.waitJS("the pattern listed", `(`+row+`?.textContent || "").includes("(pattern") && `+row+`.querySelector(".key-limits").textContent === "free-*: concurrency 1, rate —; vip-*: concurrency 5, rate 100/1s"`, 10*time.Second)
@@ -34,23 +34,23 @@ func TestDashboardPatternLimits(t *testing.T) {
 	b.do("explaining a type and key", 10*time.Second,
 		chromedp.SendKeys(chromedp.CSS("#limits-explain-type"), "demo.echo"),
 		chromedp.SendKeys(chromedp.CSS("#limits-explain-key"), "vip-7"),
-		chromedp.Click(chromedp.CSS(`#limits-explain button[type="submit"]`)),
+		press(`#limits-explain button[type="submit"]`),
 	)
 	b.waitJS("the explanation", `document.querySelector("#limits-explain-output").textContent === "demo.echo: governed by the pattern rule demo.*; key vip-7: concurrency 5, rate 100/1s (key pattern vip-*)"`, 10*time.Second)
 	b.do("explaining a type no rule governs", 10*time.Second,
 		chromedp.Evaluate[chromedp.Void](`document.querySelector("#limits-explain-type").value = "other"; document.querySelector("#limits-explain-key").value = ""; 0`),
-		chromedp.Click(chromedp.CSS(`#limits-explain button[type="submit"]`)),
+		press(`#limits-explain button[type="submit"]`),
 	)
 	b.waitJS("no rule", `document.querySelector("#limits-explain-output").textContent === "other: no rule matches; its tasks run unlimited."`, 10*time.Second)
 	b.do("setting a bad pattern", 10*time.Second,
 		chromedp.SendKeys(chromedp.CSS("#limits-type"), "demo.>.x"),
 		chromedp.SendKeys(chromedp.CSS("#limits-concurrency"), "1"),
-		chromedp.Click(chromedp.CSS(`#limits-form button[type="submit"]`)),
+		press(`#limits-form button[type="submit"]`),
 	)
 	b.waitJS("the bad pattern refused", `document.querySelector("#limits-message").textContent.includes("only the last token may be >")`, 10*time.Second)
 	// The table is redrawn every 2s: click the button of the row there now.
 	b.do("removing the pattern", 10*time.Second, chromedp.Evaluate[chromedp.Void](row+`.querySelector("button").click(); 0`))
 	b.waitJS("the removal confirmation", `document.querySelector("#confirm").open`, 5*time.Second)
-	b.do("confirming the removal", 10*time.Second, chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.do("confirming the removal", 10*time.Second, press("#confirm-ok"))
 	b.waitJS("the pattern gone", row+` === null`, 10*time.Second)
 }

@@ -81,7 +81,7 @@ func TestDashboardAtScale(t *testing.T) {
 	b.waitJS("the queued tasks", `document.querySelector("#prio-normal .pending").textContent === "20,000" && document.querySelector("#dead-letters").textContent === "10,000"`, 10*time.Second)
 	b.waitJS("one page of dead letters", `document.querySelectorAll("#dlq-list tbody tr").length === 50 && !document.querySelector("#dlq-next").disabled`, 10*time.Second)
 	first := eval[[]string](b, `[...document.querySelectorAll("#dlq-list tbody tr")].map(r => r.dataset.seq)`)
-	b.do("the next page", 10*time.Second, chromedp.Click(chromedp.CSS("#dlq-next")))
+	b.do("the next page", 10*time.Second, press("#dlq-next"))
 	b.waitJS("the second page", fmt.Sprintf(`document.querySelector("#dlq-list tbody tr")?.dataset.seq === "%d" && document.querySelectorAll("#dlq-list tbody tr").length === 50`, mustAtoi(t, first[49])+1), 10*time.Second)
 	// A few more refreshes, then the overview requests' timings.
 	b.waitJS("five overview refreshes", `performance.getEntriesByType("resource").filter(e => e.name.endsWith("/v1/overview")).length >= 5`, 15*time.Second)

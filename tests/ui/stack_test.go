@@ -38,6 +38,6 @@ func (b *browser) logIn(brokerURL string) {
 		chromedp.Navigate(brokerURL+"/ui"),
 		chromedp.WaitVisible(chromedp.CSS("#token-form")),
 		chromedp.SendKeys(chromedp.CSS("#token-input"), token),
-		chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)),
+		press(`#token-form button[type="submit"]`),
 	)
 }

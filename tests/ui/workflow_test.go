@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/chromedp/chromedp"
 )
 
 // TestWorkflowGraph submits a DAG through the broker and finds it on the
@@ -29,7 +27,7 @@ func TestWorkflowGraph(t *testing.T) {
 	b.logIn(st.BrokerURL)
 	row := `document.querySelector('#wf-list tbody tr[data-id="ui-flow"]')`
 	b.waitJS("the finished workflow listed", row+` && `+row+`.textContent.includes("failed") && `+row+`.textContent.includes("6 / 6")`, 20*time.Second)
-	b.do("opening the workflow", 10*time.Second, chromedp.Click(chromedp.CSS(`#wf-list tbody tr[data-id="ui-flow"]`)))
+	b.do("opening the workflow", 10*time.Second, press(`#wf-list tbody tr[data-id="ui-flow"]`))
 	node := func(name string) string {
 		return `document.querySelector('#wf-graph g.node[data-step="` + name + `"]')`
 	}
@@ -50,6 +48,6 @@ func TestWorkflowGraph(t *testing.T) {
 		t.Errorf("publish (x %v) is not drawn right of fetch (x %v)", x2, x1)
 	}
 	b.screenshot("ui-workflow.png")
-	b.do("clicking a step", 10*time.Second, chromedp.Click(chromedp.CSS(`#wf-graph g.node[data-step="publish"] rect`)))
+	b.do("clicking a step", 10*time.Second, press(`#wf-graph g.node[data-step="publish"] rect`))
 	b.waitJS("the step's task looked up", `document.querySelector("#lookup-id").value === "ui-flow=publish" && document.querySelector("#lookup-state").textContent === "completed"`, 10*time.Second)
 }
