@@ -47,9 +47,10 @@ func TestNodeLoss(t *testing.T) {
 	var events []faultEvent
 	loseLeader := func(what string, leader func(context.Context) (string, error)) {
 		t.Helper()
+		before := leaderships(c)
 		stopped, election := loseLeader(t, ctx, c, what, leader)
 		events = append(events,
-			faultEvent{at: stopped, what: what + " leader stopped"},
+			faultEvent{at: stopped, what: what + " leader stopped; before, " + before},
 			faultEvent{at: stopped.Add(election), what: "a new " + what + " leader seen"},
 			faultEvent{at: time.Now(), what: "its node restarted"})
 	}

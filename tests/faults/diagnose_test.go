@@ -271,8 +271,8 @@ func nodeView(s *server.Server) string {
 			if sd.Name != names.TaskStream() {
 				continue
 			}
-			fmt.Fprintf(&b, "%s: stream first %d last %d msgs %d deleted %d, leader %s\n",
-				s.Name(), sd.State.FirstSeq, sd.State.LastSeq, sd.State.Msgs, sd.State.NumDeleted, serverLeader(sd.Cluster))
+			fmt.Fprintf(&b, "%s: stream first %d last %d msgs %d deleted %d, leader %s, replicas %s\n",
+				s.Name(), sd.State.FirstSeq, sd.State.LastSeq, sd.State.Msgs, sd.State.NumDeleted, serverLeader(sd.Cluster), replicas(sd.Cluster))
 			for _, ci := range sd.Consumer {
 				fmt.Fprintf(&b, "    %s: delivered stream seq %d, ack floor stream seq %d, pending %d, ack pending %d, leader %s\n",
 					ci.Name, ci.Delivered.Stream, ci.AckFloor.Stream, ci.NumPending, ci.NumAckPending, serverLeader(ci.Cluster))
@@ -285,11 +285,61 @@ func nodeView(s *server.Server) string {
 	return b.String()
 }
 
+// leaderships says what each running node leads, in its own view: the
+// meta group, the task stream, its consumers. A node stopped as one
+// group's leader may lead others too.
+func leaderships(c *embedded.Cluster) string {
+	var parts []string
+	for _, s := range c.Servers() {
+		if !s.Running() {
+			continue
+		}
+		jsz, err := s.Jsz(&server.JSzOptions{Accounts: true, Streams: true, Consumer: true})
+		if err != nil {
+			parts = append(parts, fmt.Sprintf("%s: %v", s.Name(), err))
+			continue
+		}
+		var led []string
+		if jsz.Meta != nil && jsz.Meta.Leader == s.Name() {
+			led = append(led, "meta")
+		}
+		for _, acc := range jsz.AccountDetails {
+			for _, sd := range acc.Streams {
+				if sd.Name != names.TaskStream() {
+					continue
+				}
+				if serverLeader(sd.Cluster) == s.Name() {
+					led = append(led, sd.Name)
+				}
+				for _, ci := range sd.Consumer {
+					if serverLeader(ci.Cluster) == s.Name() {
+						led = append(led, ci.Name)
+					}
+				}
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%s leads %v", s.Name(), led))
+	}
+	return strings.Join(parts, "; ")
+}
+
 func serverLeader(ci *server.ClusterInfo) string {
 	if ci == nil || ci.Leader == "" {
 		return "none"
 	}
 	return ci.Leader
+}
+
+// replicas describes the replicas of a group as its node sees them.
+func replicas(ci *server.ClusterInfo) string {
+	if ci == nil {
+		return "unknown"
+	}
+	var parts []string
+	for _, r := range ci.Replicas {
+		parts = append(parts, fmt.Sprintf("%s current %v offline %v lag %d", r.Name, r.Current, r.Offline, r.Lag))
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }
 
 func leaderOf(ci *jetstream.ClusterInfo) string {
