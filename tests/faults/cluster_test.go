@@ -95,6 +95,7 @@ func TestNodeLoss(t *testing.T) {
 	if r.Completed != r.Tasks {
 		t.Errorf("%d of %d tasks completed; dead: %s", r.Completed, r.Tasks, r.DeadSummary())
 	}
+	checkSequences(t, gen)
 	if len(r.Lost) > 0 {
 		explainLoss(t, c, js, gen, r.Lost, start, events, srvLog)
 	}

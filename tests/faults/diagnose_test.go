@@ -365,3 +365,25 @@ func sinceOr(at, start time.Time) time.Duration {
 	}
 	return at.Sub(start).Round(time.Millisecond)
 }
+
+// checkSequences fails t when the stream acknowledged two different tasks
+// at one sequence: a WorkQueue stream never reuses a sequence, so its
+// sequence went backwards (a leader that lacked acknowledged messages),
+// and consumers whose floors were past it skip what is stored there.
+func checkSequences(t testing.TB, gen *loadGen) {
+	t.Helper()
+	seen := map[uint64]string{}
+	var clashes []string
+	for id, a := range gen.acked() {
+		if other, ok := seen[a.seq]; ok {
+			clashes = append(clashes, fmt.Sprintf("seq %d: %s and %s", a.seq, other, id))
+			continue
+		}
+		seen[a.seq] = id
+	}
+	if len(clashes) > 0 {
+		slices.Sort(clashes)
+		t.Errorf("the stream acknowledged %d sequences for two tasks (its sequence went backwards): %s",
+			len(clashes), strings.Join(clashes[:min(len(clashes), 10)], "; "))
+	}
+}
