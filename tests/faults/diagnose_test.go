@@ -123,7 +123,7 @@ func explainLoss(t testing.TB, c *embedded.Cluster, js jetstream.JetStream, gen 
 	}
 
 	// Every node's own view (followers included).
-	fmt.Fprintf(&b, "every node's view of %s:\n", names.TaskStream())
+	fmt.Fprintf(&b, "every node's view of %s and the results bucket:\n", names.TaskStream())
 	for _, s := range c.Servers() {
 		fmt.Fprintf(&b, "  %s", nodeView(s))
 	}
@@ -168,10 +168,13 @@ func explainLoss(t testing.TB, c *embedded.Cluster, js jetstream.JetStream, gen 
 			keptMax = max(keptMax, a.seq)
 		}
 	}
-	var noAck, dups, retried, aboveLast, belowFirst, belowAckFloor, shared int
+	var noAck, dups, retried, aboveLast, belowFirst, belowAckFloor, shared, ran int
 	var minSeq, maxSeq uint64
 	var firstAt, lastAt time.Time
 	for _, id := range lost {
+		if len(gen.chk.Executions(id)) > 0 {
+			ran++
+		}
 		a, ok := acks[id]
 		if !ok {
 			noAck++
@@ -208,6 +211,7 @@ func explainLoss(t testing.TB, c *embedded.Cluster, js jetstream.JetStream, gen 
 			belowAckFloor++
 		}
 	}
+	fmt.Fprintf(&b, "%d of the %d lost tasks ran (the handlers' logs have them): their results were not read, or not written\n", ran, len(lost))
 	fmt.Fprintf(&b, "the producer on the %d lost tasks: %d without any acknowledgement recorded (a load generator bug), "+
 		"%d acknowledged as duplicates, %d acknowledged after a retry; sequences %d to %d, acknowledged +%s to +%s; "+
 		"%d with a sequence another acknowledged task has too (the stream reused it), %d above the stream's last sequence, "+
@@ -268,11 +272,14 @@ func nodeView(s *server.Server) string {
 	var b strings.Builder
 	for _, acc := range jsz.AccountDetails {
 		for _, sd := range acc.Streams {
+			if sd.Name != names.TaskStream() && sd.Name != "KV_"+names.ResultsBucket() {
+				continue
+			}
+			fmt.Fprintf(&b, "%s: %s first %d last %d msgs %d deleted %d, leader %s, replicas %s\n",
+				s.Name(), sd.Name, sd.State.FirstSeq, sd.State.LastSeq, sd.State.Msgs, sd.State.NumDeleted, serverLeader(sd.Cluster), replicas(sd.Cluster))
 			if sd.Name != names.TaskStream() {
 				continue
 			}
-			fmt.Fprintf(&b, "%s: stream first %d last %d msgs %d deleted %d, leader %s, replicas %s\n",
-				s.Name(), sd.State.FirstSeq, sd.State.LastSeq, sd.State.Msgs, sd.State.NumDeleted, serverLeader(sd.Cluster), replicas(sd.Cluster))
 			for _, ci := range sd.Consumer {
 				fmt.Fprintf(&b, "    %s: delivered stream seq %d, ack floor stream seq %d, pending %d, ack pending %d, leader %s\n",
 					ci.Name, ci.Delivered.Stream, ci.AckFloor.Stream, ci.NumPending, ci.NumAckPending, serverLeader(ci.Cluster))
