@@ -140,7 +140,11 @@ func (p *Pending) Wait(ctx context.Context) (EnqueueResult, error) {
 // its unique key.
 func (c *Client) settleFlight(ctx context.Context, b *batch) (EnqueueResult, error) {
 	c.acks.wait(ctx, b)
-	f := &b.flights[0]
+	// The flight is settled and b unregistered, but a sweep that found it
+	// overdue just before, or a no-responders republish, may still read
+	// it under acks.mu: b's flights are written only under that lock, so
+	// the retry's outcome goes to a copy.
+	f := b.flights[0]
 	// An acknowledged publish had its enqueued event sent as the
 	// acknowledgement arrived (acks.stored); one stored by the retry below
 	// gets it here.

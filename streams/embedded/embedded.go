@@ -104,7 +104,8 @@ func startServer(opts *server.Options, o Options) (*server.Server, error) {
 		return nil, fmt.Errorf("creating embedded nats-server: %w", err)
 	}
 	if o.Logger != nil {
-		s.SetLogger(slogAdapter{o.Logger.With("component", "nats-server")}, o.Debug, false)
+		// Each line names its node: a cluster's nodes share the logger.
+		s.SetLogger(slogAdapter{o.Logger.With("component", "nats-server", "server", opts.ServerName)}, o.Debug, false)
 	}
 	for src, dst := range o.Mappings {
 		if err := s.GlobalAccount().AddMapping(src, dst); err != nil {

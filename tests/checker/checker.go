@@ -108,6 +108,23 @@ func (c *Checker) Attempted(id, value string) {
 	c.attempted[id] = value
 }
 
+// Unresolved returns the ids of the tasks enqueued (acknowledged or
+// attempted) that have no result yet, sorted.
+func (c *Checker) Unresolved() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []string
+	for _, m := range []map[string]string{c.enqueued, c.attempted} {
+		for id := range m {
+			if _, ok := c.results[id]; !ok {
+				ids = append(ids, id)
+			}
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 // ExpectExecutions says task id is meant to run n times (a handler that
 // fails or panics n-1 times, then succeeds or is dead-lettered): only runs
 // beyond n are duplicates. The default is 1.

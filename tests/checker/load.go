@@ -1,11 +1,13 @@
 package checker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -47,6 +49,70 @@ func LoadResults(ctx context.Context, js jetstream.JetStream, names spool.Names,
 			n++
 		}
 	}
+}
+
+// LoadResultsAtLeader looks up, at the results bucket's leader, the
+// result document of each of ids (tasks LoadResults found none for), feeds
+// c those it finds, and returns how many. A watch is an ephemeral consumer
+// the server may place on any replica of the bucket, including one that
+// lags after a node restart: it then ends its initial values with what
+// that replica holds, and the documents it lacks look lost. The leader's
+// answer is the bucket's state; direct gets, which any replica serves, are
+// not used.
+func LoadResultsAtLeader(ctx context.Context, js jetstream.JetStream, names spool.Names, c *Checker, ids []string) (int, error) {
+	bucket := names.ResultsBucket()
+	subject := "$JS.API.STREAM.MSG.GET.KV_" + bucket
+	n := 0
+	for _, id := range ids {
+		req, err := json.Marshal(map[string]string{"last_by_subj": "$KV." + bucket + "." + id})
+		if err != nil {
+			return n, err
+		}
+		var resp struct {
+			Error   *jetstream.APIError `json:"error"`
+			Message *struct {
+				Header []byte `json:"hdrs"`
+				Data   []byte `json:"data"`
+			} `json:"message"`
+		}
+		var msg []byte
+		for try := 0; ; try++ {
+			// Each try is short: a request a leader election swallows
+			// is never answered.
+			tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			m, err := js.Conn().RequestWithContext(tctx, subject, req)
+			cancel()
+			if err == nil {
+				msg = m.Data
+				break
+			}
+			if try == 4 || ctx.Err() != nil {
+				return n, fmt.Errorf("reading the result of %q at the leader: %w", id, err)
+			}
+		}
+		if err := json.Unmarshal(msg, &resp); err != nil {
+			return n, fmt.Errorf("reading the result of %q at the leader: %w", id, err)
+		}
+		if resp.Error != nil {
+			if resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
+				continue
+			}
+			return n, fmt.Errorf("reading the result of %q at the leader: %w", id, resp.Error)
+		}
+		if resp.Message == nil || bytes.Contains(resp.Message.Header, []byte("KV-Operation")) {
+			continue // deleted or purged
+		}
+		var doc spool.Result
+		if err := json.Unmarshal(resp.Message.Data, &doc); err != nil {
+			return n, fmt.Errorf("decoding result %q: %w", id, err)
+		}
+		if doc.ID != id {
+			return n, fmt.Errorf("result under key %q has id %q", id, doc.ID)
+		}
+		c.Result(doc)
+		n++
+	}
+	return n, nil
 }
 
 // LoadDeadLetters feeds c every message of the dead-letter stream and

@@ -23,7 +23,9 @@ import (
 func TestNodeLoss(t *testing.T) {
 	n := scale(4_000)
 	start := time.Now()
-	c, err := embedded.StartCluster(3, embedded.Options{Name: "faults", StoreDir: t.TempDir(), SyncAlways: true})
+	// The nodes' warnings, shown with a loss (see explainLoss).
+	srvLog := newServerLog()
+	c, err := embedded.StartCluster(3, embedded.Options{Name: "faults", StoreDir: t.TempDir(), SyncAlways: true, Logger: srvLog.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,9 +44,15 @@ func TestNodeLoss(t *testing.T) {
 	// About 500 tasks a second, so the producer runs across both faults.
 	go func() { produced <- gen.enqueue(ctx, tasks, values, 50, 100*time.Millisecond) }()
 
+	var events []faultEvent
 	loseLeader := func(what string, leader func(context.Context) (string, error)) {
 		t.Helper()
-		loseLeader(t, ctx, c, what, leader)
+		before := leaderships(c)
+		stopped, election := loseLeader(t, ctx, c, what, leader)
+		events = append(events,
+			faultEvent{at: stopped, what: what + " leader stopped; before, " + before},
+			faultEvent{at: stopped.Add(election), what: "a new " + what + " leader seen"},
+			faultEvent{at: time.Now(), what: "its node restarted"})
 	}
 	streamLeader := func(ctx context.Context) (string, error) {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -86,6 +94,10 @@ func TestNodeLoss(t *testing.T) {
 	}
 	if r.Completed != r.Tasks {
 		t.Errorf("%d of %d tasks completed; dead: %s", r.Completed, r.Tasks, r.DeadSummary())
+	}
+	checkSequences(t, gen)
+	if len(r.Lost) > 0 {
+		explainLoss(t, c, js, gen, r.Lost, start, events, srvLog)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -45,6 +47,42 @@ type loadGen struct {
 	// Sent counts the tasks of enqueue's list whose batch returned:
 	// tasks[:Sent] were enqueued (but for the failed ones, retried later).
 	Sent atomic.Int64
+
+	mu sync.Mutex
+	// acks is what the producer said of each acknowledged task (the
+	// first acknowledgement), to explain a loss.
+	acks map[string]ackRecord
+	// tried holds the ids whose enqueue failed at least once.
+	tried map[string]bool
+}
+
+// record keeps what the producer said of an acknowledged task.
+func (g *loadGen) record(r producer.EnqueueResult, at time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.acks == nil {
+		g.acks = map[string]ackRecord{}
+	}
+	if _, ok := g.acks[r.ID]; !ok {
+		g.acks[r.ID] = ackRecord{seq: r.Sequence, dup: r.Duplicate, subject: r.Subject, at: at, retried: g.tried[r.ID]}
+	}
+}
+
+// failed notes a failed enqueue of task id.
+func (g *loadGen) failed(id string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.tried == nil {
+		g.tried = map[string]bool{}
+	}
+	g.tried[id] = true
+}
+
+// acked returns what the producer said of each acknowledged task.
+func (g *loadGen) acked() map[string]ackRecord {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return maps.Clone(g.acks)
 }
 
 // tasksFor returns n fault.task tasks with ids <prefix>-<i>, spread over
@@ -103,6 +141,7 @@ func (g *loadGen) enqueue(ctx context.Context, tasks []producer.Task, values []s
 		if err != nil && !errors.As(err, &be) {
 			return err
 		}
+		at := time.Now()
 		for i, r := range results {
 			if r.Err != nil {
 				var invalid *producer.InvalidTaskError
@@ -110,10 +149,12 @@ func (g *loadGen) enqueue(ctx context.Context, tasks []producer.Task, values []s
 					return fmt.Errorf("task %s is invalid: %w", part[i].ID, r.Err)
 				}
 				g.chk.Attempted(part[i].ID, value[part[i].ID])
+				g.failed(part[i].ID)
 				failed = append(failed, part[i])
 				continue
 			}
 			g.chk.Enqueued(r.ID, value[r.ID])
+			g.record(r.EnqueueResult, at)
 		}
 		g.Sent.Add(int64(len(part)))
 		if tick != nil {
