@@ -16,6 +16,7 @@ import (
 
 	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/shared/workflow"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/streamstest"
@@ -154,6 +155,33 @@ func TestWorkflowChain(t *testing.T) {
 		if s.State != workflow.Completed || s.Task.Attempts != 1 || e.ran(s.TaskID) != 1 {
 			t.Errorf("step %s: %+v, ran %d times", s.Name, s, e.ran(s.TaskID))
 		}
+	}
+}
+
+// A read of a workflow's steps that finds fewer records than the workflow
+// has (what a KV watch placed on a replica still catching up after a
+// restart returns, without an error) is never taken for the whole list: it
+// is retried as jsproto.ErrBehind until the caller's deadline. Deleting a
+// step record stands in for the lagging replica here.
+func TestWorkflowStatusRefusesAShortStepList(t *testing.T) {
+	t.Parallel()
+	e := newWFEnv(t, arithmetic())
+	var d workflow.Doc
+	d.Chain(workflow.Task("a", "add1", []byte("1")), workflow.Task("b", "add1", nil), workflow.Task("c", "add1", nil))
+	id := e.submit(d)
+	e.wait(id, workflow.Completed)
+	kv, err := e.js.KeyValue(testCtx(t), e.names.WorkflowsBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(testCtx(t), id+".step.b"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	st, err := e.store.Status(ctx, id)
+	if !errors.Is(err, jsproto.ErrBehind) {
+		t.Fatalf("Status with a step record missing: %+v, error %v; want jsproto.ErrBehind", st, err)
 	}
 }
 

@@ -41,6 +41,13 @@ const (
 // *UnavailableError saying for how long it tried.
 var ErrUnavailable = errors.New("the NATS cluster was unavailable")
 
+// ErrBehind is returned by a read that saw less than it knows must be
+// stored: a KV watch is an ephemeral consumer that the server may place
+// on a replica still catching up after a restart, whose initial values
+// then end early without an error. Retryable holds: the next try's watch
+// may land on a current replica, and the lagging one catches up.
+var ErrBehind = errors.New("read from a replica that is behind")
+
 // UnavailableError is the error of a call that retried until its
 // deadline without an answer. errors.Is(err, ErrUnavailable) holds, and
 // so it does for the last try's error.
@@ -82,7 +89,8 @@ func Retryable(err error) bool {
 		errors.Is(err, nats.ErrReconnectBufExceeded),
 		errors.Is(err, jetstream.ErrNoStreamResponse),
 		errors.Is(err, jetstream.ErrAsyncPublishTimeout),
-		errors.Is(err, jetstream.ErrJetStreamNotEnabled):
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled),
+		errors.Is(err, ErrBehind):
 		return true
 	}
 	var apiErr *jetstream.APIError

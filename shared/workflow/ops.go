@@ -136,7 +136,7 @@ func (s *Store) Status(ctx context.Context, id string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	steps, err := s.steps(ctx, id, r.Steps+1)
+	steps, err := s.steps(ctx, r)
 	if err != nil {
 		return Status{}, err
 	}
@@ -286,7 +286,7 @@ func (s *Store) RetryFailed(ctx context.Context, id string) (Record, error) {
 	if r.State == Completed {
 		return r, fmt.Errorf("%w: workflow %q completed; nothing to retry", ErrNotFinished, id)
 	}
-	steps, err := s.steps(ctx, id, r.Steps+1)
+	steps, err := s.steps(ctx, r)
 	if err != nil {
 		return r, err
 	}

@@ -214,8 +214,14 @@ func (s *Store) result(ctx context.Context, taskID string) (spool.Result, bool, 
 	return doc, true, nil
 }
 
-// steps reads every step record of a workflow, in index order.
-func (s *Store) steps(ctx context.Context, id string, n int) ([]StepRecord, error) {
+// steps reads every step record of the workflow r, in index order. Every
+// record is stored before r is (Submit), so a read that finds fewer came
+// from a replica that is behind (jsproto.ErrBehind) and is tried again.
+func (s *Store) steps(ctx context.Context, r Record) ([]StepRecord, error) {
+	id, n := r.ID, r.Steps
+	if r.OnFailure != "" {
+		n++
+	}
 	var out []StepRecord
 	// Reading 10,000 steps takes longer than one request.
 	err := s.retryFor(ctx, 15*s.try, func(ctx context.Context) error {
@@ -234,6 +240,9 @@ func (s *Store) steps(ctx context.Context, id string, n int) ([]StepRecord, erro
 					return errors.New("watch closed")
 				}
 				if e == nil {
+					if len(out) < n {
+						return fmt.Errorf("%w: %d of %d step records", jsproto.ErrBehind, len(out), n)
+					}
 					return nil
 				}
 				var r StepRecord
