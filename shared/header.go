@@ -208,21 +208,29 @@ func DecodeMeta(h nats.Header) (Meta, error) {
 		return m, err
 	}
 	m.Key = headerValue(h, HeaderKey)
-	for _, c := range []struct {
-		name string
-		dst  *int
-	}{{HeaderPriorAttempts, &m.PriorAttempts}, {HeaderDeferrals, &m.Deferrals}} {
-		if v := headerValue(h, c.name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return m, NewFieldError(fieldFlow, fmt.Errorf("%w: %s %q is not a whole number", ErrInvalidHeader, c.name, v))
-			}
-			*c.dst = n
-		}
+	if m.PriorAttempts, err = flowCount(h, HeaderPriorAttempts); err != nil {
+		return m, err
+	}
+	if m.Deferrals, err = flowCount(h, HeaderDeferrals); err != nil {
+		return m, err
 	}
 	m.TraceParent = headerValue(h, HeaderTraceParent)
 	m.TraceState = headerValue(h, HeaderTraceState)
 	return m, m.Validate()
+}
+
+// flowCount is the whole number in header name (0 when absent), one of
+// the counts a worker sets on a task it hands back for flow control.
+func flowCount(h nats.Header, name string) (int, error) {
+	v := headerValue(h, name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, NewFieldError(fieldFlow, fmt.Errorf("%w: %s %q is not a whole number", ErrInvalidHeader, name, v))
+	}
+	return n, nil
 }
 
 // TaskID returns the id of a task, as the wire contract falls back:
