@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/shared/logging"
 )
 
@@ -19,6 +20,10 @@ const spreadTries = 5
 // spreadWait bounds how long SpreadLeaders waits for one step-down's
 // election.
 const spreadWait = 5 * time.Second
+
+// readWait bounds how long SpreadLeaders tries to read a partition's
+// leader while the cluster does not answer.
+const readWait = 3 * spreadWait
 
 // SpreadLeaders moves the leaders of the task partitions onto different
 // servers: partition k's leader goes to the k-th of its replicas' servers
@@ -64,11 +69,17 @@ func SpreadLeaders(ctx context.Context, js jetstream.JetStream, t Topology, logg
 }
 
 // partitionLeader returns stream name's leader and the server partition k's
-// leader belongs on ("" while there is no leader).
+// leader belongs on ("" while there is no leader). It is read during the
+// elections SpreadLeaders itself starts, which may swallow a request: each
+// try is bounded and tried again for up to readWait.
 func partitionLeader(ctx context.Context, js jetstream.JetStream, name string, k int) (leader, want string, err error) {
-	rctx, cancel := context.WithTimeout(ctx, spreadWait)
+	rctx, cancel := context.WithTimeout(ctx, readWait)
 	defer cancel()
-	s, err := js.Stream(rctx, name)
+	var s jetstream.Stream
+	err = jsproto.Retry{}.Do(rctx, "asking for its leader", func(ctx context.Context) (err error) {
+		s, err = js.Stream(ctx, name)
+		return err
+	})
 	if err != nil {
 		return "", "", fmt.Errorf("reading stream %q: %w", name, err)
 	}
