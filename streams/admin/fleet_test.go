@@ -219,6 +219,11 @@ func TestOverview(t *testing.T) {
 		if len(ov.Fleet) != 3 {
 			return fmt.Errorf("%d members answered", len(ov.Fleet))
 		}
+		// A consumer's pending count follows the stream's stores a
+		// moment later (the server signals consumers from a goroutine).
+		if len(ov.Priorities) == 5 && ov.Priorities[3].Pending != 3 {
+			return fmt.Errorf("low shows %d pending", ov.Priorities[3].Pending)
+		}
 		return nil
 	})
 	if len(ov.Priorities) != 5 {

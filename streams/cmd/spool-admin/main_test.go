@@ -3,15 +3,18 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/spoolq/spool/shared/config"
 	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/streams/embedded"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 func TestMain(m *testing.M) {
@@ -110,18 +113,22 @@ func TestStatusCountsTasks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	out.Reset()
-	if err := run(t.Context(), []string{"status", "--json", "--url", s.ClientURL()}, &out, &errOut); err != nil {
-		t.Fatal(err)
-	}
-	var st admin.Status
-	if err := json.Unmarshal(out.Bytes(), &st); err != nil {
-		t.Fatal(err)
-	}
-	low := st.Priorities[3]
-	if low.Pending != 3 || low.OldestWait <= 0 {
-		t.Fatalf("low priority status %+v: want 3 pending with an oldest wait", low)
-	}
+	// A consumer's pending count follows the stream's stores a moment
+	// later (the server signals consumers from a goroutine of its own).
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		out.Reset()
+		if err := run(t.Context(), []string{"status", "--json", "--url", s.ClientURL()}, &out, &errOut); err != nil {
+			t.Fatal(err)
+		}
+		var st admin.Status
+		if err := json.Unmarshal(out.Bytes(), &st); err != nil {
+			t.Fatal(err)
+		}
+		if low := st.Priorities[3]; low.Pending != 3 || low.OldestWait <= 0 {
+			return fmt.Errorf("low priority status %+v: want 3 pending with an oldest wait", low)
+		}
+		return nil
+	})
 }
 
 func TestVariablesAreKnown(t *testing.T) {
