@@ -139,13 +139,18 @@ func arithmetic() *consumer.Mux {
 	return mux
 }
 
+// addChain is a chain of three add1 steps, a, b and c, from 1.
+func addChain() workflow.Doc {
+	var d workflow.Doc
+	d.Chain(workflow.Task("a", "add1", []byte("1")), workflow.Task("b", "add1", nil), workflow.Task("c", "add1", nil))
+	return d
+}
+
 // A chain passes each step's result to the next.
 func TestWorkflowChain(t *testing.T) {
 	t.Parallel()
 	e := newWFEnv(t, arithmetic())
-	var d workflow.Doc
-	d.Chain(workflow.Task("a", "add1", []byte("1")), workflow.Task("b", "add1", nil), workflow.Task("c", "add1", nil))
-	id := e.submit(d)
+	id := e.submit(addChain())
 	st := e.wait(id, workflow.Completed)
 	c := stepOf(t, st, "c")
 	if c.Task == nil || string(c.Task.Result) != "4" {
@@ -166,9 +171,7 @@ func TestWorkflowChain(t *testing.T) {
 func TestWorkflowStatusRefusesAShortStepList(t *testing.T) {
 	t.Parallel()
 	e := newWFEnv(t, arithmetic())
-	var d workflow.Doc
-	d.Chain(workflow.Task("a", "add1", []byte("1")), workflow.Task("b", "add1", nil), workflow.Task("c", "add1", nil))
-	id := e.submit(d)
+	id := e.submit(addChain())
 	e.wait(id, workflow.Completed)
 	kv, err := e.js.KeyValue(testCtx(t), e.names.WorkflowsBucket())
 	if err != nil {

@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/jsproto"
 )
 
 // LoadResults feeds c the latest result document of every task in the
@@ -75,20 +75,18 @@ func LoadResultsAtLeader(ctx context.Context, js jetstream.JetStream, names spoo
 				Data   []byte `json:"data"`
 			} `json:"message"`
 		}
+		// Each try is short and tried again within ctx: a request a
+		// leader election swallows is never answered.
 		var msg []byte
-		for try := 0; ; try++ {
-			// Each try is short: a request a leader election swallows
-			// is never answered.
-			tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			m, err := js.Conn().RequestWithContext(tctx, subject, req)
-			cancel()
+		err = jsproto.Retry{}.Do(ctx, "reading a result at the leader", func(ctx context.Context) error {
+			m, err := js.Conn().RequestWithContext(ctx, subject, req)
 			if err == nil {
 				msg = m.Data
-				break
 			}
-			if try == 4 || ctx.Err() != nil {
-				return n, fmt.Errorf("reading the result of %q at the leader: %w", id, err)
-			}
+			return err
+		})
+		if err != nil {
+			return n, fmt.Errorf("reading the result of %q at the leader: %w", id, err)
 		}
 		if err := json.Unmarshal(msg, &resp); err != nil {
 			return n, fmt.Errorf("reading the result of %q at the leader: %w", id, err)
