@@ -9,11 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/spoolq/spool/consumer"
@@ -111,12 +113,14 @@ func run(ctx context.Context, t *testing.T, bin, url, line string) string {
 	return string(out)
 }
 
-// background runs line (a `nats sub`) until the test ends, collecting its
-// output.
-func background(ctx context.Context, t *testing.T, bin, url, line string) *streamstest.SyncBuffer {
+// background runs line (a `nats sub` of subject) until the test ends,
+// collecting its output. It returns once env's server holds the
+// subscription: `nats sub` prints "Subscribing on" before it subscribes, so
+// an event sent right after the process starts could reach nobody.
+func background(ctx context.Context, t *testing.T, env *streamstest.Env, bin, line, subject string) *streamstest.SyncBuffer {
 	t.Helper()
 	out := new(streamstest.SyncBuffer)
-	cmd := shell(ctx, t, bin, url, line)
+	cmd := shell(ctx, t, bin, env.URL, line)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -124,6 +128,18 @@ func background(ctx context.Context, t *testing.T, bin, url, line string) *strea
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+	})
+	streamstest.WaitFor(t, 15*time.Second, func() error {
+		conns, err := env.Server.Connz(&server.ConnzOptions{Subscriptions: true, Limit: 1 << 16})
+		if err != nil {
+			return err
+		}
+		for _, c := range conns.Conns {
+			if strings.HasPrefix(c.Name, "NATS CLI") && slices.Contains(c.Subs, subject) {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s: no nats CLI connection subscribes to %s yet; its output:\n%s", line, subject, out.String())
 	})
 	return out
 }
@@ -215,11 +231,11 @@ func TestContractExamples(t *testing.T) {
 
 	// Events: every subscription of the doc, started first.
 	events := block(t, blocks, "nats sub 'spool.events.>'")
-	allEvents := background(ctx, t, bin, url, command(t, events, "nats sub 'spool.events.>'"))
-	oneTask := background(ctx, t, bin, url, command(t, events, "nats sub 'spool.events.*.*.welcome-ada.>'"))
-	deadEvents := background(ctx, t, bin, url, command(t, events, "nats sub 'spool.events.dead.>'"))
+	allEvents := background(ctx, t, env, bin, command(t, events, "nats sub 'spool.events.>'"), "spool.events.>")
+	oneTask := background(ctx, t, env, bin, command(t, events, "nats sub 'spool.events.*.*.welcome-ada.>'"), "spool.events.*.*.welcome-ada.>")
+	deadEvents := background(ctx, t, env, bin, command(t, events, "nats sub 'spool.events.dead.>'"), "spool.events.dead.>")
 	cancelCmds := block(t, blocks, "nats kv put spool_cancel welcome-ada")
-	cancellations := background(ctx, t, bin, url, command(t, cancelCmds, "nats sub '$KV.spool_cancel.>'"))
+	cancellations := background(ctx, t, env, bin, command(t, cancelCmds, "nats sub '$KV.spool_cancel.>'"), "$KV.spool_cancel.>")
 
 	// Type pause: the task of the paused type is parked, not run.
 	typePause := block(t, blocks, "nats kv put spool_paused email.send")
@@ -309,7 +325,7 @@ func TestContractExamples(t *testing.T) {
 	// Priority pause: a normal task waits while a high one runs; resumed,
 	// it runs on its first attempt.
 	prioPause := block(t, blocks, "nats consumer pause SPOOL_TASKS spool-normal")
-	advisories := background(ctx, t, bin, url, command(t, prioPause, "nats sub '$JS.EVENT.ADVISORY.CONSUMER.PAUSE.SPOOL_TASKS.>'"))
+	advisories := background(ctx, t, env, bin, command(t, prioPause, "nats sub '$JS.EVENT.ADVISORY.CONSUMER.PAUSE.SPOOL_TASKS.>'"), "$JS.EVENT.ADVISORY.CONSUMER.PAUSE.SPOOL_TASKS.>")
 	run(ctx, t, bin, url, command(t, prioPause, "nats consumer pause SPOOL_TASKS spool-normal"))
 	if out := run(ctx, t, bin, url, command(t, prioPause, "nats consumer info SPOOL_TASKS spool-normal")); !strings.Contains(out, "Paused Until") {
 		t.Errorf("nats consumer info shows no pause:\n%s", out)

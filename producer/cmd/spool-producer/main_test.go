@@ -421,6 +421,12 @@ func TestLoadWarnsWhenNoHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = svc.Stop() })
+	// The service subscribes asynchronously: until the server holds its
+	// subscriptions, a discovery request from load's own connection finds
+	// no consumer (CI saw exactly that).
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	if errOut := load(); strings.Contains(errOut, "warning") {
 		t.Errorf("served type: stderr %q", errOut)
 	}
