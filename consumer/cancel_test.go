@@ -141,6 +141,12 @@ func TestCancelRunningRemoteTask(t *testing.T) {
 			return
 		}
 		defer func() { _ = sub.Unsubscribe() }()
+		// The server has the subscription once a round trip after it
+		// returns: the test cancels as soon as it hears of the start.
+		if err := rc.Flush(); err != nil {
+			t.Error(err)
+			return
+		}
 		started <- struct{}{}
 		c, err := sub.NextMsg(10 * time.Second)
 		if err != nil {

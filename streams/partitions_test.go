@@ -11,6 +11,7 @@ import (
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/embedded"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 // A client publishes to the usual task subjects; the server's mapping
@@ -75,19 +76,37 @@ func TestProvisionPartitions(t *testing.T) {
 		if got := streams.PartitionsOf(info.Config); part == 0 && got != k {
 			t.Errorf("SPOOL_TASKS records %d partitions, want %d", got, k)
 		}
-		var consumed uint64
+		// A consumer's pending count follows the stream's stores a moment
+		// later (the server signals consumers from a goroutine of its own,
+		// and a consumer led by another server counts its replica of the
+		// stream).
+		pending := map[spool.Priority]uint64{}
+		streamstest.WaitFor(t, 10*time.Second, func() error {
+			var consumed uint64
+			for _, p := range spool.Priorities {
+				cons, err := s.Consumer(ctx, names.Consumer(p))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ci, err := cons.Info(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pending[p] = ci.NumPending
+				consumed += ci.NumPending
+			}
+			if consumed != info.State.Msgs {
+				return fmt.Errorf("partition %d: consumers see %d of %d tasks (%v)", part, consumed, info.State.Msgs, pending)
+			}
+			return nil
+		})
 		for _, p := range spool.Priorities {
 			cons, err := s.Consumer(ctx, names.Consumer(p))
 			if err != nil {
 				t.Fatal(err)
 			}
-			ci, err := cons.Info(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			consumed += ci.NumPending
 			// A task's stored subject is the plain task subject.
-			if ci.NumPending > 0 {
+			if pending[p] > 0 {
 				b, err := cons.Fetch(1)
 				if err != nil {
 					t.Fatal(err)
@@ -101,9 +120,6 @@ func TestProvisionPartitions(t *testing.T) {
 					}
 				}
 			}
-		}
-		if consumed != info.State.Msgs {
-			t.Errorf("partition %d: consumers see %d of %d tasks", part, consumed, info.State.Msgs)
 		}
 	}
 	if total != 40*perSubject {

@@ -123,17 +123,29 @@ func TestPullStatusesFromServer(t *testing.T) {
 		if err := nc.PublishRequest(jsproto.NextSubject("DELETED", "c"), inbox, jsproto.PullRequest{Batch: 1, Expires: time.Minute}.AppendJSON(nil)); err != nil {
 			t.Fatal(err)
 		}
-		// The request waits on the consumer once the server has it: a
-		// round trip after it (the connection keeps the order) is enough.
-		if err := nc.FlushTimeout(timeout); err != nil {
-			t.Fatal(err)
-		}
+		// A round trip after the request is not enough: the server hands
+		// pull requests to the consumer's own goroutine, and one deleted
+		// before it has the request drops it unanswered. Read the
+		// consumer's info until it counts the request waiting.
 		c, err := js.Consumer(ctx, "DELETED", "c")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if waiting := c.CachedInfo().NumWaiting; waiting != 1 {
-			t.Fatalf("%d requests waiting, want 1", waiting)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		deadline := time.Now().Add(timeout)
+		for {
+			info, err := c.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.NumWaiting == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d requests waiting after %s, want 1", info.NumWaiting, timeout)
+			}
+			<-tick.C
 		}
 		if err := js.DeleteConsumer(ctx, "DELETED", "c"); err != nil {
 			t.Fatal(err)

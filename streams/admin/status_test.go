@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -65,10 +66,19 @@ func TestStatus(t *testing.T) {
 	if err := c.SetLimit(ctx, limits.Rule{Type: "status.later", Concurrency: 3}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := c.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A consumer's pending count follows the stream's stores a moment
+	// later (the server signals consumers from a goroutine of its own).
+	var st admin.Status
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		var err error
+		if st, err = c.Status(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Priorities) == len(spool.Priorities) && st.Priorities[3].Pending != 3 {
+			return fmt.Errorf("low shows %d pending", st.Priorities[3].Pending)
+		}
+		return nil
+	})
 	if len(st.Limits) != 1 || st.Limits[0].Rule.Concurrency != 3 || st.Limits[0].Running != 0 {
 		t.Errorf("limits in the status %+v, want the one rule, nothing running", st.Limits)
 	}
