@@ -193,10 +193,21 @@ func (s *stack) deadLetter(p spool.Priority, typ string) *jetstream.RawStreamMsg
 		s.t.Fatal(err)
 	}
 	dlq := s.env.Stream(s.t, s.names.DLQStream())
-	m, err := dlq.GetLastMsgForSubject(streamstest.Context(s.t), subject)
-	if err != nil {
-		s.t.Fatalf("dead letter on %s: %v", subject, err)
-	}
+	// The dead letter is stored before the task's result says dead, but on
+	// a cluster the read may be answered by a replica that has not stored
+	// it yet (direct get): read again while it is not found.
+	var m *jetstream.RawStreamMsg
+	streamstest.WaitFor(s.t, 10*time.Second, func() error {
+		var err error
+		m, err = dlq.GetLastMsgForSubject(streamstest.Context(s.t), subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("dead letter on %s: %w", subject, err)
+		}
+		if err != nil {
+			s.t.Fatalf("dead letter on %s: %v", subject, err)
+		}
+		return nil
+	})
 	return m
 }
 

@@ -48,7 +48,8 @@ func cancelRace(t *testing.T, opts ...consumer.Option) {
 	// Every completed event, by task id.
 	var evMu sync.Mutex
 	completedEvents := map[string]int{}
-	sub, err := env.Connect(t).Subscribe("spool.events.completed.>", func(m *nats.Msg) {
+	evConn := env.Connect(t)
+	sub, err := evConn.Subscribe("spool.events.completed.>", func(m *nats.Msg) {
 		var ev spool.Event
 		if err := json.Unmarshal(m.Data, &ev); err != nil {
 			t.Errorf("event %q: %v", m.Data, err)
@@ -62,6 +63,10 @@ func cancelRace(t *testing.T, opts ...consumer.Option) {
 		t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	// The server has the subscription once a round trip after it returns.
+	if err := evConn.Flush(); err != nil {
+		t.Fatal(err)
+	}
 
 	var mu sync.Mutex
 	started := map[string]chan struct{}{}
@@ -86,7 +91,8 @@ func cancelRace(t *testing.T, opts ...consumer.Option) {
 		<-r // ignores ctx: the handler finishes whatever the cancel does
 		return []byte(`"done"`), nil
 	})
-	w, err := consumer.New(env.Connect(t), mux, append([]consumer.Option{consumer.WithLogger(streamstest.Logger(t)),
+	workerConn := env.Connect(t)
+	w, err := consumer.New(workerConn, mux, append([]consumer.Option{consumer.WithLogger(streamstest.Logger(t)),
 		consumer.WithWorkerName("race-worker"), consumer.WithConcurrency(rounds, rounds),
 		consumer.WithPolling(100*time.Millisecond, 50*time.Millisecond)}, opts...)...)
 	if err != nil {
@@ -115,7 +121,8 @@ func cancelRace(t *testing.T, opts ...consumer.Option) {
 	// Release the handlers of even rounds as their cancellation is stored
 	// (Cancel then writes the cancelled state as the handler returns), the
 	// others as Cancel is called.
-	tomb, err := env.Connect(t).Subscribe("$KV.spool_cancel.>", func(m *nats.Msg) {
+	tombConn := env.Connect(t)
+	tomb, err := tombConn.Subscribe("$KV.spool_cancel.>", func(m *nats.Msg) {
 		id := m.Subject[len("$KV.spool_cancel."):]
 		var n int
 		if _, err := fmt.Sscanf(id, "race-%d", &n); err == nil && n%2 == 0 {
@@ -126,6 +133,11 @@ func cancelRace(t *testing.T, opts ...consumer.Option) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tomb.Unsubscribe() }()
+	// The server has the subscription once a round trip after it returns:
+	// a cancellation stored before would never release its handler.
+	if err := tombConn.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	// Cancel every task at the same moment.
 	type answer struct {
 		doc spool.Result
@@ -166,8 +178,26 @@ func cancelRace(t *testing.T, opts ...consumer.Option) {
 		}
 		return nil
 	})
-	// Events are core messages sent as a task settles: a round trip on the
-	// subscriber's connection after the settling delivers what was sent.
+	// Events are core messages sent as a task settles (just after its
+	// ack): a round trip on the worker's connection after the settling has
+	// the server route what it sent, one on the subscriber's connection
+	// then delivers it, and a barrier after that waits for the handler to
+	// have counted it (Unsubscribe drops what is delivered but unhandled).
+	if err := workerConn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := evConn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	counted := make(chan struct{})
+	if err := evConn.Barrier(func() { close(counted) }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-counted:
+	case <-ctx.Done():
+		t.Fatal("the completed events were not handled")
+	}
 	if err := sub.Unsubscribe(); err != nil {
 		t.Fatal(err)
 	}
