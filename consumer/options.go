@@ -76,6 +76,8 @@ type config struct {
 	ScaleDownIdle   time.Duration
 	IOTimeout       time.Duration
 	ProcessingDelay time.Duration
+	// Events: the worker publishes task events (WithEvents).
+	Events bool
 
 	// now is the clock used for task ages (the boost); tests shift it.
 	now func() time.Time
@@ -108,6 +110,7 @@ func defaultConfig() config {
 		ScaleDownIdle:   2 * time.Minute,
 		IOTimeout:       10 * time.Second,
 		ProcessingDelay: time.Second,
+		Events:          true,
 		now:             time.Now,
 	}
 }
@@ -383,6 +386,24 @@ func WithProcessingDelay(d time.Duration) Option {
 			return fmt.Errorf("%w: processing delay %s is negative", ErrInvalidOption, d)
 		}
 		o.ProcessingDelay = d
+		return nil
+	}
+}
+
+// WithEvents sets whether the worker publishes task events (started,
+// progress, retrying, snoozed, completed, dead, cancelled: core publishes
+// on <prefix>.events.<kind>.<priority>.<id>.<type>, see docs/contract.md).
+// Default true. Turn it off in a fleet whose events nobody watches, as
+// Celery workers run without -E: each event costs the worker its encoding
+// and the server the parsing and matching of a subject that is new every
+// time, whether or not anyone listens (about a tenth of the CPU per task
+// of a no-op handler; BENCHMARKS.md). Result documents are written as
+// always, so Client.Result and Client.Wait still work, and every task
+// still completes, retries or is dead-lettered; but Client.Watch and
+// Client.Subscribe see nothing of the tasks this worker runs.
+func WithEvents(on bool) Option {
+	return func(o *config) error {
+		o.Events = on
 		return nil
 	}
 }

@@ -160,6 +160,9 @@ func newPipeline(w *Worker) (*pipeline, error) {
 	if err != nil {
 		return nil, fmt.Errorf("result writes: %w", err)
 	}
+	if !w.o.Events {
+		p.publish = func(string, []byte) error { return nil }
+	}
 	p.pub = pub
 	go p.sweep()
 	go p.writeLoop()

@@ -236,6 +236,9 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	err = bind.Do(ctx, "binding the results and unique-key buckets", func(ctx context.Context) (err error) {
 		w.results, err = results.New(ctx, js, names, w.o.WorkerName)
+		if err == nil {
+			w.results.SetEvents(w.o.Events)
+		}
 		return err
 	})
 	if err != nil {

@@ -90,6 +90,7 @@ type Router struct {
 	fetchWait  time.Duration
 	timeout    time.Duration
 	retryDelay time.Duration
+	quiet      bool // no dead events (WithEvents(false))
 
 	life       lifecycle.Lifecycle
 	softCancel context.CancelFunc // stops pulling; set by start
@@ -145,6 +146,15 @@ func WithWorker(name string) Option {
 			return errors.New("WithWorker: empty name")
 		}
 		r.worker = name
+		return nil
+	}
+}
+
+// WithEvents sets whether the router publishes a dead event for each task
+// it dead-letters (as consumer.WithEvents does for a worker). Default true.
+func WithEvents(on bool) Option {
+	return func(r *Router) error {
+		r.quiet = !on
 		return nil
 	}
 }
@@ -312,6 +322,9 @@ func (r *Router) bind(ctx context.Context) (routerBinding, error) {
 	var store *results.Store
 	err = retry.Do(ctx, "binding the results and unique-key buckets", func(ctx context.Context) (err error) {
 		store, err = results.New(ctx, r.js, r.names, r.worker)
+		if err == nil {
+			store.SetEvents(!r.quiet)
+		}
 		return err
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -773,5 +774,57 @@ func TestRouterPassesTheTurnOfADeadOrderedTask(t *testing.T) {
 	}
 	if want := "spool.dlq.normal." + typ; dead.Subject != want {
 		t.Errorf("dead letter subject = %q, want %q (the released copy must not carry its held copy's subject)", dead.Subject, want)
+	}
+}
+
+// A router made WithEvents(false) dead-letters as always and publishes no
+// dead event; with events on, the same run hears it.
+func TestRouterWithEvents(t *testing.T) {
+	t.Parallel()
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprintf("events=%v", on), func(t *testing.T) {
+			t.Parallel()
+			e := newRouterEnv(t)
+			sub, err := e.nc.SubscribeSync(e.names.Prefix() + ".events.>")
+			if err != nil {
+				t.Fatal(err)
+			}
+			subject, err := e.names.TaskSubject(spool.Normal, "email.send")
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := nats.Header{}
+			h.Set(spool.HeaderTaskID, "crashed-1")
+			e.publishTask(t, subject, h, nil)
+			e.crashWorker(t, spool.Normal)
+			e.startRouter(t, dlqrouter.WithEvents(on))
+			routerWaitFor(t, 20*time.Second, "the dead letter and the advisory acknowledged", func() (bool, string) {
+				if n := e.msgCount(t, e.names.DLQStream()); n != 1 {
+					return false, fmt.Sprintf("%d dead letters", n)
+				}
+				return e.routerIdle(t)
+			})
+			// The router publishes the event before it acks the advisory,
+			// on the subscription's own connection: after a flush, the
+			// subscription holds it.
+			if err := e.nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for {
+				m, err := sub.NextMsg(10 * time.Millisecond)
+				if err != nil {
+					break
+				}
+				got = append(got, m.Subject)
+			}
+			var want []string
+			if on {
+				want = []string{"spool.events.dead.normal.crashed-1.email.send"}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("events heard %q, want %q", got, want)
+			}
+		})
 	}
 }

@@ -76,6 +76,10 @@ type Config struct {
 	// tasks); 0 writes it for every attempt. SPOOL_PROCESSING_DELAY,
 	// default 1s.
 	ProcessingDelay time.Duration `envconfig:"PROCESSING_DELAY" default:"1s" desc:"write the processing state only for attempts running longer (0: as every attempt starts)"`
+	// Events publishes task events (started, completed, dead, ...) for
+	// subscribers on <prefix>.events.>; false saves their cost where
+	// nobody watches. SPOOL_EVENTS, default true.
+	Events bool `envconfig:"EVENTS" default:"true" desc:"publish task events on <prefix>.events.> (false: none, where nobody watches them)"`
 	// StatsInterval is how often the one-line summary is logged; 0 turns it
 	// off. SPOOL_STATS_INTERVAL, default 10s.
 	StatsInterval time.Duration `envconfig:"STATS_INTERVAL" default:"10s" desc:"how often the one-line summary is logged (0: never)"`
@@ -199,6 +203,7 @@ func (c *Config) Options() []consumer.Option {
 		consumer.WithShutdownTimeout(c.ShutdownTimeout),
 		consumer.WithAutoscale(c.ScaleUpFill, c.ScaleDownIdle),
 		consumer.WithProcessingDelay(c.ProcessingDelay),
+		consumer.WithEvents(c.Events),
 	}
 }
 

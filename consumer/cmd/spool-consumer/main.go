@@ -218,6 +218,7 @@ func startRouter(ctx context.Context, nc *nats.Conn, cfg Config, worker string, 
 		dlqrouter.WithNames(cfg.Names()),
 		dlqrouter.WithLogger(logger),
 		dlqrouter.WithWorker(worker+"/dlq-router"),
+		dlqrouter.WithEvents(cfg.Events),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("creating the dlq router: %w", err)

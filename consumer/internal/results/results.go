@@ -26,6 +26,8 @@ type Store struct {
 	results jetstream.KeyValue
 	unique  jetstream.KeyValue
 	worker  string
+	// quiet: publish no events (SetEvents(false)).
+	quiet bool
 	// putPrefix is the subject prefix of a put to the results bucket, for
 	// writes that do not wait ($KV.<bucket>.).
 	putPrefix string
@@ -58,6 +60,10 @@ func New(ctx context.Context, js jetstream.JetStream, names spool.Names, worker 
 		putPrefix: names.ResultSubject(""),
 	}, nil
 }
+
+// SetEvents sets whether the store publishes task events (default true).
+// Call it before the store is used.
+func (r *Store) SetEvents(on bool) { r.quiet = !on }
 
 // Subject is the subject a put of the result of task id is published to
 // ($KV.<bucket>.<id>), for callers that publish encoded documents
@@ -120,6 +126,9 @@ func (r *Store) stateEvent(doc *spool.Result, data []byte) {
 // Event publishes the event of kind about doc (filling in the worker name
 // when empty).
 func (r *Store) Event(kind spool.EventKind, doc *spool.Result) {
+	if r.quiet {
+		return
+	}
 	if doc.Worker == "" {
 		doc.Worker = r.worker
 	}
@@ -191,6 +200,9 @@ func (r *Store) EventMsg(kind spool.EventKind, doc *spool.Result, data []byte) (
 // its event subject: a core NATS publish, for whoever listens (lost when
 // nobody does, or when the connection is down).
 func (r *Store) PublishEvent(kind spool.EventKind, doc *spool.Result, data []byte) {
+	if r.quiet {
+		return
+	}
 	subj, body := r.EventMsg(kind, doc, data)
 	_ = r.js.Conn().Publish(subj, body) // best effort: events are notifications
 }

@@ -143,6 +143,7 @@ type consumeFlags struct {
 	url, mode, task string
 	n, conc         int
 	pdelay          time.Duration
+	events          bool
 	countType       string        // drain: count the completions of this type only
 	asynqPoll       time.Duration // asynq: Config.TaskCheckInterval (0: its default, 1s)
 }
@@ -160,6 +161,7 @@ func consumeChild(ctx context.Context, args []string) error {
 	fs.IntVar(&f.n, "n", 1000, "tasks to measure")
 	fs.IntVar(&f.conc, "conc", 10, "concurrency")
 	fs.DurationVar(&f.pdelay, "pdelay", time.Second, "spool: WithProcessingDelay (the worker's default is 1s)")
+	fs.BoolVar(&f.events, "events", true, "spool: WithEvents")
 	fs.StringVar(&f.countType, "count-type", "", "spool drain: count the completions of this task type only (default: all)")
 	fs.DurationVar(&f.asynqPoll, "asynq-poll", 0, "asynq: TaskCheckInterval (0: asynq's default, 1s)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
@@ -532,7 +534,7 @@ func spoolRun(ctx context.Context, nc *nats.Conn, f consumeFlags, rep *consumeRe
 		return nil, nil
 	})
 	mux.HandleFunc(limitedType, handleLimited)
-	opts := []consumer.Option{consumer.WithConcurrency(f.conc, f.conc), consumer.WithProcessingDelay(f.pdelay)}
+	opts := []consumer.Option{consumer.WithConcurrency(f.conc, f.conc), consumer.WithProcessingDelay(f.pdelay), consumer.WithEvents(f.events)}
 	switch f.task {
 	case "pickup":
 		opts = []consumer.Option{consumer.WithConcurrency(1, max(f.conc, 1))}

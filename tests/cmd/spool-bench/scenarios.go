@@ -459,13 +459,15 @@ func (b *bench) drain(ctx context.Context, prefix, variant, mode string, n, conc
 // with pulls of the concurrency (as many in flight as the worker's slots). Spool writes the completed result before the
 // ack (and, with its default ProcessingDelay, the processing state only
 // for attempts still running after 1s, so a fast task gets one write);
-// a second variant writes the processing state as every attempt starts.
+// a second variant writes the processing state as every attempt starts, a
+// third runs the worker WithEvents(false).
 func (b *bench) processing(ctx context.Context) error {
 	n := b.cfg.processN
 	if b.mode == "SyncAlways" {
 		n = b.cfg.processNAlw
 	}
 	eager := ", processing state written as every attempt starts"
+	quiet := ", worker events off"
 	for _, conc := range b.cfg.concs {
 		row := fmt.Sprintf("processing: %d queued, concurrency %d", b.cfg.queued, conc)
 		cpuRow := fmt.Sprintf("CPU per task: consumer, concurrency %d", conc)
@@ -481,6 +483,7 @@ func (b *bench) processing(ctx context.Context) error {
 			{"raw-bounded", "raw-bounded", "", nil},
 			{"spool", "spool", "", nil},
 			{"spool", "spool", eager, []string{"-pdelay", "0s"}},
+			{"spool", "spool", quiet, []string{"-events=false"}},
 		}
 		if b.mode == "SyncAlways" {
 			// The durable mode's baseline: acks the server confirms
@@ -505,12 +508,14 @@ func (b *bench) processing(ctx context.Context) error {
 			b.add(srvRow+v.rowSuffix+" (µs)", v.name, srv)
 			b.add(totalRow+v.rowSuffix+" (µs)", v.name, cpu+srv)
 			b.add(writesRow+v.rowSuffix, v.name, writes)
-			if v.name != "spool" && v.name != "raw-acksync" && !b.cfg.quick { // the same baselines for the eager rows
-				b.add(row+eager+" (tasks/s)", v.name, tasks/r.Seconds)
-				b.add(cpuRow+eager+" (µs)", v.name, cpu)
-				b.add(srvRow+eager+" (µs)", v.name, srv)
-				b.add(totalRow+eager+" (µs)", v.name, cpu+srv)
-				b.add(writesRow+eager, v.name, writes)
+			if v.name != "spool" && v.name != "raw-acksync" && !b.cfg.quick { // the same baselines for the other Spool rows
+				for _, suffix := range []string{eager, quiet} {
+					b.add(row+suffix+" (tasks/s)", v.name, tasks/r.Seconds)
+					b.add(cpuRow+suffix+" (µs)", v.name, cpu)
+					b.add(srvRow+suffix+" (µs)", v.name, srv)
+					b.add(totalRow+suffix+" (µs)", v.name, cpu+srv)
+					b.add(writesRow+suffix, v.name, writes)
+				}
 			}
 		}
 	}
