@@ -11,6 +11,7 @@ import (
 	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 // A worker made WithEvents(false) publishes no event of the tasks it runs,
@@ -59,15 +60,8 @@ func TestWithEvents(t *testing.T) {
 			if err := e.nc.Flush(); err != nil {
 				t.Fatal(err)
 			}
-			var got []string
-			for {
-				m, err := sub.NextMsg(10 * time.Millisecond)
-				if err != nil {
-					break
-				}
-				got = append(got, m.Subject)
-			}
-			want := []string{}
+			got := streamstest.Held(sub)
+			var want []string
 			if on {
 				want = []string{
 					"spool.events.completed.normal.ok-1.ok",
@@ -77,9 +71,6 @@ func TestWithEvents(t *testing.T) {
 				}
 			}
 			slices.Sort(got)
-			if got == nil {
-				got = []string{}
-			}
 			if !slices.Equal(got, want) {
 				t.Errorf("events heard:\n%q\nwant:\n%q", got, want)
 			}

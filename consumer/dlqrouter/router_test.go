@@ -810,14 +810,7 @@ func TestRouterWithEvents(t *testing.T) {
 			if err := e.nc.Flush(); err != nil {
 				t.Fatal(err)
 			}
-			var got []string
-			for {
-				m, err := sub.NextMsg(10 * time.Millisecond)
-				if err != nil {
-					break
-				}
-				got = append(got, m.Subject)
-			}
+			got := streamstest.Held(sub)
 			var want []string
 			if on {
 				want = []string{"spool.events.dead.normal.crashed-1.email.send"}

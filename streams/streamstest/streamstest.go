@@ -155,3 +155,18 @@ func WaitFor(t testing.TB, timeout time.Duration, cond func() error) {
 		}
 	}
 }
+
+// Held returns the subjects of the messages sub (a SubscribeSync) holds
+// now, taking them. Call it after the round trips that make the server
+// deliver what the test waits for (a Flush on the publisher's connection,
+// then on the subscriber's): it does not wait for more.
+func Held(sub *nats.Subscription) []string {
+	var subjects []string
+	for {
+		m, err := sub.NextMsg(10 * time.Millisecond)
+		if err != nil {
+			return subjects
+		}
+		subjects = append(subjects, m.Subject)
+	}
+}
