@@ -2,6 +2,7 @@ package limits
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -37,6 +38,13 @@ type Change func(name string, rule *Rule, err error)
 // keeps the View current until Stop; ctx bounds the load. onChange, if
 // not nil, is called for each change, loaded ones included. ErrNoBucket
 // when the bucket does not exist.
+//
+// On a cluster the watch's consumer may be placed on a replica still
+// catching up after a restart, whose initial values end early without an
+// error: a rule missing from them would go unenforced until the replica
+// caught up. So Watch first asks the bucket's leader (a stream info
+// request, which only the leader answers) for its last revision, and
+// returns once the view has seen it.
 func Watch(ctx context.Context, js jetstream.JetStream, names spool.Names, onChange Change) (*View, error) {
 	kv, err := js.KeyValue(ctx, names.LimitsBucket())
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -44,6 +52,10 @@ func Watch(ctx context.Context, js jetstream.JetStream, names spool.Names, onCha
 	}
 	if err != nil {
 		return nil, fmt.Errorf("binding bucket %q: %w", names.LimitsBucket(), err)
+	}
+	last, err := leaderRevision(ctx, js, names.LimitsBucket())
+	if err != nil {
+		return nil, err
 	}
 	if onChange == nil {
 		onChange = func(string, *Rule, error) {}
@@ -56,20 +68,13 @@ func Watch(ctx context.Context, js jetstream.JetStream, names spool.Names, onCha
 		return nil, fmt.Errorf("watching bucket %q: %w", names.LimitsBucket(), err)
 	}
 	v := &View{cancel: cancel, w: w, done: make(chan struct{})}
-	// The initial values end with a nil entry.
-	for loaded := false; !loaded; {
-		select {
-		case e, ok := <-w.Updates():
-			if !ok || e == nil {
-				loaded = true
-				break
-			}
-			v.apply(e, onChange)
-		case <-ctx.Done():
-			cancel()
-			_ = w.Stop()
-			return nil, fmt.Errorf("loading flow-control rules: %w", ctx.Err())
-		}
+	gone := func(ctx context.Context) (bool, error) {
+		return leaderLacks(ctx, js, names.LimitsBucket(), last)
+	}
+	if err := v.load(ctx, w.Updates(), last, gone, onChange); err != nil {
+		cancel()
+		_ = w.Stop()
+		return nil, fmt.Errorf("loading flow-control rules: %w", err)
 	}
 	go func() {
 		defer close(v.done)
@@ -80,6 +85,86 @@ func Watch(ctx context.Context, js jetstream.JetStream, names spool.Names, onCha
 		}
 	}()
 	return v, nil
+}
+
+// leaderRevision is the revision of the last change the bucket's leader
+// has stored (0 when it holds none).
+func leaderRevision(ctx context.Context, js jetstream.JetStream, bucket string) (uint64, error) {
+	s, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return 0, fmt.Errorf("reading the state of bucket %q: %w", bucket, err)
+	}
+	st := s.CachedInfo().State
+	if st.Msgs == 0 {
+		return 0, nil // purged: nothing to wait for
+	}
+	return st.LastSeq, nil
+}
+
+// leaderLacks reports whether the bucket's leader no longer holds the
+// message of revision seq: a message get through the JetStream API, which
+// only the leader answers (a direct get may come from a lagging replica).
+func leaderLacks(ctx context.Context, js jetstream.JetStream, bucket string, seq uint64) (bool, error) {
+	req, err := json.Marshal(struct {
+		Seq uint64 `json:"seq"`
+	}{seq})
+	if err != nil {
+		return false, err
+	}
+	m, err := js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, req)
+	if err != nil {
+		return false, fmt.Errorf("reading revision %d of bucket %q: %w", seq, bucket, err)
+	}
+	var resp struct {
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return false, fmt.Errorf("reading revision %d of bucket %q: decoding the answer: %w", seq, bucket, err)
+	}
+	if resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
+		return true, nil
+	}
+	if resp.Error != nil {
+		return false, fmt.Errorf("reading revision %d of bucket %q: %w", seq, bucket, resp.Error)
+	}
+	return false, nil
+}
+
+// load applies the watch's initial values (which end with a nil entry),
+// then its updates until it has seen revision last. When the initial
+// values end short of it, gone reports whether last was removed since
+// (a `nats kv compact` of its delete marker): then no watch ever shows it,
+// and what the initial values held is the bucket.
+func (v *View) load(ctx context.Context, updates <-chan jetstream.KeyValueEntry, last uint64,
+	gone func(context.Context) (bool, error), onChange Change) error {
+	var seen uint64
+	for initial := true; initial || seen < last; {
+		select {
+		case e, ok := <-updates:
+			if !ok {
+				return fmt.Errorf("the watch ended at revision %d of %d", seen, last)
+			}
+			if e != nil {
+				seen = max(seen, e.Revision())
+				v.apply(e, onChange)
+				continue
+			}
+			initial = false
+			if seen >= last {
+				break
+			}
+			removed, err := gone(ctx)
+			if err != nil {
+				return err
+			}
+			if removed {
+				return nil
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("%w (the watch had seen revision %d of the leader's %d: a replica catching up?)", ctx.Err(), seen, last)
+		}
+	}
+	return nil
 }
 
 // apply records one change of the bucket.
