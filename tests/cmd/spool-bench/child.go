@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -203,6 +204,8 @@ func consumeChild(ctx context.Context, args []string) error {
 		err = rawConsume(ctx, js, names, f, &rep, false)
 	case f.task == "drain" && f.mode == "raw-bounded":
 		err = rawConsume(ctx, js, names, f, &rep, true)
+	case f.task == "drain" && f.mode == "raw-results":
+		err = rawResults(ctx, js, names, f, &rep)
 	case f.task == "drain" && f.mode == "raw-acksync":
 		err = rawAckSync(ctx, js, names, f, &rep)
 	case f.task == "drain":
@@ -454,6 +457,86 @@ wait:
 	}
 	if err := js.Conn().FlushWithContext(fctx); err != nil {
 		return fmt.Errorf("flushing: %w", err)
+	}
+	if err, _ := ackErr.Load().(error); err != nil {
+		return fmt.Errorf("acking: %w", err)
+	}
+	return nil
+}
+
+// rawResults is the raw baseline that writes results, as a user would
+// with nats.go: Consume with its defaults; the callback publishes a small
+// result document to the message's key of the results bucket with
+// PublishAsync (nats.go's default window) and hands the message with its
+// future to a goroutine that acks it once the result is stored, so no ack
+// precedes its result, as in Spool. The task id is the stream sequence,
+// as Spool's is for a task published without one.
+func rawResults(ctx context.Context, js jetstream.JetStream, names spool.Names, f consumeFlags, rep *consumeReport) error {
+	cons, err := js.Consumer(ctx, names.TaskStream(), names.Consumer(spool.Normal))
+	if err != nil {
+		return fmt.Errorf("binding consumer: %w", err)
+	}
+	type stored struct {
+		m   jetstream.Msg
+		put jetstream.PubAckFuture
+	}
+	queue := make(chan stored, 4096)
+	var got atomic.Uint64
+	var ackErr atomic.Value
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for s := range queue {
+			select {
+			case <-s.put.Ok():
+				if err := s.m.Ack(); err != nil {
+					ackErr.CompareAndSwap(nil, err)
+				}
+			case err := <-s.put.Err():
+				ackErr.CompareAndSwap(nil, fmt.Errorf("storing a result: %w", err))
+			}
+			got.Add(1)
+		}
+	})
+	w := startWindow()
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		md, err := m.Metadata()
+		if err != nil {
+			ackErr.CompareAndSwap(nil, err)
+			return
+		}
+		id := strconv.FormatUint(md.Sequence.Stream, 10)
+		doc := fmt.Appendf(nil, `{"id":%q,"state":"completed","finished_at":%q}`, id, time.Now().UTC().Format(time.RFC3339Nano))
+		put, err := js.PublishAsync(names.ResultSubject(id), doc)
+		if err != nil {
+			ackErr.CompareAndSwap(nil, fmt.Errorf("storing a result: %w", err))
+			return
+		}
+		queue <- stored{m, put}
+	})
+	if err != nil {
+		close(queue)
+		wg.Wait()
+		return fmt.Errorf("consuming: %w", err)
+	}
+	err = awaitCount(ctx, f.n, "acked", got.Load)
+	if err == nil {
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = js.Conn().FlushWithContext(fctx)
+		cancel()
+		w.end(rep, f.n)
+	}
+	// Every message delivered is acked once its result is stored (those
+	// past n too): unacked ones would come back to a later run.
+	cc.Drain()
+	select {
+	case <-cc.Closed():
+	case <-time.After(10 * time.Second):
+		return errors.Join(err, errors.New("the drained consumer did not close in 10s"))
+	}
+	close(queue)
+	wg.Wait()
+	if err != nil {
+		return err
 	}
 	if err, _ := ackErr.Load().(error); err != nil {
 		return fmt.Errorf("acking: %w", err)

@@ -238,6 +238,7 @@ type rawColumn struct{ variant, title, short string }
 var rawColumns = []rawColumn{
 	{"raw+headers", "raw + Nats-Msg-Id", "raw+Nats-Msg-Id"},
 	{"raw-bounded", "raw, bounded", "bounded"},
+	{"raw-results", "raw + results", "raw+results"},
 	{"raw-acksync", "raw, acks confirmed", "acks confirmed"},
 }
 
@@ -262,7 +263,7 @@ func methodNotes(c config) string {
 	return fmt.Sprintf(`How each figure is made:
 
 - **enqueue**: single task = %d sequential publishes waiting for the ack (raw `+"`js.Publish`"+`, Spool `+"`Client.Enqueue`"+`), 128-byte payload; batch = %d tasks in batches of %d with %d publishes in flight (raw `+"`PublishMsgAsync`"+` without headers, raw with the header the contract needs on an immediate task, `+"`Nats-Msg-Id`"+` (dedup; Spool's client sends the same), Spool `+"`EnqueueBatch`"+`), waiting for every ack; streaming = the same tasks through `+"`EnqueueAsync`"+`, and again from a client made `+"`WithEnqueuedEvents(false)`"+` (the row "no enqueued events" repeats the streaming row's raw figures). Each variant starts on a freshly created stream.
-- **processing**: the normal priority holds %d queued tasks; the consumer (a child process) processes %d of them (%d with SyncAlways) with a no-op handler. Raw = `+"`Consume`"+` with nats.go's defaults (pulls of up to 500, the next once 250 are handled, heartbeats) + `+"`Ack`"+` in the callback, what a user writes first; raw, bounded = the same with `+"`PullMaxMessages(concurrency)`"+`, as many tasks in flight as the worker has slots; Spool = a `+"`consumer.Worker`"+` with that many slots, writing the result states to `+"`spool_results`"+` (completed stored before the ack).
+- **processing**: the normal priority holds %d queued tasks; the consumer (a child process) processes %d of them (%d with SyncAlways) with a no-op handler. Raw = `+"`Consume`"+` with nats.go's defaults (pulls of up to 500, the next once 250 are handled, heartbeats) + `+"`Ack`"+` in the callback, what a user writes first; raw, bounded = the same with `+"`PullMaxMessages(concurrency)`"+`, as many tasks in flight as the worker has slots; raw + results = the same defaults, the callback writing a small result document to the task's key in `+"`spool_results`"+` with `+"`PublishAsync`"+` and a goroutine acking each task once its result's PubAck is in, what a user writes first when results must be stored before the ack; Spool = a `+"`consumer.Worker`"+` with that many slots, writing the result states to `+"`spool_results`"+` (completed stored before the ack).
 - **pickup**: an idle consumer; %d tasks published one at a time at %d tasks/s; stream timestamp → handler start (raw: delivery of a waiting `+"`Fetch(1)`"+`).
 - **shares**: %d tasks queued in each of the five priorities, %d slots, boost off; the share of the first %d tasks started per priority, against the configured weights (raw round-robins the five consumers). The longest wait of idle is the longest time without an idle task starting.
 - **backlog**: %d drains of %d tasks at concurrency %d, each after a top-up to %d and then to %d queued tasks; throughput over all drains; RSS is the consumer children's peak (VmHWM).

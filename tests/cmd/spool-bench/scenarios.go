@@ -481,6 +481,7 @@ func (b *bench) processing(ctx context.Context) error {
 		variants := []variant{
 			{"raw", "raw", "", nil},
 			{"raw-bounded", "raw-bounded", "", nil},
+			{"raw-results", "raw-results", "", nil},
 			{"spool", "spool", "", nil},
 			{"spool", "spool", eager, []string{"-pdelay", "0s"}},
 			{"spool", "spool", quiet, []string{"-events=false"}},
