@@ -538,6 +538,12 @@ func rawResults(ctx context.Context, js jetstream.JetStream, names spool.Names, 
 	if err != nil {
 		return err
 	}
+	// The last acks leave before the process ends.
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := js.Conn().FlushWithContext(fctx); err != nil {
+		return fmt.Errorf("flushing: %w", err)
+	}
 	if err, _ := ackErr.Load().(error); err != nil {
 		return fmt.Errorf("acking: %w", err)
 	}
