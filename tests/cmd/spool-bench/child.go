@@ -467,7 +467,8 @@ wait:
 // rawResults is the raw baseline that writes results, as a user would
 // with nats.go: Consume with its defaults; the callback publishes a small
 // result document to the message's key of the results bucket with
-// PublishAsync (nats.go's default window) and hands the message with its
+// PublishAsync (nats.go's default window, waiting for room when it is
+// full) and hands the message with its
 // future to a goroutine that acks it once the result is stored, so no ack
 // precedes its result, as in Spool. The task id is the stream sequence,
 // as Spool's is for a task published without one.
@@ -506,7 +507,9 @@ func rawResults(ctx context.Context, js jetstream.JetStream, names spool.Names, 
 		}
 		id := strconv.FormatUint(md.Sequence.Stream, 10)
 		doc := fmt.Appendf(nil, `{"id":%q,"state":"completed","finished_at":%q}`, id, time.Now().UTC().Format(time.RFC3339Nano))
-		put, err := js.PublishAsync(names.ResultSubject(id), doc)
+		// A full window waits for room (back-pressure) rather than
+		// failing after nats.go's default 200ms, which SyncAlways exceeds.
+		put, err := js.PublishAsync(names.ResultSubject(id), doc, jetstream.WithStallWait(stallLimit))
 		if err != nil {
 			ackErr.CompareAndSwap(nil, fmt.Errorf("storing a result: %w", err))
 			return
@@ -527,11 +530,13 @@ func rawResults(ctx context.Context, js jetstream.JetStream, names spool.Names, 
 	}
 	// Every message delivered is acked once its result is stored (those
 	// past n too): unacked ones would come back to a later run.
+	// Under SyncAlways the messages in hand (a pull of up to 500, and the
+	// queue) take seconds to store their results.
 	cc.Drain()
 	select {
 	case <-cc.Closed():
-	case <-time.After(10 * time.Second):
-		return errors.Join(err, errors.New("the drained consumer did not close in 10s"))
+	case <-time.After(stallLimit):
+		return errors.Join(err, fmt.Errorf("the drained consumer did not close in %s", stallLimit))
 	}
 	close(queue)
 	wg.Wait()
