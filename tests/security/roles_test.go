@@ -386,6 +386,20 @@ func TestConsumerRole(t *testing.T) {
 			_, err = kv.Put(ctx, "task-done", []byte(`{"id":"task-done","state":"completed"}`))
 			return err
 		}},
+		{name: "read a result and a rule at the buckets' leaders", user: cons, do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+			// What a redelivered task's stored result and a rules load on
+			// a lagging replica are checked with (a direct get may come
+			// from a replica): any answer will do, "no message found" too.
+			for subj, req := range map[string]string{
+				"$JS.API.STREAM.MSG.GET.KV_spool_results": `{"last_by_subj":"$KV.spool_results.task-none"}`,
+				"$JS.API.STREAM.MSG.GET.KV_spool_limits":  `{"seq":1}`,
+			} {
+				if _, err := c.nc.RequestWithContext(ctx, subj, []byte(req)); err != nil {
+					return fmt.Errorf("%s: %w", subj, err)
+				}
+			}
+			return nil
+		}},
 		{name: "release a unique key", user: cons, do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
 			akv, err := f.admin.js.KeyValue(ctx, names.UniqueBucket())
 			if err != nil {
