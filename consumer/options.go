@@ -396,7 +396,7 @@ func WithProcessingDelay(d time.Duration) Option {
 // Default true. Turn it off in a fleet whose events nobody watches, as
 // Celery workers run without -E: each event costs the worker its encoding
 // and the server the parsing and matching of a subject that is new every
-// time, whether or not anyone listens (12–18% of the CPU per task of a
+// time, whether or not anyone listens (7–19% of the CPU per task of a
 // no-op handler; BENCHMARKS.md). Result documents are written as
 // always, so Client.Result and Client.Wait still work, and every task
 // still completes, retries or is dead-lettered; but Client.Watch and
