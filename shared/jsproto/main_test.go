@@ -9,6 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
+
+	"github.com/spoolq/spool/shared/internal/jstest"
 )
 
 func TestMain(m *testing.M) {
@@ -22,25 +24,7 @@ const timeout = 10 * time.Second
 // to it.
 func startServer(tb testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) {
 	tb.Helper()
-	s, err := server.NewServer(&server.Options{Port: -1, JetStream: true, StoreDir: tb.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s.Start()
-	tb.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	if !s.ReadyForConnections(timeout) {
-		tb.Fatal("server not ready")
-	}
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return s, nc, js
+	return jstest.Start(tb)
 }
 
 // testContext is a context bounded by timeout and tb's end.
