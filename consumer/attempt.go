@@ -185,11 +185,17 @@ func (w *Worker) storedAlready(a attemptInfo, doc spool.Result) bool {
 
 // priorResult reads the result document of a redelivered task from the
 // bucket's leader (a lagging replica could miss it), retried through an
-// election for up to a quarter of the AckWait; nil when there is none or
-// the read still fails. rev is the document's revision (0 when unknown).
+// election for as long as a completion's result write is (3/4 of the
+// AckWait, see pipeline.retryBudget), the task heartbeated meanwhile so
+// it stays ours; nil when there is none or the read still fails. A read
+// given up early runs again a task whose result is stored (its ack was
+// lost in the election), and elections under load stall a cluster for
+// seconds. rev is the document's revision (0 when unknown).
 func (w *Worker) priorResult(a attemptInfo) (*spool.Result, uint64) {
-	ctx, cancel := context.WithTimeout(w.ioCtx, max(w.ackWait[a.p]/4, w.pipe.timeout))
+	ctx, cancel := context.WithTimeout(w.ioCtx, w.pipe.retryBudget(a.p))
 	defer cancel()
+	stopBeats := w.beatWhile(ctx, a)
+	defer stopBeats()
 	var doc spool.Result
 	var rev uint64
 	found := false
@@ -198,12 +204,40 @@ func (w *Worker) priorResult(a attemptInfo) (*spool.Result, uint64) {
 		return err
 	})
 	if err != nil {
+		w.log.Warn("reading the stored result of a redelivered task failed; running it", "task_id", a.id, "error", err)
 		return nil, 0
 	}
 	if !found {
 		return nil, rev
 	}
 	return &doc, rev
+}
+
+// beatWhile heartbeats a's task every quarter of its AckWait until ctx
+// ends or the returned stop is called.
+func (w *Worker) beatWhile(ctx context.Context, a attemptInfo) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		every := w.ackWait[a.p] / 4
+		if every <= 0 {
+			every = time.Second // AckWait unknown
+		}
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := a.msg.InProgress(); err != nil {
+					w.log.Warn("heartbeat of a redelivered task failed", "task_id", a.id, "error", err)
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // putProcessing writes the processing state over the revision the attempt

@@ -145,7 +145,7 @@ func TestElectionWaits(t *testing.T) {
 	fl.readLogs()
 	r := report(t, "elections, 10 Waits each"+soakSync(), fmt.Sprintf("%d kills of each of 3 leaders", rounds), start, chk, nil)
 	if r.DuplicateExecutions > 0 {
-		t.Errorf("%d executions ran again, with no worker process lost: %v", r.DuplicateExecutions, r.DupCauses)
+		t.Errorf("%d executions ran again, with no worker process lost: %v\n%s", r.DuplicateExecutions, r.DupCauses, fl.tails())
 	}
 }
 
@@ -186,7 +186,7 @@ func TestElectionLoad(t *testing.T) {
 		t.Errorf("%d of %d tasks completed (%d recorded); dead: %s", r.Completed, n, r.Tasks, r.DeadSummary())
 	}
 	if r.DuplicateExecutions > 0 {
-		t.Errorf("%d executions ran again, with no worker process lost: %v", r.DuplicateExecutions, r.DupCauses)
+		t.Errorf("%d executions ran again, with no worker process lost: %v\n%s", r.DuplicateExecutions, r.DupCauses, fl.tails())
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -206,6 +207,19 @@ func (f *fleet) tail(p *proc) string {
 		b = b[len(b)-4000:]
 	}
 	return string(b)
+}
+
+// tails returns the end of every worker process's stderr (its warnings),
+// for a failure's report.
+func (f *fleet) tails() string {
+	f.mu.Lock()
+	procs := append([]*proc(nil), f.procs...)
+	f.mu.Unlock()
+	var b strings.Builder
+	for _, p := range procs {
+		fmt.Fprintf(&b, "worker %s:\n%s\n", p.pid, f.tail(p))
+	}
+	return b.String()
 }
 
 // readLogs feeds every execution log to the checker and returns the lines
