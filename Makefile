@@ -67,7 +67,7 @@ RELEASE_VERSION ?= v0.1.0
 release-check: ## Build an outside module importing producer and consumer from a local module proxy of this tree (no workspace)
 	$(GO) run ./tests/cmd/spool-release-check -version $(RELEASE_VERSION)
 
-bench: ## Spool beside raw JetStream (and asynq, if redis-server is on PATH) on one machine; writes BENCHMARKS.md (BENCH_QUICK=1: smoke run)
+bench: tools ## Spool beside raw JetStream (and asynq, if redis-server is on PATH) on one machine; writes BENCHMARKS.md (BENCH_QUICK=1: smoke run)
 	@mkdir -p bin
 	$(GO) build -o bin/spool-bench ./tests/cmd/spool-bench
 	./bin/spool-bench -out=$(if $(BENCH_QUICK),,BENCHMARKS.md)
