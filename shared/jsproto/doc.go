@@ -2,7 +2,8 @@
 // speaks itself because nats.go's API costs more per message; everything
 // else uses nats.go.
 //
-// Three parts, each measured against nats.go (see BENCHMARKS.md):
+// Three parts, each measured against nats.go (see BENCHMARKS.md), and a
+// read nats.go has no call for:
 //
 //   - Publisher: publishes with a reply subject <inbox>.<token> of its
 //     own, all answered on one wildcard subscription, and routes each
@@ -18,4 +19,7 @@
 //   - ParseAckSubject and Msg: a delivered message's metadata read from its
 //     ack subject without nats.go's allocations, and a jetstream.Msg over a
 //     *nats.Msg received on a subscription of one's own.
+//   - GetMsg: a stored message read at the stream's leader through the
+//     JetStream API, where nats.go's KV reads are direct gets any replica
+//     may answer.
 package jsproto

@@ -2,7 +2,6 @@ package limits
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/jsproto"
 )
 
 // ErrNoBucket: the limits bucket does not exist (the topology is not
@@ -105,29 +105,11 @@ func leaderRevision(ctx context.Context, js jetstream.JetStream, bucket string) 
 // message of revision seq: a message get through the JetStream API, which
 // only the leader answers (a direct get may come from a lagging replica).
 func leaderLacks(ctx context.Context, js jetstream.JetStream, bucket string, seq uint64) (bool, error) {
-	req, err := json.Marshal(struct {
-		Seq uint64 `json:"seq"`
-	}{seq})
-	if err != nil {
-		return false, err
-	}
-	m, err := js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, req)
+	_, found, err := jsproto.GetMsg(ctx, js.Conn(), "KV_"+bucket, jsproto.MsgGetRequest{Seq: seq})
 	if err != nil {
 		return false, fmt.Errorf("reading revision %d of bucket %q: %w", seq, bucket, err)
 	}
-	var resp struct {
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return false, fmt.Errorf("reading revision %d of bucket %q: decoding the answer: %w", seq, bucket, err)
-	}
-	if resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
-		return true, nil
-	}
-	if resp.Error != nil {
-		return false, fmt.Errorf("reading revision %d of bucket %q: %w", seq, bucket, resp.Error)
-	}
-	return false, nil
+	return !found, nil
 }
 
 // load applies the watch's initial values (which end with a nil entry),

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/streams/dlq"
 )
 
@@ -291,40 +292,19 @@ func (r *Store) GetFromLeader(ctx context.Context, id string) (doc spool.Result,
 // never had one. A write conditional on that revision (PutAt) succeeds only
 // if nobody wrote the key since.
 func (r *Store) ReadFromLeader(ctx context.Context, id string) (doc spool.Result, rev uint64, found bool, err error) {
-	req, err := json.Marshal(struct {
-		LastBySubj string `json:"last_by_subj"`
-	}{r.Subject(id)})
-	if err != nil {
-		return doc, 0, false, err
-	}
-	m, err := r.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+r.names.ResultsBucket(), req)
-	if err != nil {
-		return doc, 0, false, fmt.Errorf("reading result of task %s: %w", id, err)
-	}
-	var resp struct {
-		Message *struct {
-			Seq  uint64 `json:"seq"`
-			Data []byte `json:"data"`
-		} `json:"message"`
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return doc, 0, false, fmt.Errorf("reading result of task %s: decoding the answer: %w", id, err)
-	}
+	m, found, err := jsproto.GetMsg(ctx, r.js.Conn(), "KV_"+r.names.ResultsBucket(), jsproto.MsgGetRequest{LastBySubj: r.Subject(id)})
 	switch {
-	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+	case err != nil:
+		return doc, 0, false, fmt.Errorf("reading result of task %s: %w", id, err)
+	case !found:
 		return doc, 0, false, nil
-	case resp.Error != nil:
-		return doc, 0, false, fmt.Errorf("reading result of task %s: %w", id, resp.Error)
-	case resp.Message == nil:
-		return doc, 0, false, nil
-	case len(resp.Message.Data) == 0:
-		return doc, resp.Message.Seq, false, nil // a delete marker
+	case len(m.Data) == 0:
+		return doc, m.Seq, false, nil // a delete marker
 	}
-	if err := json.Unmarshal(resp.Message.Data, &doc); err != nil {
-		return doc, resp.Message.Seq, false, fmt.Errorf("decoding result of task %s: %w", id, err)
+	if err := json.Unmarshal(m.Data, &doc); err != nil {
+		return doc, m.Seq, false, fmt.Errorf("decoding result of task %s: %w", id, err)
 	}
-	return doc, resp.Message.Seq, true, nil
+	return doc, m.Seq, true, nil
 }
 
 // PutAt stores doc under doc.ID only if the key's revision is still rev
