@@ -14,14 +14,17 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/streams/embedded"
 )
 
 // TestScripts runs testdata/*.txtar. Each script gets its own embedded
 // JetStream server (not provisioned) in $SPOOL_NATS_URL, and free ports
-// for a dev stack in $NATS_PORT, $HTTP_PORT and $METRICS_PORT.
+// for a dev stack in $NATS_PORT, $HTTP_PORT and $METRICS_PORT. Beside
+// testscript's commands: http, waitfor and queueempty.
 func TestScripts(t *testing.T) {
 	t.Parallel()
 	testscript.Run(t, testscript.Params{
@@ -29,8 +32,9 @@ func TestScripts(t *testing.T) {
 		RequireExplicitExec: true,
 		Setup:               setupScript,
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"http":    cmdHTTP,
-			"waitfor": cmdWaitFor,
+			"http":       cmdHTTP,
+			"waitfor":    cmdWaitFor,
+			"queueempty": cmdQueueEmpty,
 		},
 	})
 }
@@ -113,6 +117,41 @@ func cmdWaitFor(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		if time.Now().After(deadline) {
 			ts.Fatalf("%s not ready within 30s: %v", args[0], err)
+		}
+		<-tick.C
+	}
+}
+
+// cmdQueueEmpty is "queueempty": it waits, for at most 30 seconds, until
+// no task of $SPOOL_NATS_URL's default topology is queued or in flight. A
+// worker's last acks are applied by the server after the worker exits, so
+// a script that stopped its worker waits here before it relies on an
+// empty queue.
+func cmdQueueEmpty(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 0 || neg {
+		ts.Fatalf("usage: queueempty")
+	}
+	nc, err := nats.Connect(ts.Getenv("SPOOL_NATS_URL"))
+	ts.Check(err)
+	defer nc.Close()
+	adm, err := admin.New(nc)
+	ts.Check(err)
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := adm.Status(ctx)
+		cancel()
+		var queued uint64
+		for _, p := range st.Priorities {
+			queued += p.Pending + uint64(p.InFlight)
+		}
+		if err == nil && queued == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("queue not empty within 30s: %d tasks queued or in flight (error: %v)", queued, err)
 		}
 		<-tick.C
 	}
