@@ -156,29 +156,45 @@ func (w *Worker) attempt(lane int, msg jetstream.Msg) {
 	w.run(a, task, timeout, outcome{pickup: pickup})
 }
 
-// storedAlready settles a redelivered task whose completed result is
-// stored already: an attempt finished, its result was stored, and its ack
-// was lost (a consumer leader change, a connection lost after the result
-// write). It acks the task instead of running it again; the outcome stands
-// as it was stored, never recomputed. The document must be of this very
-// message (its enqueue time is the message's), so a task enqueued again
-// under the same id, or replayed, still runs. Only redeliveries pay the
-// read, from the bucket's leader (a lagging replica could miss the
-// document), retried through an election for up to a quarter of the
-// AckWait; a read that still fails runs the task.
+// storedAlready settles a redelivered task whose final result is stored
+// already: an attempt finished, its completed or dead result was stored
+// (the dead letter before it), and the ack or term that follows was lost (a
+// consumer leader change, a connection lost after the write, a worker
+// killed in between). The outcome stands as it was stored, never
+// recomputed: a completed task is acked, a dead one is terminated with its
+// stored reason, and in both cases its unique key is released (a no-op
+// when that was done already). Running it again would compute a second
+// outcome: a dead task that then succeeds would be completed with its dead
+// letter left in the DLQ. The document must be of this very message (its
+// enqueue time is the message's), so a task enqueued again under the same
+// id, or replayed, still runs. Only redeliveries pay the read, from the
+// bucket's leader (see priorResult); a read that fails runs the task.
 func (w *Worker) storedAlready(a attemptInfo, doc spool.Result) bool {
-	if doc.State != spool.StateCompleted || !doc.EnqueuedAt.Equal(a.enq) {
+	if !doc.EnqueuedAt.Equal(a.enq) || doc.State != spool.StateCompleted && doc.State != spool.StateDead {
 		return false
 	}
+	err := w.settleWrite(a, "releasing the unique key of task "+a.id, func(ctx context.Context) error {
+		return w.results.ReleaseUnique(ctx, a.uniqueKey, a.id)
+	})
+	if err != nil {
+		w.log.Warn("releasing unique key", "task_id", a.id, "unique_key", a.uniqueKey, "error", err)
+	}
 	if err := w.finishOrder(a); err != nil {
-		w.log.Warn("passing the turn of a redelivered completed task; it will come back", "task_id", a.id, "error", err)
+		w.log.Warn("passing the turn of a redelivered task whose outcome is stored; it will come back", "task_id", a.id, "state", doc.State, "error", err)
 		w.nak(a, w.o.retryDelay(a.attempt))
 		return true
 	}
-	if err := a.msg.Ack(); err != nil {
-		w.log.Warn("acking a redelivered task whose result is stored", "task_id", a.id, "error", err)
+	if doc.State == spool.StateDead {
+		if err := a.msg.TermWithReason(string(doc.Reason)); err != nil {
+			w.log.Warn("removing a redelivered task whose dead letter is stored", "task_id", a.id, "error", err)
+		}
+		w.log.Info("redelivered task was dead-lettered already; removed without running it", "task_id", a.id, "attempt", a.attempt, "reason", string(doc.Reason))
+	} else {
+		if err := a.msg.Ack(); err != nil {
+			w.log.Warn("acking a redelivered task whose result is stored", "task_id", a.id, "error", err)
+		}
+		w.log.Info("redelivered task was completed already; acked without running it", "task_id", a.id, "attempt", a.attempt)
 	}
-	w.log.Info("redelivered task was completed already; acked without running it", "task_id", a.id, "attempt", a.attempt)
 	w.rec.recordAcked(a.p, a.typ)
 	return true
 }

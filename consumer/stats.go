@@ -29,9 +29,10 @@ type Counters struct {
 	// after a try the cluster did not answer (a leader election); a write
 	// stored on a later try counts here and nowhere else.
 	WriteRetries uint64
-	// AckedStored counts redelivered tasks acked without running because
-	// their completed result was stored already (an ack lost in a leader
-	// change).
+	// AckedStored counts redelivered tasks settled without running because
+	// their completed or dead result was stored already (an ack lost in a
+	// leader change, a worker killed between the write and the ack): a
+	// completed one acked, a dead one terminated.
 	AckedStored uint64
 	// Dead counts tasks sent to the dead-letter stream.
 	Dead uint64
@@ -199,8 +200,8 @@ func (r *recorder) writeRetry(p spool.Priority, typ string) {
 	r.count(p, typ, func(c *Counters) { c.WriteRetries++ })
 }
 
-// recordAcked counts a redelivered task acked because its completed
-// result was stored already.
+// recordAcked counts a redelivered task settled because its completed or
+// dead result was stored already.
 func (r *recorder) recordAcked(p spool.Priority, typ string) {
 	r.count(p, typ, func(c *Counters) { c.AckedStored++ })
 }
