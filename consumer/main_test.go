@@ -232,7 +232,13 @@ func (e *env) taskMsgs() uint64 {
 // partitionMsgs counts the messages of task partition k's stream.
 func (e *env) partitionMsgs(k int) uint64 {
 	e.t.Helper()
-	s, err := e.js.Stream(testCtx(e.t), e.names.PartitionStream(k))
+	return e.streamMsgs(e.names.PartitionStream(k))
+}
+
+// streamMsgs counts the messages of a stream.
+func (e *env) streamMsgs(name string) uint64 {
+	e.t.Helper()
+	s, err := e.js.Stream(testCtx(e.t), name)
 	if err != nil {
 		e.t.Fatal(err)
 	}

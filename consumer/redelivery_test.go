@@ -141,17 +141,3 @@ func (e *env) putResult(doc spool.Result) {
 		e.t.Fatal(err)
 	}
 }
-
-// streamMsgs counts the messages of a stream.
-func (e *env) streamMsgs(name string) uint64 {
-	e.t.Helper()
-	s, err := e.js.Stream(testCtx(e.t), name)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	info, err := s.Info(testCtx(e.t))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return info.State.Msgs
-}
