@@ -119,6 +119,19 @@ func (w *Worker) attempt(lane int, msg jetstream.Msg) {
 	if prior != nil && w.storedAlready(a, *prior) {
 		return
 	}
+	if md.NumDelivered > 1 && (prior == nil || prior.State != spool.StateRetrying && prior.State != spool.StateSnoozed) {
+		// A redelivery that is not a retry or a snooze: its earlier
+		// delivery never reached a stored outcome (it was lost, or its
+		// attempt is unfinished or unstored somewhere), or the document
+		// is of an earlier message under the same id. Logged, as the
+		// trace of a possible second run.
+		state, enq := "none", time.Time{}
+		if prior != nil {
+			state, enq = string(prior.State), prior.EnqueuedAt
+		}
+		w.log.Info("redelivered task has no stored outcome; running it", "task_id", a.id, "attempt", a.attempt,
+			"stored_state", state, "stored_enqueued_at", enq, "enqueued_at", a.enq)
+	}
 	timeout := w.o.TaskTimeout
 	if meta.Timeout > 0 {
 		timeout = meta.Timeout

@@ -170,6 +170,9 @@ func (c *Checker) Faulted(worker, fault string) {
 	c.faulted[worker] = fault
 }
 
+// maxDupDetails bounds Report.DupDetails.
+const maxDupDetails = 10
+
 // Causes of duplicate executions that no worker fault explains.
 const (
 	// CauseRedelivered: a live worker's ack was lost or came after
@@ -212,6 +215,13 @@ func (c *Checker) Check() Report {
 			r.Duplicated++
 			r.DuplicateExecutions += extra
 			r.DupCauses[c.cause(id, execs)] += extra
+			if len(r.DupDetails) < maxDupDetails {
+				runs := make([]string, len(execs))
+				for i, e := range execs {
+					runs[i] = fmt.Sprintf("worker %s delivery %d", e.Worker, e.Attempt)
+				}
+				r.DupDetails = append(r.DupDetails, id+": "+strings.Join(runs, ", "))
+			}
 		}
 		doc, ok := c.results[id]
 		switch {
@@ -327,6 +337,10 @@ type Report struct {
 	Duplicated          int
 	DuplicateExecutions int
 	DupCauses           map[string]int
+	// DupDetails lists the runs of the first maxDupDetails duplicated
+	// tasks: which worker ran each, on which delivery (a second run on
+	// delivery 1 is a second stored copy, on a later one a redelivery).
+	DupDetails []string
 	// Lost tasks were acknowledged and have no result; Stuck ones have a
 	// result that is not terminal.
 	Lost  []string

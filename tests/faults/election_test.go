@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -145,7 +146,7 @@ func TestElectionWaits(t *testing.T) {
 	fl.readLogs()
 	r := report(t, "elections, 10 Waits each"+soakSync(), fmt.Sprintf("%d kills of each of 3 leaders", rounds), start, chk, nil)
 	if r.DuplicateExecutions > 0 {
-		t.Errorf("%d executions ran again, with no worker process lost: %v\n%s", r.DuplicateExecutions, r.DupCauses, fl.tails())
+		t.Errorf("%d executions ran again, with no worker process lost: %v\n%s", r.DuplicateExecutions, r.DupCauses, dupReport(r, fl))
 	}
 }
 
@@ -186,7 +187,7 @@ func TestElectionLoad(t *testing.T) {
 		t.Errorf("%d of %d tasks completed (%d recorded); dead: %s", r.Completed, n, r.Tasks, r.DeadSummary())
 	}
 	if r.DuplicateExecutions > 0 {
-		t.Errorf("%d executions ran again, with no worker process lost: %v\n%s", r.DuplicateExecutions, r.DupCauses, fl.tails())
+		t.Errorf("%d executions ran again, with no worker process lost: %v\n%s", r.DuplicateExecutions, r.DupCauses, dupReport(r, fl))
 	}
 }
 
@@ -420,4 +421,17 @@ func TestWorkerStartsDuringElection(t *testing.T) {
 	}
 	fl.checkAlive()
 	fl.stopAll(30 * time.Second)
+}
+
+// dupReport says which tasks ran more than once (the first few: each run's
+// worker and delivery), what the workers logged about them, and the end of
+// every worker's log.
+func dupReport(r checker.Report, fl *fleet) string {
+	ids := make([]string, 0, len(r.DupDetails))
+	for _, d := range r.DupDetails {
+		id, _, _ := strings.Cut(d, ":")
+		ids = append(ids, id)
+	}
+	return fmt.Sprintf("runs:\n%s\nworker lines naming them:\n%s\nends of the worker logs:\n%s",
+		strings.Join(r.DupDetails, "\n"), fl.mentions(ids), fl.tails())
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,7 +62,7 @@ func newFleet(t testing.TB, url string, chk *checker.Checker, extra ...string) *
 	f := &fleet{t: t, dir: t.TempDir(), chk: chk}
 	f.env = append(os.Environ(),
 		"SPOOL_NATS_URL="+url,
-		"SPOOL_LOG_LEVEL=warn",
+		"SPOOL_LOG_LEVEL=info",
 		"SPOOL_LOG_FORMAT=text",
 	)
 	f.env = append(f.env, extra...)
@@ -218,6 +219,30 @@ func (f *fleet) tails() string {
 	var b strings.Builder
 	for _, p := range procs {
 		fmt.Fprintf(&b, "worker %s:\n%s\n", p.pid, f.tail(p))
+	}
+	return b.String()
+}
+
+// mentions returns the lines of every worker process's stderr that name
+// one of ids (at most 40), for a failure's report.
+func (f *fleet) mentions(ids []string) string {
+	f.mu.Lock()
+	procs := append([]*proc(nil), f.procs...)
+	f.mu.Unlock()
+	var b strings.Builder
+	n := 0
+	for _, p := range procs {
+		data, err := os.ReadFile(p.stderr)
+		if err != nil {
+			fmt.Fprintf(&b, "worker %s: %v\n", p.pid, err)
+			continue
+		}
+		for line := range strings.Lines(string(data)) {
+			if n < 40 && slices.ContainsFunc(ids, func(id string) bool { return strings.Contains(line, id) }) {
+				fmt.Fprintf(&b, "worker %s: %s", p.pid, line)
+				n++
+			}
+		}
 	}
 	return b.String()
 }
