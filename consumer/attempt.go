@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -119,12 +120,12 @@ func (w *Worker) attempt(lane int, msg jetstream.Msg) {
 	if prior != nil && w.storedAlready(a, *prior) {
 		return
 	}
-	if md.NumDelivered > 1 && (prior == nil || prior.State != spool.StateRetrying && prior.State != spool.StateSnoozed) {
-		// A redelivery that is not a retry or a snooze: its earlier
-		// delivery never reached a stored outcome (it was lost, or its
-		// attempt is unfinished or unstored somewhere), or the document
-		// is of an earlier message under the same id. Logged, as the
-		// trace of a possible second run.
+	if md.NumDelivered > 1 && (prior == nil || !slices.Contains([]spool.State{spool.StateRetrying, spool.StateSnoozed, spool.StateCancelled}, prior.State)) {
+		// A redelivery that is not a retry, a snooze or a cancelled task
+		// (settled below): its earlier delivery never reached a stored
+		// outcome (it was lost, or its attempt is unfinished or unstored
+		// somewhere), or the document is of an earlier message under the
+		// same id. Logged, as the trace of a possible second run.
 		state, enq := "none", time.Time{}
 		if prior != nil {
 			state, enq = string(prior.State), prior.EnqueuedAt
