@@ -229,7 +229,7 @@ func (w *Worker) priorResult(a attemptInfo) (*spool.Result, uint64) {
 	var doc spool.Result
 	var rev uint64
 	found := false
-	err := jsproto.Retry{PerTry: w.pipe.timeout}.Do(ctx, "reading the result of task "+a.id, func(ctx context.Context) (err error) {
+	err := jsproto.Tries{PerTry: w.pipe.timeout}.Do(ctx, "reading the result of task "+a.id, func(ctx context.Context) (err error) {
 		doc, rev, found, err = w.results.ReadFromLeader(ctx, a.id)
 		return err
 	})
@@ -630,7 +630,7 @@ func (w *Worker) settleWrite(a attemptInfo, what string, fn func(ctx context.Con
 	ctx, cancel := context.WithTimeout(w.ioCtx, w.pipe.retryBudget(a.p))
 	defer cancel()
 	beat := time.Now()
-	r := jsproto.Retry{PerTry: w.pipe.timeout, OnRetry: func(err error) {
+	r := jsproto.Tries{PerTry: w.pipe.timeout, OnRetry: func(err error) {
 		w.rec.writeRetry(a.p, a.typ)
 		w.log.Debug("settling write sent again", "task_id", a.id, "write", what, "error", err)
 		if time.Since(beat) >= w.ackWait[a.p]/4 {

@@ -46,7 +46,7 @@ type cancels struct {
 	running map[string]*watch
 }
 
-func newCancels(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, names spool.Names, bind jsproto.Retry, log *slog.Logger) (*cancels, error) {
+func newCancels(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, names spool.Names, bind jsproto.Tries, log *slog.Logger) (*cancels, error) {
 	var kv jetstream.KeyValue
 	err := bind.Do(ctx, "binding the cancel bucket "+names.CancelBucket(), func(ctx context.Context) (err error) {
 		kv, err = js.KeyValue(ctx, names.CancelBucket())

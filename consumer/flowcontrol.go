@@ -39,7 +39,7 @@ func (w *Worker) startFlow(ctx context.Context) error {
 	}
 	// Rides out an election like the other bindings of Start; missing
 	// buckets fail at once.
-	bind := jsproto.Retry{PerTry: min(w.o.IOTimeout, jsproto.DefaultPerTry), Logger: w.log}
+	bind := jsproto.Tries{PerTry: min(w.o.IOTimeout, jsproto.DefaultPerTry), Logger: w.log}
 	var l *flow.Limiter
 	err := bind.Do(ctx, "binding the flow-control buckets", func(ctx context.Context) (err error) {
 		l, err = flow.New(ctx, flow.Config{

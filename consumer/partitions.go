@@ -20,7 +20,7 @@ const allPartitions = -1
 // consumers of the partitions the worker pulls: all of them, or the one
 // of WithPartition. Each partition's five consumers become five lanes of
 // one scheduler.
-func (w *Worker) bindPartitions(ctx context.Context, bind jsproto.Retry) error {
+func (w *Worker) bindPartitions(ctx context.Context, bind jsproto.Tries) error {
 	names := w.o.Names
 	err := bind.Do(ctx, "binding task stream "+names.TaskStream(), func(ctx context.Context) (err error) {
 		w.tasks, err = w.js.Stream(ctx, names.TaskStream())

@@ -27,7 +27,7 @@ type Client struct {
 	timeout time.Duration
 	acks    *acks // EnqueueBatch's publishes
 	quiet   bool  // no enqueued events (WithEnqueuedEvents)
-	retry   jsproto.Retry
+	retry   jsproto.Tries
 
 	mu      sync.Mutex
 	tasks   jetstream.Stream // task stream, looked up once
@@ -69,7 +69,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 		logger:  o.logger,
 		timeout: o.timeout,
 		acks:    newAcks(nc, o.timeout, o.window),
-		retry:   jsproto.Retry{PerTry: min(jsproto.DefaultPerTry, o.timeout)},
+		retry:   jsproto.Tries{PerTry: min(jsproto.DefaultPerTry, o.timeout)},
 	}
 	c.quiet = o.quiet
 	if !c.quiet {
@@ -103,7 +103,7 @@ func (c *Client) withTimeout(ctx context.Context) (context.Context, context.Canc
 
 // do runs one JetStream request with the client's retry: each try
 // bounded by a short timeout, retried through a leader election within
-// ctx (see jsproto.Retry).
+// ctx (see jsproto.Tries).
 func (c *Client) do(ctx context.Context, what string, fn func(ctx context.Context) error) error {
 	return c.retry.Do(ctx, what, fn)
 }

@@ -52,7 +52,7 @@ func (c *Client) Result(ctx context.Context, id string) (spool.Result, error) {
 // Wait needs no JetStream consumer, whose creation an election could
 // swallow: it subscribes to the key's subject ($KV.<bucket>.<id>) with
 // core NATS first, so no write is missed, then reads the key (each read
-// bounded and retried, see jsproto.Retry), and reads it again every
+// bounded and retried, see jsproto.Tries), and reads it again every
 // WaitRecheck as a safety net for a write it did not see (a reconnect in
 // between). A terminal document seen on the subject is read back before
 // Wait returns it, so what Wait returns is stored and Result finds it.

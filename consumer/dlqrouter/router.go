@@ -301,7 +301,7 @@ func (r *Router) bind(ctx context.Context) (routerBinding, error) {
 	var b routerBinding
 	// Each look-up rides out an election until ctx ends, saying what it
 	// waits for now and then; a missing stream fails at once.
-	retry := jsproto.Retry{PerTry: min(r.timeout, jsproto.DefaultPerTry), Logger: r.logger}
+	retry := jsproto.Tries{PerTry: min(r.timeout, jsproto.DefaultPerTry), Logger: r.logger}
 	var tasks jetstream.Stream
 	err := retry.Do(ctx, "binding task stream "+r.names.TaskStream(), func(ctx context.Context) (err error) {
 		tasks, err = r.js.Stream(ctx, r.names.TaskStream())
@@ -532,7 +532,7 @@ func (r *Router) handle(ctx context.Context, b routerBinding, msg jetstream.Msg)
 	// run again whole, each try bounded, within the timeout; what still
 	// fails is NAKed for a later retry.
 	var outcome routerOutcome
-	err = jsproto.Retry{PerTry: min(r.timeout, jsproto.DefaultPerTry)}.Do(ctx, "routing a dead task", func(ctx context.Context) (err error) {
+	err = jsproto.Tries{PerTry: min(r.timeout, jsproto.DefaultPerTry)}.Do(ctx, "routing a dead task", func(ctx context.Context) (err error) {
 		outcome, err = r.route(ctx, b, adv, log)
 		return err
 	})

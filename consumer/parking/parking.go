@@ -102,7 +102,7 @@ func New(ctx context.Context, cfg Config) (*Parking, error) {
 		changed: make(map[string]uint64),
 	}
 	p.base, p.cancelBase = context.WithCancel(context.WithoutCancel(ctx))
-	bind := jsproto.Retry{PerTry: p.perTry, Logger: p.log}
+	bind := jsproto.Tries{PerTry: p.perTry, Logger: p.log}
 	err := bind.Do(ctx, "binding the type-pause bucket "+cfg.Names.PausedBucket(), func(ctx context.Context) (err error) {
 		p.kv, err = cfg.JS.KeyValue(ctx, cfg.Names.PausedBucket())
 		return err
@@ -294,7 +294,7 @@ func (p *Parking) loop() {
 		}
 		if n := p.nc.Stats().Reconnects; n != p.reconnects {
 			ctx, cancel := p.ctx(4 * p.perTry)
-			err := jsproto.Retry{PerTry: p.perTry}.Do(ctx, "listing paused types", p.load)
+			err := jsproto.Tries{PerTry: p.perTry}.Do(ctx, "listing paused types", p.load)
 			cancel()
 			if err != nil {
 				p.log.Warn("listing paused types after a reconnect", "error", err)
@@ -360,7 +360,7 @@ func (p *Parking) drainSubject(ctx context.Context, subject, typ string) error {
 	}()
 	for !p.Paused(typ) {
 		var raw *jetstream.RawStreamMsg
-		err := jsproto.Retry{PerTry: p.perTry}.Do(ctx, "reading parked tasks of "+subject, func(ctx context.Context) (err error) {
+		err := jsproto.Tries{PerTry: p.perTry}.Do(ctx, "reading parked tasks of "+subject, func(ctx context.Context) (err error) {
 			raw, err = p.tasks.GetMsg(ctx, next, jetstream.WithGetMsgSubject(subject))
 			return err
 		})
@@ -396,14 +396,14 @@ func (p *Parking) unpark(ctx context.Context, raw *jetstream.RawStreamMsg) error
 	id := spool.TaskID(raw.Header, raw.Sequence)
 	h.Set(spool.HeaderMsgID, id+"-unpark-"+strconv.FormatUint(raw.Sequence, 10))
 	m := &nats.Msg{Subject: target, Header: h, Data: raw.Data}
-	err = jsproto.Retry{PerTry: p.perTry}.Do(ctx, "moving parked task "+id+" back", func(ctx context.Context) error {
+	err = jsproto.Tries{PerTry: p.perTry}.Do(ctx, "moving parked task "+id+" back", func(ctx context.Context) error {
 		_, err := p.js.PublishMsg(ctx, m)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	err = jsproto.Retry{PerTry: p.perTry}.Do(ctx, "deleting the parked copy of task "+id, func(ctx context.Context) error {
+	err = jsproto.Tries{PerTry: p.perTry}.Do(ctx, "deleting the parked copy of task "+id, func(ctx context.Context) error {
 		return p.tasks.DeleteMsg(ctx, raw.Sequence)
 	})
 	if err != nil && !jsproto.NotFound(err) && !errors.Is(err, jetstream.ErrMsgNotFound) && !isAlreadyDeleted(err) {

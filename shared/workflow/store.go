@@ -69,7 +69,7 @@ func Open(ctx context.Context, js jetstream.JetStream, names spool.Names, log *s
 }
 
 // retry runs op with a per-try timeout until it succeeds, fails with an
-// error that a retry cannot mend, or ctx ends (jsproto.Retry: a request
+// error that a retry cannot mend, or ctx ends (jsproto.Tries: a request
 // swallowed in a leader change is sent again).
 func (s *Store) retry(ctx context.Context, op func(ctx context.Context) error) error {
 	return s.retryFor(ctx, s.try, op)
@@ -77,7 +77,7 @@ func (s *Store) retry(ctx context.Context, op func(ctx context.Context) error) e
 
 // retryFor is retry with a per-try timeout of its own.
 func (s *Store) retryFor(ctx context.Context, try time.Duration, op func(ctx context.Context) error) error {
-	return jsproto.Retry{PerTry: try}.Do(ctx, "workflow state", func(ctx context.Context) error {
+	return jsproto.Tries{PerTry: try}.Do(ctx, "workflow state", func(ctx context.Context) error {
 		err := op(ctx)
 		if errors.Is(err, nats.ErrReconnectBufExceeded) {
 			// A connection without a reconnect buffer refuses a publish

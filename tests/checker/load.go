@@ -78,7 +78,7 @@ func LoadResultsAtLeader(ctx context.Context, js jetstream.JetStream, names spoo
 		// Each try is short and tried again within ctx: a request a
 		// leader election swallows is never answered.
 		var msg []byte
-		err = jsproto.Retry{}.Do(ctx, "reading a result at the leader", func(ctx context.Context) error {
+		err = jsproto.Tries{}.Do(ctx, "reading a result at the leader", func(ctx context.Context) error {
 			m, err := js.Conn().RequestWithContext(ctx, subject, req)
 			if err == nil {
 				msg = m.Data

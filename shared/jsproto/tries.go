@@ -17,15 +17,15 @@ import (
 // swallowed, and a caller that waits on it waits for its whole deadline.
 // Every request Spool sends is therefore bounded by a short per-try
 // timeout and retried, with backoff, within the caller's own deadline
-// (Retry.Do). What retrying can cure is decided in one place (Retryable);
+// (Tries.Do). What retrying can cure is decided in one place (Retryable);
 // anything else (a 404, a bad request, a refused write) fails at once.
 
-// DefaultPerTry is the per-try timeout of Retry when PerTry is 0: longer
+// DefaultPerTry is the per-try timeout of Tries when PerTry is 0: longer
 // than a healthy cluster's slowest answer under load, shorter than an
 // election (a few seconds).
 const DefaultPerTry = 2 * time.Second
 
-// DefaultLogEvery is how often a Retry with a Logger says what it still
+// DefaultLogEvery is how often a Tries with a Logger says what it still
 // waits for, when LogEvery is 0.
 const DefaultLogEvery = 10 * time.Second
 
@@ -118,10 +118,10 @@ var clusterErrorCodes = map[jetstream.ErrorCode]bool{
 	10119: true, // JSConsumerOfflineErr: consumer is offline
 }
 
-// Retry runs a request, bounding each try by PerTry and retrying what
+// Tries runs a request, bounding each try by PerTry and retrying what
 // Retryable accepts until it succeeds or the caller's context ends. The
 // zero value is ready to use.
-type Retry struct {
+type Tries struct {
 	// PerTry bounds each try (default DefaultPerTry). A try also ends
 	// with the caller's context.
 	PerTry time.Duration
@@ -142,7 +142,7 @@ type Retry struct {
 // often and for how long, wrapping the last try's error; a ctx cancelled
 // by the caller (not its deadline) returns the cancellation wrapping the
 // last error.
-func (r Retry) Do(ctx context.Context, what string, fn func(ctx context.Context) error) error {
+func (r Tries) Do(ctx context.Context, what string, fn func(ctx context.Context) error) error {
 	perTry := r.PerTry
 	if perTry <= 0 {
 		perTry = DefaultPerTry
@@ -190,7 +190,7 @@ func (r Retry) Do(ctx context.Context, what string, fn func(ctx context.Context)
 	}
 }
 
-func (r Retry) gaveUp(ctx context.Context, what string, start time.Time, tries int, err error) error {
+func (r Tries) gaveUp(ctx context.Context, what string, start time.Time, tries int, err error) error {
 	if errors.Is(context.Cause(ctx), context.Canceled) {
 		return fmt.Errorf("%s: %w (last error: %w)", what, context.Cause(ctx), err)
 	}

@@ -48,7 +48,7 @@ func TestRetryDo(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
 			tries, retries := 0, 0
-			r := jsproto.Retry{PerTry: time.Second, OnRetry: func(error) { retries++ }}
+			r := jsproto.Tries{PerTry: time.Second, OnRetry: func(error) { retries++ }}
 			err := r.Do(ctx, "reading", func(ctx context.Context) error {
 				tries++
 				if tries < 3 {
@@ -64,7 +64,7 @@ func TestRetryDo(t *testing.T) {
 	})
 	t.Run("a 404 fails at once", func(t *testing.T) {
 		tries := 0
-		err := jsproto.Retry{}.Do(t.Context(), "binding", func(context.Context) error {
+		err := jsproto.Tries{}.Do(t.Context(), "binding", func(context.Context) error {
 			tries++
 			return jetstream.ErrStreamNotFound
 		})
@@ -77,7 +77,7 @@ func TestRetryDo(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			defer cancel()
 			start := time.Now()
-			err := jsproto.Retry{PerTry: time.Second}.Do(ctx, "reading the result of task a", func(ctx context.Context) error {
+			err := jsproto.Tries{PerTry: time.Second}.Do(ctx, "reading the result of task a", func(ctx context.Context) error {
 				return nats.ErrNoResponders
 			})
 			var ue *jsproto.UnavailableError
@@ -92,7 +92,7 @@ func TestRetryDo(t *testing.T) {
 	})
 	t.Run("the caller's cancellation is no unavailability", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
-		err := jsproto.Retry{}.Do(ctx, "reading", func(context.Context) error {
+		err := jsproto.Tries{}.Do(ctx, "reading", func(context.Context) error {
 			cancel()
 			return nats.ErrTimeout
 		})
