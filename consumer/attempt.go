@@ -18,17 +18,6 @@ import (
 	"github.com/spoolq/spool/streams/dlq"
 )
 
-// verdict is how an attempt ended.
-type verdict int
-
-const (
-	verdictOK       verdict = iota // the handler succeeded
-	verdictFailed                  // an error: retry while attempts remain
-	verdictDead                    // dead-letter at once (permanent, no handler, bad input)
-	verdictReturned                // shutdown: hand the task back unfinished
-	verdictSnoozed                 // run again later without counting the attempt
-)
-
 // attempt runs one delivery of a task in its slot and settles the message:
 // ack, NAK with backoff, dead letter, or hand-back at shutdown. The caller
 // (runner) frees the slot after.
@@ -587,38 +576,6 @@ func (w *Worker) settle(ctx context.Context, a attemptInfo, r handlerResult, o o
 		}
 		w.retry(a, herr, o)
 	}
-}
-
-// classify maps the handler's return to a verdict and a dead-letter reason.
-func classify(hard, attemptCtx context.Context, r handlerResult) ([]byte, error, verdict, spool.Reason) {
-	if r.err == nil {
-		return r.out, nil, verdictOK, ""
-	}
-	var pe *PanicError
-	var se *snoozeError
-	switch {
-	case errors.As(r.err, &se) && hard.Err() == nil:
-		return nil, r.err, verdictSnoozed, ""
-	case errors.As(r.err, &pe):
-		return nil, r.err, verdictFailed, spool.ReasonPanic
-	case errors.Is(r.err, ErrNoHandler):
-		return nil, r.err, verdictDead, spool.ReasonNoHandler
-	case IsPermanent(r.err):
-		return nil, r.err, verdictDead, spool.ReasonPermanent
-	case hard.Err() != nil:
-		return nil, r.err, verdictReturned, ""
-	case errors.Is(attemptCtx.Err(), context.DeadlineExceeded) || pastDeadline(attemptCtx):
-		return nil, fmt.Errorf("attempt timed out: %w", r.err), verdictFailed, spool.ReasonTimeout
-	}
-	return nil, r.err, verdictFailed, spool.ReasonError
-}
-
-// pastDeadline reports whether ctx's deadline has passed: on a loaded
-// machine a handler (or the watch settling it without it) may return
-// before the context's own timer has run and set its error.
-func pastDeadline(ctx context.Context) bool {
-	dl, ok := ctx.Deadline()
-	return ok && !time.Now().Before(dl)
 }
 
 // settleWrite runs a settling write of attempt a (a result, a dead

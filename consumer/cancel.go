@@ -19,10 +19,6 @@ import (
 	"github.com/spoolq/spool/shared/workflow"
 )
 
-// ErrCancelled is the cause of a handler context ended because its task
-// was cancelled (context.Cause(ctx) wraps it).
-var ErrCancelled = errors.New("task cancelled")
-
 // cancels knows the cancelled task ids and the running attempts, so a
 // cancelled task never starts and a running one has its context cancelled
 // as soon as the cancellation is published.

@@ -3,7 +3,6 @@ package consumer
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -38,10 +37,6 @@ type Task struct {
 	names *spool.Names
 	id    string
 }
-
-// ErrSettled: Progress was called after the attempt ended (the handler
-// returned, timed out or was cancelled).
-var ErrSettled = errors.New("attempt already settled")
 
 // Progress reports how far the running attempt is: percent from 0 to 100
 // (a negative percent: none) and/or value, any JSON of at most
@@ -89,30 +84,6 @@ var _ Handler = HandlerFunc(nil)
 
 // Middleware wraps a Handler.
 type Middleware func(Handler) Handler
-
-// ErrPermanent marks an error that retrying cannot fix.
-var ErrPermanent = errors.New("permanent failure")
-
-type permanentError struct{ err error }
-
-func (e permanentError) Error() string { return e.err.Error() }
-func (e permanentError) Unwrap() []error {
-	return []error{e.err, ErrPermanent}
-}
-
-// Permanent marks err as permanent: the task skips its remaining retries and
-// goes to the dead-letter stream with reason "permanent". errors.Is(err,
-// ErrPermanent) reports true on the result, and the original error stays
-// reachable with errors.Is/As.
-func Permanent(err error) error {
-	if err == nil {
-		err = errors.New("permanent failure")
-	}
-	return permanentError{err: err}
-}
-
-// IsPermanent reports whether err was marked with Permanent.
-func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
 
 // PanicError is the error of an attempt whose handler panicked.
 type PanicError struct {

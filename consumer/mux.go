@@ -2,16 +2,12 @@ package consumer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
 
 	spool "github.com/spoolq/spool/shared"
 )
-
-// ErrNoHandler is returned by Mux.ProcessTask for a type with no handler.
-var ErrNoHandler = errors.New("no handler for task type")
 
 // Mux routes tasks to handlers by exact task type, like http.ServeMux.
 // Registering a type twice panics, as http.ServeMux does: it is a programming

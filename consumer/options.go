@@ -288,34 +288,6 @@ func WithStrict(strict bool) Option {
 	}
 }
 
-// WithRetry sets the backoff between attempts, min(base·2^(attempt-1),
-// maxDelay), and the number of retries after the first attempt for tasks
-// without a Spool-Max-Retries header. Default: 1s, 5m and 3.
-func WithRetry(base, maxDelay time.Duration, maxRetries int) Option {
-	return func(o *config) error {
-		if base <= 0 || maxDelay < base {
-			return fmt.Errorf("%w: retry base %s max %s: need 0 < base <= max", ErrInvalidOption, base, maxDelay)
-		}
-		if maxRetries < 0 || maxRetries > spool.MaxMaxRetries {
-			return fmt.Errorf("%w: max retries %d must be 0 to %d", ErrInvalidOption, maxRetries, spool.MaxMaxRetries)
-		}
-		o.RetryBase, o.RetryMax, o.MaxRetries = base, maxDelay, maxRetries
-		return nil
-	}
-}
-
-// WithRetryJitter adds a random delay of up to frac of the backoff (0.2 =
-// up to +20%), 0 to 1. Default: 0.2.
-func WithRetryJitter(frac float64) Option {
-	return func(o *config) error {
-		if frac < 0 || frac > 1 {
-			return fmt.Errorf("%w: retry jitter %g must be 0 to 1", ErrInvalidOption, frac)
-		}
-		o.RetryJitter = frac
-		return nil
-	}
-}
-
 // WithTaskTimeout sets the per-attempt deadline of tasks without a
 // Spool-Timeout header. Default: 30m.
 func WithTaskTimeout(d time.Duration) Option {
