@@ -8,15 +8,12 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spoolq/spool/consumer/internal/results"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/jsproto"
-	"github.com/spoolq/spool/shared/workflow"
 )
 
 // cancels knows the cancelled task ids and the running attempts, so a
@@ -193,63 +190,6 @@ func (c *cancels) close() {
 	}
 }
 
-// settleCancelled ends an attempt of a cancelled task: the cancelled
-// result document (who and why from the cancellation), the unique key
-// released, and the task terminated: never retried, never dead-lettered.
-func (w *Worker) settleCancelled(a attemptInfo, o outcome) {
-	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
-	c := w.cancels.get(ctx, a.id)
-	cancel()
-	doc := a.doc(spool.StateCancelled)
-	fin := time.Now()
-	doc.FinishedAt = &fin
-	doc.CancelledBy, doc.CancelReason = c.By, c.Reason
-	err := w.settleWrite(a, "writing the cancelled state of task "+a.id, func(ctx context.Context) error {
-		return w.results.Put(ctx, doc)
-	})
-	if err != nil {
-		w.log.Warn("writing cancelled state", "task_id", a.id, "error", err)
-	}
-	err = w.settleWrite(a, "releasing the unique key of task "+a.id, func(ctx context.Context) error {
-		return w.results.ReleaseUnique(ctx, a.uniqueKey, a.id)
-	})
-	if err != nil {
-		w.log.Warn("releasing unique key", "task_id", a.id, "unique_key", a.uniqueKey, "error", err)
-	}
-	if a.wf != nil {
-		// A workflow step that was cancelled on its own (or by
-		// Client.CancelWorkflow while it ran) advances its workflow like
-		// any other terminal step, before its task is removed.
-		msg := "cancelled"
-		if c.By != "" {
-			msg += " by " + c.By
-		}
-		if c.Reason != "" {
-			msg += ": " + c.Reason
-		}
-		err := w.settleWrite(a, "advancing the workflow of cancelled task "+a.id, func(context.Context) error {
-			return w.finishStep(a, workflow.Outcome{State: workflow.Cancelled, Error: msg})
-		})
-		if err != nil {
-			// Left unacked: the task comes back and is settled again.
-			w.log.Warn("advancing the workflow of a cancelled step; the task will come back", "task_id", a.id, "error", err)
-			w.rec.record(a.p, a.typ, o)
-			return
-		}
-	}
-	if err := w.finishOrder(a); err != nil {
-		// Left unacked: the task comes back and is settled again.
-		w.log.Warn("passing the turn of a cancelled task; the task will come back", "task_id", a.id, "error", err)
-		w.rec.record(a.p, a.typ, o)
-		return
-	}
-	if err := a.msg.TermWithReason(spool.TermCancelled); err != nil {
-		w.log.Warn("removing cancelled task", "task_id", a.id, "error", err)
-	}
-	w.log.Info("task cancelled", "task_id", a.id, "type", a.typ, "priority", a.p.String(), "by", c.By, "reason", c.Reason)
-	w.rec.record(a.p, a.typ, o)
-}
-
 // stored reports whether task id has a cancellation in the bucket (read
 // from the bucket: the local view may not have heard of it yet).
 func (c *cancels) stored(ctx context.Context, id string) (bool, error) {
@@ -264,117 +204,4 @@ func (c *cancels) stored(ctx context.Context, id string) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("reading the cancellation of task %s: %w", id, err)
-}
-
-// errYield is the outcome of putFinal when the task was cancelled
-// meanwhile: the finished document was not written.
-var errYield = errors.New("the task was cancelled: its outcome yields")
-
-// maxFinalTries bounds putFinal's compare-and-set loop.
-const maxFinalTries = 8
-
-// putFinal stores the finished document of an attempt (completed or dead)
-// over the revision of the task's result the attempt knows (a.rev), so
-// that it never overwrites a cancellation stored meanwhile: the outcome of
-// a task is decided by one writer. On a conflict it reads the document
-// and the cancellation again: our own document already stored (an
-// earlier try was stored but its answer lost) counts as stored; a task
-// cancelled meanwhile (its cancelled document, or its cancellation, which
-// Cancel stores before its document) gives errYield, nothing written;
-// anything else (our own processing state, a stale document) is written
-// over, at the revision read. The document is never recomputed.
-//
-// conflicted says a write over a.rev lost already (the pipeline's): the
-// first step is then the read.
-func (w *Worker) putFinal(ctx context.Context, a attemptInfo, doc spool.Result, conflicted bool) error {
-	rev := a.rev
-	for range maxFinalTries {
-		if !conflicted {
-			err := w.results.PutAt(ctx, doc, rev)
-			if err == nil || !results.IsConflict(err) {
-				return err
-			}
-		}
-		conflicted = false
-		cur, curRev, found, err := w.results.ReadFromLeader(ctx, a.id)
-		if err != nil {
-			return err
-		}
-		if found && sameFinal(cur, doc) {
-			return nil
-		}
-		if found && cur.State == spool.StateCancelled {
-			return errYield
-		}
-		if found && ownProcessing(cur, doc) {
-			// This attempt's processing state, written over the revision
-			// it read: it replaced no cancellation, so a canceller either
-			// has not written yet (and its write over what it read will
-			// lose to this one or win over it) or wrote after it.
-			rev = curRev
-			continue
-		}
-		cancelled, err := w.cancels.stored(ctx, a.id)
-		if err != nil {
-			return err
-		}
-		if cancelled {
-			return errYield
-		}
-		rev = curRev
-	}
-	return fmt.Errorf("the result of task %s kept changing (%d writes lost a race)", a.id, maxFinalTries)
-}
-
-// ownProcessing reports whether stored is the processing state of the
-// attempt that finished with doc, as putProcessing writes it (without
-// progress: a progress write is unconditional).
-func ownProcessing(stored, doc spool.Result) bool {
-	return stored.State == spool.StateProcessing && stored.Progress == nil &&
-		stored.Attempts == doc.Attempts && stored.EnqueuedAt.Equal(doc.EnqueuedAt)
-}
-
-// sameFinal reports whether stored is the finished document doc (written
-// by an earlier try of the same write).
-func sameFinal(stored, doc spool.Result) bool {
-	return stored.State == doc.State && stored.Attempts == doc.Attempts && stored.EnqueuedAt.Equal(doc.EnqueuedAt) &&
-		stored.FinishedAt != nil && doc.FinishedAt != nil && stored.FinishedAt.Equal(*doc.FinishedAt)
-}
-
-// cancelledNow reports whether a's task has a cancellation stored, read
-// from the bucket when the local view has none; a failed read counts as
-// none.
-func (w *Worker) cancelledNow(a attemptInfo) bool {
-	ctx, cancel := context.WithTimeout(w.ioCtx, w.pipe.timeout)
-	defer cancel()
-	ok, err := w.cancels.stored(ctx, a.id)
-	if err != nil {
-		w.log.Warn("reading the cancellation of a failing task", "task_id", a.id, "error", err)
-	}
-	return ok
-}
-
-// finishConflicted settles a pipelined completion whose conditional result
-// write lost a race (see putFinal): it is written again over the current
-// revision and acked, or the task ends cancelled when it was cancelled
-// meanwhile.
-func (w *Worker) finishConflicted(a attemptInfo, o outcome, doc spool.Result) {
-	conflicted := true
-	err := w.settleWrite(a, "writing the result of task "+a.id, func(ctx context.Context) error {
-		err := w.putFinal(ctx, a, doc, conflicted)
-		conflicted = false // a retry through an election writes first
-		return err
-	})
-	switch {
-	case errors.Is(err, errYield):
-		o.completed = false
-		w.settleCancelled(a, o)
-	case err != nil:
-		w.resultLost(a, o, err)
-	default:
-		if err := a.msg.Ack(); err != nil {
-			w.log.Warn("acking completed task", "task_id", a.id, "error", err)
-		}
-		w.rec.record(a.p, a.typ, o)
-	}
 }

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spoolq/spool/consumer/flow"
 	spool "github.com/spoolq/spool/shared"
@@ -16,128 +17,165 @@ import (
 	"github.com/spoolq/spool/shared/limits"
 )
 
-// A task handed back by a limit that booked its return (a rate limit)
-// comes back deferEarly before the booked time (at least deferBase from
-// now). Else the delay grows with its hand-backs,
-// min(deferBase·2^deferrals, deferMax) plus up to half of it again.
-const (
-	deferBase   = 100 * time.Millisecond
-	deferMax    = 5 * time.Second
-	deferJitter = 0.5
-	deferEarly  = 300 * time.Millisecond
-)
+// flowControl is the worker's side of flow control: the limits gate
+// (leases, waiting rooms for full concurrency limits, hand-backs for full
+// rates), the turns of ordered and fair keys, and the kick requests and
+// sweeps that start held keys and waiting rooms. Its engine is package
+// flow and the shared turns of package limits. With flow control off
+// (a deployment provisioned before it) limiter and turns are nil and
+// every task is admitted.
+type flowControl struct {
+	io      *taskIO
+	limiter *flow.Limiter
+	turns   *limits.Turns
+	// tasks is SPOOL_TASKS, where the held subjects are.
+	tasks     jetstream.Stream
+	kickSub   *nats.Subscription // the fleet's kick requests (spool.kick.>)
+	kickSem   chan struct{}      // bounds the kicks served at once
+	kicking   sync.WaitGroup     // kicks being served
+	sweepStop chan struct{}      // ends sweepHeld
+	sweepDone chan struct{}
+}
 
-// startFlow binds the flow-control limiter. A deployment provisioned
-// before flow control has no buckets for it: the worker then runs without
-// limits.
-func (w *Worker) startFlow(ctx context.Context) error {
+// startFlowControl binds the flow-control limiter and the turns of
+// ordered keys, and starts serving kick requests. A deployment
+// provisioned before flow control has no buckets for it: the worker then
+// runs without limits.
+func startFlowControl(ctx context.Context, io *taskIO, nc *nats.Conn, tasks jetstream.Stream, owner string) (*flowControl, error) {
+	f := &flowControl{io: io, tasks: tasks}
 	ttl := time.Duration(0)
-	for _, d := range w.ackWait {
+	for _, d := range io.ackWait {
 		if d > 0 && (ttl == 0 || d < ttl) {
 			ttl = d
 		}
 	}
 	// Rides out an election like the other bindings of Start; missing
 	// buckets fail at once.
-	bind := jsproto.Tries{PerTry: min(w.o.IOTimeout, jsproto.DefaultPerTry), Logger: w.log}
+	bind := jsproto.Tries{PerTry: min(io.ioTimeout, jsproto.DefaultPerTry), Logger: io.log}
 	var l *flow.Limiter
 	err := bind.Do(ctx, "binding the flow-control buckets", func(ctx context.Context) (err error) {
 		l, err = flow.New(ctx, flow.Config{
-			JS: w.js, Conn: w.nc, Names: w.o.Names, Owner: w.o.WorkerName,
-			TTL: ttl, IOTimeout: w.o.IOTimeout, Logger: w.log,
+			JS: io.js, Conn: nc, Names: io.names, Owner: owner,
+			TTL: ttl, IOTimeout: io.ioTimeout, Logger: io.log,
 		})
 		return err
 	})
 	if errors.Is(err, flow.ErrNotProvisioned) {
-		w.log.WarnContext(ctx, "flow control off: provision the topology again to create its buckets", "error", err)
-		return nil
+		io.log.WarnContext(ctx, "flow control off: provision the topology again to create its buckets", "error", err)
+		return f, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	w.mu.Lock()
-	w.flow = l
-	w.mu.Unlock()
+	var turns *limits.Turns
 	err = bind.Do(ctx, "binding the task stream for ordered keys", func(ctx context.Context) (err error) {
-		w.turns, err = limits.NewTurns(ctx, w.js, w.o.Names)
+		turns, err = limits.NewTurns(ctx, io.js, io.names)
 		return err
 	})
 	if err != nil {
 		l.Close()
-		return err
+		return nil, err
 	}
-	w.kickSem = make(chan struct{}, kickParallel)
-	if w.kickSub, err = w.nc.QueueSubscribe(w.o.Names.KickFilter(), kickQueue, w.onKick); err != nil {
+	f.limiter, f.turns = l, turns
+	f.kickSem = make(chan struct{}, kickParallel)
+	if f.kickSub, err = nc.QueueSubscribe(io.names.KickFilter(), kickQueue, f.onKick); err != nil {
 		l.Close()
-		return fmt.Errorf("subscribing to kick requests: %w", err)
+		return nil, fmt.Errorf("subscribing to kick requests: %w", err)
 	}
-	w.sweepStop, w.sweepDone = make(chan struct{}), make(chan struct{})
-	go w.sweepHeld(w.sweepStop, w.sweepDone)
-	return nil
+	f.sweepStop, f.sweepDone = make(chan struct{}), make(chan struct{})
+	go f.sweepHeld(f.sweepStop, f.sweepDone)
+	return f, nil
 }
 
-// closeFlow ends the kick subscription, the sweep of held keys and the
+// close ends the kick subscription, the sweep of held keys and the
 // limiter (each may be off).
-func (w *Worker) closeFlow() {
-	if w.kickSub != nil {
-		_ = w.kickSub.Unsubscribe()
-		w.kicking.Wait()
+func (f *flowControl) close() {
+	if f == nil {
+		return
 	}
-	if w.sweepStop != nil {
-		close(w.sweepStop)
-		<-w.sweepDone
-		w.sweepStop = nil
+	if f.kickSub != nil {
+		_ = f.kickSub.Unsubscribe()
+		f.kicking.Wait()
 	}
-	w.flow.Close()
+	if f.sweepStop != nil {
+		close(f.sweepStop)
+		<-f.sweepDone
+		f.sweepStop = nil
+	}
+	f.limiter.Close()
 }
 
-// admitFlow takes the leases the flow-control rule of the task's type asks
-// for, taking over the slot grant carried when it left a waiting room
+// stats are the limiter's counters by type, nil with flow control off.
+func (f *flowControl) stats() map[string]flow.TypeStats {
+	if f == nil || f.limiter == nil {
+		return nil
+	}
+	return f.limiter.Stats()
+}
+
+// drop gives back the slots a task carried out of a waiting room and did
+// not use.
+func (f *flowControl) drop(gs []flow.Grant) {
+	if f == nil || len(gs) == 0 {
+		return
+	}
+	f.limiter.Drop(f.io.ctx, gs...)
+}
+
+// admit is the gate of flow control: the key's turn first (admitOrder),
+// then the limits (admitLimits).
+func (f *flowControl) admit(a *attemptInfo, meta spool.Meta) (bool, error) {
+	return f.admitOrder(a, meta) && f.admitLimits(a, meta), nil
+}
+
+// admitLimits takes the leases the flow-control rule of the task's type
+// asks for, taking over the slots the task carried out of a waiting room
 // (used up either way). When a concurrency limit is full, it parks the
-// task in the limit's waiting room; when a rate limit is full (or the
-// leases cannot be read), it hands the task back for later. Either way it
+// task in the limit's waiting room; when a rate limit is full or the
+// leases cannot be read, it hands the task back for later. Either way it
 // returns false: the attempt is over, and it cost the task none of its
 // attempts.
-func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta, grants *[]flow.Grant) (*flow.Lease, bool) {
-	if w.flow == nil {
-		return nil, true
+func (f *flowControl) admitLimits(a *attemptInfo, meta spool.Meta) bool {
+	if f.limiter == nil {
+		return true
 	}
-	gs := *grants
-	*grants = nil
-	// A type without a rule (the local view of the rules) takes no lease:
-	// no context, no round trip.
-	if rule, ok := w.flow.Rule(a.typ); !ok || !rule.Limits() {
-		w.flow.Drop(w.ioCtx, gs...)
-		return nil, true
+	gs := a.grants
+	a.grants = nil
+	// A type without a rule in the local view of the rules takes no
+	// lease: no context, no round trip.
+	if rule, ok := f.limiter.Rule(a.typ); !ok || !rule.Limits() {
+		f.limiter.Drop(f.io.ctx, gs...)
+		return true
 	}
-	ctx, cancel := context.WithTimeout(w.ioCtx, w.admitTimeout(a.p))
+	ctx, cancel := context.WithTimeout(f.io.ctx, f.io.admitTimeout(a.p))
 	defer cancel()
-	lease, err := w.flow.AcquireGranted(ctx, a.typ, meta.Key, a.id, gs)
+	lease, err := f.limiter.AcquireGranted(ctx, a.typ, meta.Key, a.id, gs)
 	if err == nil {
-		return lease, true
+		a.lease = lease
+		return true
 	}
 	var denied *flow.DeniedError
 	wait := time.Duration(0)
 	if errors.As(err, &denied) {
-		if (denied.Limit == "concurrency" || denied.Limit == "key_concurrency") && w.flow.CanPark() {
-			w.waitForSlot(a, meta, denied)
-			return nil, false
+		if (denied.Limit == "concurrency" || denied.Limit == "key_concurrency") && f.limiter.CanPark() {
+			f.waitForSlot(*a, meta, denied)
+			return false
 		}
 		// Handed back: the key's slot it took goes on.
-		w.flow.Drop(w.ioCtx, denied.Kept...)
+		f.limiter.Drop(f.io.ctx, denied.Kept...)
 		wait = denied.RetryAfter
 	} else {
-		w.log.Warn("flow-control leases unavailable; handing the task back", "task_id", a.id, "type", a.typ, "error", err)
+		f.io.log.Warn("flow-control leases unavailable; handing the task back", "task_id", a.id, "type", a.typ, "error", err)
 	}
-	delay := jitter(backoff(deferBase, deferMax, meta.Deferrals+1), deferJitter)
+	delay := deferDelay(meta.Deferrals)
 	if wait > 0 {
-		// The limit booked the task's return: come back a little early
-		// (schedules fire in clumps a few hundred milliseconds apart) and
-		// wait for the turn in the worker.
+		// The limit booked the task's return: come back a little early,
+		// since schedules fire in clumps a few hundred milliseconds apart,
+		// and wait for the turn in the worker.
 		delay = max(deferBase, wait-deferEarly)
 	}
-	w.deferTask(a, meta, delay)
-	return nil, false
+	f.io.handBack(*a, meta, delay)
+	return false
 }
 
 // waitForSlot parks a task of a full concurrency limit in the limit's
@@ -147,92 +185,210 @@ func (w *Worker) admitFlow(a attemptInfo, meta spool.Meta, grants *[]flow.Grant)
 // empty just before the park freed it). If the park fails the task is
 // handed back instead. A crash between the park and the ack runs the task
 // twice (at least once).
-func (w *Worker) waitForSlot(a attemptInfo, meta spool.Meta, denied *flow.DeniedError) {
+func (f *flowControl) waitForSlot(a attemptInfo, meta spool.Meta, denied *flow.DeniedError) {
 	m := &nats.Msg{Subject: a.msg.Subject(), Header: handBackHeader(a, meta), Data: a.msg.Data()}
 	id := a.id + "-room-" + strconv.FormatUint(a.seq, 10)
-	err := w.settleWrite(a, "parking for a concurrency slot", func(ctx context.Context) error {
-		return w.flow.Park(ctx, denied, meta.Key, id, m)
+	err := f.io.write(a, "parking for a concurrency slot", func(ctx context.Context) error {
+		return f.limiter.Park(ctx, denied, meta.Key, id, m)
 	})
 	if err != nil {
-		w.log.Warn("parking a task of a full concurrency limit failed; handing it back", "task_id", a.id, "type", a.typ, "error", err)
-		w.flow.Drop(w.ioCtx, denied.Kept...)
-		w.deferTask(a, meta, jitter(backoff(deferBase, deferMax, meta.Deferrals+1), deferJitter))
+		f.io.log.Warn("parking a task of a full concurrency limit failed; handing it back", "task_id", a.id, "type", a.typ, "error", err)
+		f.limiter.Drop(f.io.ctx, denied.Kept...)
+		f.io.handBack(a, meta, deferDelay(meta.Deferrals))
 		return
 	}
 	if err := a.msg.Ack(); err != nil {
-		w.log.Warn("acking a task parked for a concurrency slot", "task_id", a.id, "error", err)
+		f.io.log.Warn("acking a task parked for a concurrency slot", "task_id", a.id, "error", err)
 	}
-	w.log.Debug("task parked: concurrency limit full", "task_id", a.id, "type", a.typ, "limit", denied.Limit)
-	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
+	f.io.log.Debug("task parked: concurrency limit full", "task_id", a.id, "type", a.typ, "limit", denied.Limit)
+	ctx, cancel := context.WithTimeout(f.io.ctx, f.io.ioTimeout)
 	defer cancel()
-	w.flow.Wake(ctx, denied, meta.Key)
+	f.limiter.Wake(ctx, denied, meta.Key)
 }
 
-// admitTimeout bounds flow-control admission. Nothing heartbeats the task
-// before it runs: admission must end well within the ack wait, or the
-// task would be delivered again meanwhile.
-func (w *Worker) admitTimeout(p spool.Priority) time.Duration {
-	admit := w.o.IOTimeout
-	if aw := w.ackWait[p]; aw > 0 {
-		admit = min(admit, aw/3)
-	}
-	return admit
+// orderRef is the place in its key's turn an attempt holds (limits.Turns).
+type orderRef struct {
+	key    string
+	seq    uint64
+	window int
+	skip   bool // limits.OrderSkip: a failure passes the turn on
 }
 
-// deferTask hands a task back for delay without spending a delivery: it
-// publishes a copy as a one-shot schedule on the task's schedule subject,
-// carrying the attempts used so far (Spool-Prior-Attempts) and the count
-// of hand-backs (Spool-Deferrals), and then acks the delivered message.
-// The copy fires onto the task's own subject after delay, behind the tasks
-// queued meanwhile, so a waiting task never blocks other types or keys. A
-// crash between the publish and the ack runs the task twice (at least
-// once); if the publish fails the task is NAKed with the delay instead,
-// which costs one delivery.
-func (w *Worker) deferTask(a attemptInfo, meta spool.Meta, delay time.Duration) {
-	h := handBackHeader(a, meta)
-	h.Set(spool.HeaderDeferrals, strconv.Itoa(meta.Deferrals+1))
-	h.Set(spool.HeaderSchedule, spool.FormatScheduleAt(time.Now().Add(delay)))
-	h.Set(spool.HeaderScheduleTarget, a.msg.Subject())
-	h.Set(spool.HeaderMsgID, fmt.Sprintf("%s-flow-%d", a.id, a.seq))
-	subj, err := w.o.Names.SchedSubject(a.id)
+// kickQueue is the queue group of the workers' kick subscriptions: one
+// worker of the fleet serves each kick request.
+const kickQueue = "spool-kick"
+
+// kickParallel is how many kick requests a worker serves at once: a
+// producer's batch over many keys sends a kick per key, and each kick is a
+// few round trips.
+const kickParallel = 16
+
+// onKick serves a kick request (Names.KickSubject) of a producer that
+// parked tasks: it releases the key's held tasks while its window has
+// room, in a goroutine of its own (at most kickParallel at once; beyond
+// that the subscription waits).
+func (f *flowControl) onKick(m *nats.Msg) {
+	token, typ, err := f.io.names.ParseKickSubject(m.Subject)
+	var key string
 	if err == nil {
-		// Through an election like a settling write; Nats-Msg-Id makes a
-		// retried publish store one copy.
-		m := &nats.Msg{Subject: subj, Header: h, Data: a.msg.Data()}
-		err = w.settleWrite(a, "hand-back for flow control", func(ctx context.Context) error {
-			_, err := w.js.PublishMsg(ctx, m)
-			return err
-		})
+		key, err = limits.DecodeKey(token)
 	}
 	if err != nil {
-		w.log.Warn("handing a limited task back failed; it returns after a NAK delay", "task_id", a.id, "error", err)
-		w.nak(a, delay)
+		f.io.log.Warn("ignoring a kick request", "subject", m.Subject, "error", err)
 		return
 	}
-	if err := a.msg.Ack(); err != nil {
-		w.log.Warn("acking a task handed back for flow control", "task_id", a.id, "error", err)
-	}
-	w.log.Debug("task handed back: flow-control limit full", "task_id", a.id, "type", a.typ, "delay", delay)
+	f.kickSem <- struct{}{}
+	f.kicking.Add(1)
+	go func() {
+		defer func() { <-f.kickSem; f.kicking.Done() }()
+		rule, _ := f.limiter.Rule(typ)
+		ctx, cancel := context.WithTimeout(f.io.ctx, f.io.ioTimeout)
+		defer cancel()
+		// A rule lifted meanwhile still drains the key, one at a time.
+		if err := f.turns.Kick(ctx, typ, key, max(1, rule.KeyWindow(key))); err != nil {
+			f.io.log.Warn("starting an ordered key", "type", typ, "key", key, "error", err)
+		}
+	}()
 }
 
-// handBackHeader is the header of a copy of the task that a worker
-// republishes (a hand-back, a park): the task's own headers without
-// JetStream's, its id, and the attempts it used so far
-// (Spool-Prior-Attempts), so the copy costs none of its retries.
-func handBackHeader(a attemptInfo, meta spool.Meta) nats.Header {
-	h := nats.Header{}
-	for k, vs := range a.msg.Headers() {
-		if lk := strings.ToLower(k); strings.HasPrefix(lk, "nats-") ||
-			lk == strings.ToLower(spool.HeaderPriorAttempts) || lk == strings.ToLower(spool.HeaderDeferrals) ||
-			lk == strings.ToLower(spool.HeaderSlot) {
+// heldSweepEvery is how often a worker looks for held keys with room in
+// their window (heldSweepMax at most per look): it starts the keys whose
+// kick request no worker heard (none ran, or it was lost in a
+// reconnect), and the waiting rooms of concurrency limits whose wake-up
+// was lost.
+const (
+	heldSweepEvery = 5 * time.Second
+	heldSweepMax   = 256
+)
+
+// sweepHeld kicks the keys that have held tasks, and pumps the waiting
+// rooms of the concurrency limits that have, every heldSweepEvery
+// (with jitter, so the fleet's looks spread out), until stop closes.
+func (f *flowControl) sweepHeld(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTimer(jitter(heldSweepEvery/5, 1))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		f.kickHeldKeys()
+		t.Reset(jitter(heldSweepEvery, deferJitter))
+	}
+}
+
+// kickHeldKeys kicks up to heldSweepMax keys that have held tasks, and
+// pumps the waiting rooms among them (flow.Limiter.Pump).
+func (f *flowControl) kickHeldKeys() {
+	ctx, cancel := context.WithTimeout(f.io.ctx, heldSweepEvery)
+	defer cancel()
+	info, err := f.tasks.Info(ctx, jetstream.WithSubjectFilter(f.io.names.HeldFilter()))
+	if err != nil {
+		f.io.log.Debug("looking for held keys", "error", err)
+		return
+	}
+	n := 0
+	for subj, count := range info.State.Subjects {
+		if count == 0 {
 			continue
 		}
-		h[k] = vs
+		if n++; n > heldSweepMax {
+			return
+		}
+		token, typ, err := f.io.names.ParseHeldSubject(subj)
+		if err != nil {
+			continue
+		}
+		if key, ok := limits.ParseRoomToken(token); ok {
+			// A concurrency limit's waiting room: hand it the slots free
+			// now (a slot that expired with its killed worker, a limit
+			// raised or lifted).
+			f.limiter.Pump(ctx, typ, key)
+			continue
+		}
+		key, err := limits.DecodeKey(token)
+		if err != nil {
+			continue
+		}
+		rule, _ := f.limiter.Rule(typ)
+		if err := f.turns.Kick(ctx, typ, key, max(1, rule.KeyWindow(key))); err != nil {
+			f.io.log.Debug("starting a held key", "type", typ, "key", key, "error", err)
+		}
 	}
-	h.Set(spool.HeaderTaskID, a.id)
-	h.Set(spool.HeaderPriorAttempts, strconv.Itoa(a.attempt-1))
-	if meta.Deferrals > 0 {
-		h.Set(spool.HeaderDeferrals, strconv.Itoa(meta.Deferrals))
+}
+
+// orderWait is the delay of a task handed back because another task of
+// its key holds the turn (a release raced the previous task's end).
+const orderWait = 250 * time.Millisecond
+
+// admitOrder applies per-key ordering and fairness (limits.Rule.Ordered,
+// Fair) before the limits: a keyed task of such a type that has not
+// passed its key's held subject is parked there (and acked), a released
+// task runs when it holds a place in its key's turn (or gave it up) and is
+// handed back otherwise. It returns false when the attempt is over.
+func (f *flowControl) admitOrder(a *attemptInfo, meta spool.Meta) bool {
+	if f.turns == nil || meta.Key == "" {
+		return true
 	}
-	return h
+	rule, _ := f.limiter.Rule(a.typ)
+	seq, released := limits.OrderSeq(a.msg.Headers())
+	window := rule.KeyWindow(meta.Key)
+	if !released && window == 0 {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(f.io.ctx, f.io.admitTimeout(a.p))
+	defer cancel()
+	if !released {
+		return f.holdForTurn(ctx, *a, meta, window)
+	}
+	d, err := f.turns.Admit(ctx, a.typ, meta.Key, window, seq)
+	if err != nil {
+		f.io.log.Warn("reading the turn of an ordered key; handing the task back", "task_id", a.id, "type", a.typ, "error", err)
+		f.io.handBack(*a, meta, deferDelay(meta.Deferrals))
+		return false
+	}
+	if d == limits.WaitTurn {
+		f.io.handBack(*a, meta, jitter(orderWait, deferJitter))
+		return false
+	}
+	// Also a task run outside the turn (RunFree) finishes: its Finish
+	// kicks the key, which a worker killed after giving up the task's
+	// place may not have done. A rule lifted meanwhile still passes the
+	// turn on (window 0 is 1), so the key's parked tasks are not stranded.
+	a.order = &orderRef{key: meta.Key, seq: seq, window: window, skip: rule.Ordered == limits.OrderSkip}
+	return true
+}
+
+// holdForTurn moves a keyed task of an ordered or fair type that reached its
+// task subject directly (enqueued before the rule, fired by a schedule, published by a
+// client unaware of the rule) to its key's held subject, and acks it.
+func (f *flowControl) holdForTurn(ctx context.Context, a attemptInfo, meta spool.Meta, window int) bool {
+	h := handBackHeader(a, meta)
+	_, err := f.turns.Park(ctx, a.typ, meta.Key, window, a.msg.Subject(), a.id+"-held-"+strconv.FormatUint(a.seq, 10),
+		&nats.Msg{Header: h, Data: a.msg.Data()})
+	if err != nil {
+		// The held copy may be stored already: the redelivery parks it
+		// again as a duplicate (same Nats-Msg-Id) and starts the key.
+		f.io.log.Warn("parking an ordered task failed; it returns after a NAK delay", "task_id", a.id, "type", a.typ, "error", err)
+		f.io.nak(a, deferDelay(meta.Deferrals))
+		return false
+	}
+	if err := a.msg.Ack(); err != nil {
+		f.io.log.Warn("acking a task parked for its key's turn", "task_id", a.id, "error", err)
+	}
+	f.io.log.Debug("task parked for its key's turn", "task_id", a.id, "type", a.typ)
+	return false
+}
+
+// passTurn passes the key's turn on before the task's message is
+// settled for good (or, with OrderSkip, retried).
+func (f *flowControl) passTurn(a attemptInfo) error {
+	if a.order == nil {
+		return nil
+	}
+	return f.io.write(a, "passing the turn of task "+a.id, func(ctx context.Context) error {
+		return f.turns.Finish(ctx, a.typ, a.order.key, a.order.window, a.order.seq)
+	})
 }

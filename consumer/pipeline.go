@@ -131,24 +131,26 @@ type completion struct {
 	evBuf     *[]byte
 }
 
-func newPipeline(w *Worker) (*pipeline, error) {
+// newPipeline starts the completion pipeline; settle takes over a
+// completion whose result cannot be stored as written.
+func newPipeline(nc *nats.Conn, io *taskIO, res *results.Store, o *config, attempts *sync.WaitGroup, settle *settling) (*pipeline, error) {
 	p := &pipeline{
-		log:          w.log,
-		timeout:      writePerTry(w.o.IOTimeout),
-		budget:       w.o.IOTimeout,
-		ackWait:      w.ackWait,
-		subject:      w.results.Subject,
-		encode:       w.results.Encode,
-		encodeEvent:  w.results.EncodeEvent,
-		evBuf:        w.results.EventBuf,
-		putEvBuf:     w.results.PutEventBuf,
-		eventSubject: w.o.Names.EventSubject,
-		publish:      w.nc.Publish,
-		attempts:     &w.attempts,
-		rec:          w.rec,
-		lost:         w.resultLost,
-		conflicted:   w.finishConflicted,
-		room:         make(chan struct{}, pipelineDepth(w.o.MaxConcurrency)),
+		log:          io.log,
+		timeout:      io.perTry,
+		budget:       io.ioTimeout,
+		ackWait:      io.ackWait,
+		subject:      res.Subject,
+		encode:       res.Encode,
+		encodeEvent:  res.EncodeEvent,
+		evBuf:        res.EventBuf,
+		putEvBuf:     res.PutEventBuf,
+		eventSubject: io.names.EventSubject,
+		publish:      nc.Publish,
+		attempts:     attempts,
+		rec:          io.rec,
+		lost:         settle.resultLost,
+		conflicted:   settle.finishConflicted,
+		room:         make(chan struct{}, pipelineDepth(o.MaxConcurrency)),
 		pending:      make(map[uint64]*completion),
 		kick:         make(chan struct{}, 1),
 		stopSweep:    make(chan struct{}),
@@ -156,11 +158,11 @@ func newPipeline(w *Worker) (*pipeline, error) {
 		stopWrite:    make(chan struct{}),
 		written:      make(chan struct{}),
 	}
-	pub, err := jsproto.NewPublisher(w.nc, p.onAck)
+	pub, err := jsproto.NewPublisher(nc, p.onAck)
 	if err != nil {
 		return nil, fmt.Errorf("result writes: %w", err)
 	}
-	if !w.o.Events {
+	if !o.Events {
 		p.publish = func(string, []byte) error { return nil }
 	}
 	p.pub = pub
@@ -334,11 +336,16 @@ func retryWait(tries int) time.Duration {
 }
 
 // retryBudget is how long a completion of priority p keeps trying to
-// store its result: 3/4 of its AckWait (the heartbeats keep the task
-// ours meanwhile), and at least IOTimeout, what a single write was given
-// before writes were retried.
+// store its result.
 func (p *pipeline) retryBudget(pr spool.Priority) time.Duration {
-	return max(p.ackWait[pr]-p.ackWait[pr]/4, p.budget)
+	return retryBudget(p.ackWait[pr], p.budget)
+}
+
+// retryBudget is how long a settling write of a task whose consumer has
+// ackWait keeps trying: 3/4 of its AckWait, the heartbeats keeping the
+// task ours meanwhile, and at least least (IOTimeout).
+func retryBudget(ackWait, least time.Duration) time.Duration {
+	return max(ackWait-ackWait/4, least)
 }
 
 // writePerTry is the per-try timeout of a settling write: IOTimeout, at

@@ -63,7 +63,7 @@ func ewma(avg, sample time.Duration) time.Duration {
 // grew). It returns the jobs to start once w.mu is released.
 func (w *Worker) startQueuedLocked() []job {
 	var start []job
-	for w.slots.queued > 0 && w.slots.busy < w.slots.size && w.hardCtx.Err() == nil {
+	for w.slots.queued > 0 && w.slots.busy < w.slots.size && w.run.hard.Err() == nil {
 		j := w.popLocked()
 		w.slots.dequeue(lanePriority(j.lane))
 		w.lanes[j.lane].busy++
@@ -149,7 +149,8 @@ func (w *Worker) runner(j job) {
 	defer w.runners.Done()
 	for {
 		start := time.Now()
-		w.attempt(j.lane, j.msg)
+		w.admit.attempt(j.lane, j.msg)
+		w.attempts.Done()
 		if next, ok := w.release(j.lane, time.Since(start)); ok {
 			j = next
 			continue
@@ -173,7 +174,7 @@ func (w *Worker) release(lane int, run time.Duration) (next job, ok bool) {
 	w.mu.Lock()
 	w.inSlot = ewma(w.inSlot, run)
 	w.lanes[lane].busy--
-	if w.slots.queued > 0 && w.hardCtx.Err() == nil {
+	if w.slots.queued > 0 && w.run.hard.Err() == nil {
 		next = w.popLocked()
 		w.slots.handOver(lanePriority(lane), lanePriority(next.lane))
 		w.lanes[next.lane].busy++

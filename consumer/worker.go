@@ -11,14 +11,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spoolq/spool/consumer/flow"
 	"github.com/spoolq/spool/consumer/internal/results"
-	"github.com/spoolq/spool/consumer/parking"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/shared/lifecycle"
-	"github.com/spoolq/spool/shared/limits"
-	"github.com/spoolq/spool/shared/workflow"
 	"github.com/spoolq/spool/streams"
 )
 
@@ -59,34 +55,19 @@ type Worker struct {
 	maxDeliver [numPriorities]int           // 0: unlimited; the lowest of the partitions'
 	maxAckPend [numPriorities]int           // 0: unlimited; the lowest of the partitions'
 	ackWait    [numPriorities]time.Duration // the shortest of the partitions'
-	results    *results.Store
 	cancels    *cancels
-	reconnects uint64             // the connection's reconnect count at the last cancel load
-	wf         *workflow.Store    // nil without a workflows bucket
-	flow       *flow.Limiter      // nil: flow control off
-	turns      *limits.Turns      // per-key ordering; nil: flow control off
-	kickSub    *nats.Subscription // the fleet's kick requests (spool.kick.>); nil: flow control off
-	kickSem    chan struct{}      // bounds the kicks served at once
-	kicking    sync.WaitGroup     // kicks being served
-	sweepStop  chan struct{}      // ends sweepHeld; nil: flow control off
-	sweepDone  chan struct{}
-	parking    *parking.Parking // nil: type pauses off
-	ioCtx      context.Context  // values of Start's ctx, never cancelled
+	reconnects uint64          // the connection's reconnect count at the last cancel load
+	ioCtx      context.Context // values of Start's ctx, never cancelled
+	// The features and the stages of an attempt (see attempt.go).
+	flow   *flowControl
+	pauses *pauses
+	admit  *admission
+	run    *running
 
 	// life runs Start and Stop; stopping is its Stopping channel, closed
 	// by Stop: no more pulls.
 	life     *lifecycle.Lifecycle
 	stopping <-chan struct{}
-	// hardCtx ends running handlers (through endHandlers) when the
-	// shutdown timeout runs out; hardCancel ends it. handlerBase, its
-	// values without its cancellation, is the parent of every handler
-	// context.
-	hardCtx     context.Context
-	hardCancel  context.CancelFunc
-	handlerBase context.Context
-	// watches are the running attempts' timers, for cancelHandlers.
-	watchMu sync.Mutex
-	watches map[*watch]struct{}
 	// wake nudges the dispatcher (capacity 1, never closed).
 	wake chan struct{}
 	// loops counts the dispatcher and refresher goroutines; pulls counts
@@ -189,7 +170,6 @@ func New(nc *nats.Conn, h Handler, opts ...Option) (*Worker, error) {
 		stopping: life.Stopping(),
 		runq:     make(chan job),
 		wake:     make(chan struct{}, 1),
-		watches:  make(map[*watch]struct{}),
 		state:    WorkerNew,
 		slots:    newSlots(o.MinConcurrency, o.MaxConcurrency),
 	}
@@ -234,10 +214,11 @@ func (w *Worker) start(ctx context.Context) error {
 	if err := w.bindPartitions(ctx, bind); err != nil {
 		return err
 	}
+	var res *results.Store
 	err = bind.Do(ctx, "binding the results and unique-key buckets", func(ctx context.Context) (err error) {
-		w.results, err = results.New(ctx, js, names, w.o.WorkerName)
+		res, err = results.New(ctx, js, names, w.o.WorkerName)
 		if err == nil {
-			w.results.SetEvents(w.o.Events)
+			res.SetEvents(w.o.Events)
 		}
 		return err
 	})
@@ -249,33 +230,17 @@ func (w *Worker) start(ctx context.Context) error {
 		return err
 	}
 	w.ioCtx = context.WithoutCancel(ctx)
-	if err := w.bindWorkflows(ctx); err != nil {
-		return err
-	}
-	if err := w.startFlow(ctx); err != nil {
-		return err
-	}
-	if err := w.startParking(ctx); err != nil {
-		w.closeFlow()
-		return err
-	}
-	if w.pipe, err = newPipeline(w); err != nil {
-		w.parking.Close()
-		w.closeFlow()
+	if err := w.startStages(ctx, res); err != nil {
 		return err
 	}
 	if w.pl, err = newPuller(w); err != nil {
 		w.pipe.close()
-		w.parking.Close()
-		w.closeFlow()
+		w.pauses.close()
+		w.flow.close()
 		return err
 	}
 
 	w.mu.Lock()
-	w.hardCtx, w.hardCancel = context.WithCancel(w.ioCtx)
-	w.handlerBase = context.WithoutCancel(w.hardCtx)
-	hard := w.hardCtx
-	context.AfterFunc(hard, func() { w.endHandlers(context.Cause(hard)) })
 	w.state = WorkerIdle
 	w.slots.startWindow(time.Now())
 	for i := range w.lanes {
@@ -288,6 +253,52 @@ func (w *Worker) start(ctx context.Context) error {
 	go w.refreshLoop()
 	w.log.InfoContext(ctx, "worker started", "min_slots", w.o.MinConcurrency, "max_slots", w.o.MaxConcurrency, "strict", w.o.Strict,
 		"partitions", w.parts)
+	return nil
+}
+
+// startStages binds the features (workflow steps, flow control, type
+// pauses) and wires the stages of an attempt and the completion pipeline.
+func (w *Worker) startStages(ctx context.Context, res *results.Store) error {
+	io := &taskIO{
+		js: w.js, names: w.o.Names, log: w.log, rec: w.rec, ctx: w.ioCtx,
+		ackWait: w.ackWait, ioTimeout: w.o.IOTimeout, perTry: writePerTry(w.o.IOTimeout),
+	}
+	steps, err := openSteps(ctx, io, &w.o)
+	if err != nil {
+		return err
+	}
+	flow, err := startFlowControl(ctx, io, w.nc, w.tasks, w.o.WorkerName)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.flow = flow // read by Stats
+	w.mu.Unlock()
+	if w.pauses, err = startPauses(ctx, io, w.nc, w.tasks, w.cancels); err != nil {
+		flow.close()
+		return err
+	}
+	settle := &settling{io: io, policy: &w.o, results: res, cancels: w.cancels, steps: steps, turns: flow, maxDeliver: w.maxDeliver}
+	if settle.pipe, err = newPipeline(w.nc, io, res, &w.o, &w.attempts, settle); err != nil {
+		w.pauses.close()
+		flow.close()
+		return err
+	}
+	w.pipe = settle.pipe
+	run := &running{
+		io: io, h: w.h, steps: steps, results: res, cancels: w.cancels, settle: settle,
+		processingDelay: w.o.ProcessingDelay, watches: make(map[*watch]struct{}),
+	}
+	run.hard, run.hardCancel = context.WithCancel(w.ioCtx)
+	run.base = context.WithoutCancel(run.hard)
+	settle.hard = run.hard
+	hard := run.hard
+	context.AfterFunc(hard, func() { run.endHandlers(context.Cause(hard)) })
+	w.run = run
+	w.admit = &admission{
+		io: io, policy: &w.o, results: res, cancels: w.cancels, flow: flow,
+		gates: []gate{w.pauses, steps, flow}, run: run, settle: settle, maxDeliver: w.maxDeliver,
+	}
 	return nil
 }
 
@@ -313,7 +324,7 @@ func bindError(kind, name string, err error) error {
 // once. Stop is idempotent and safe before Start; it never closes the
 // connection.
 func (w *Worker) Stop(ctx context.Context) error {
-	return w.life.Stop(ctx, w.shutdown, w.cancelHandlers)
+	return w.life.Stop(ctx, w.shutdown, func() { w.run.cancelHandlers() })
 }
 
 // Stopped is closed once the worker has stopped.
@@ -346,10 +357,10 @@ func (w *Worker) shutdown() {
 	case <-drained:
 	case <-timer.C:
 		w.log.Warn("shutdown timeout: cancelling running handlers and handing their tasks back", "timeout", w.o.ShutdownTimeout)
-	case <-w.hardCtx.Done():
+	case <-w.run.hard.Done():
 	}
 	timer.Stop()
-	w.cancelHandlers()
+	w.run.cancelHandlers()
 	w.handBackQueued()
 	w.pulls.Wait()
 	w.attempts.Wait()
@@ -358,8 +369,8 @@ func (w *Worker) shutdown() {
 	w.pipe.close()
 	w.pl.close()
 	w.runners.Wait()
-	w.closeFlow()
-	w.parking.Close()
+	w.flow.close()
+	w.pauses.close()
 	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
 	if err := w.nc.FlushWithContext(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		w.log.Warn("flushing acks at shutdown", "error", err)
@@ -419,12 +430,9 @@ func (w *Worker) stateLocked() WorkerState {
 func (w *Worker) Stats() Stats {
 	prio, types := w.rec.snapshot()
 	w.mu.Lock()
-	limiter := w.flow // set during Start
+	fc := w.flow // set during Start
 	w.mu.Unlock()
-	var flowStats map[string]flow.TypeStats
-	if limiter != nil {
-		flowStats = limiter.Stats()
-	}
+	flowStats := fc.stats()
 	now := w.o.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -1,0 +1,194 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spoolq/spool/consumer/flow"
+	"github.com/spoolq/spool/consumer/internal/results"
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/jsproto"
+)
+
+// admission is the first stage of an attempt: it decodes the task, reads
+// back a redelivered task's stored outcome, and asks the features' gates
+// (type pause, workflow step, ordered keys and limits) whether the task
+// runs now. A task that runs goes on to the running stage.
+type admission struct {
+	io      *taskIO
+	policy  *config // Names, MaxRetries, TaskTimeout, ProcessingDelay
+	results *results.Store
+	cancels *cancels
+	flow    *flowControl // drops the slots a task carried but did not use
+	// gates run in order; the first that refuses ends the attempt.
+	gates      []gate
+	run        *running
+	settle     *settling
+	maxDeliver [numPriorities]int
+}
+
+// attempt runs one delivery of a task in its slot and settles the message:
+// ack, NAK with backoff, dead letter, or hand-back at shutdown. The caller
+// (runner) frees the slot after.
+func (s *admission) attempt(lane int, msg jetstream.Msg) {
+	received := time.Now()
+	p := lanePriority(lane)
+
+	md, err := msg.Metadata()
+	if err != nil {
+		// Not a JetStream delivery: nothing to settle.
+		s.io.log.Error("task without JetStream metadata", "priority", p.String(), "subject", msg.Subject(), "error", err)
+		return
+	}
+	hdr := msg.Headers()
+	seq := md.Sequence.Stream
+	a := attemptInfo{
+		msg:     msg,
+		p:       p,
+		stream:  md.Stream,
+		seq:     seq,
+		attempt: int(md.NumDelivered),
+		id:      spool.TaskID(hdr, seq),
+		enq:     md.Timestamp,
+	}
+	_, typ, subjErr := s.policy.Names.ParseTaskSubject(msg.Subject())
+	a.typ = typ
+	if subjErr != nil {
+		a.typ = "unknown"
+	}
+	meta, metaErr := spool.DecodeMeta(hdr)
+	if err := errors.Join(subjErr, metaErr); err != nil {
+		a.maxAttempts = a.attempt
+		s.settle.deadLetter(a, spool.ReasonBadInput, err, outcome{failed: true, pickup: -1})
+		return
+	}
+	if meta.ID != "" {
+		a.id = meta.ID
+	}
+	// A task handed back by a gate carries the attempts it used before
+	// this message (see taskIO.handBack).
+	a.attempt += meta.PriorAttempts
+	// A task released from a waiting room carries the concurrency slots
+	// it was handed, on its first delivery only: a redelivery's have
+	// expired or were used. The limits gate takes them over, and every
+	// way out before it hands them on.
+	if md.NumDelivered == 1 {
+		a.grants = flow.GrantsOf(hdr)
+	}
+	defer func() { s.flow.drop(a.grants) }()
+	// A redelivery reads the task's result document once: deliveries that
+	// were snoozes are not attempts (see Snooze), and a completed result
+	// means the ack was lost (storedAlready).
+	var prior *spool.Result
+	if md.NumDelivered > 1 {
+		prior, a.rev = s.priorResult(a)
+		if prior != nil && prior.EnqueuedAt.Equal(a.enq) {
+			a.snoozes = prior.Snoozes
+			a.attempt = max(1, a.attempt-a.snoozes)
+		}
+	}
+	retries := s.policy.MaxRetries
+	if meta.MaxRetries != nil {
+		retries = *meta.MaxRetries
+	}
+	a.maxAttempts = retries + 1
+	if md := s.maxDeliver[p]; md > 0 && meta.PriorAttempts+md-a.snoozes < a.maxAttempts {
+		a.maxAttempts = max(meta.PriorAttempts+md-a.snoozes, a.attempt)
+	}
+	for _, g := range s.gates {
+		run, bad := g.admit(&a, meta)
+		if bad != nil {
+			s.settle.deadLetter(a, spool.ReasonBadInput, bad, outcome{failed: true, pickup: -1})
+		}
+		if !run {
+			return
+		}
+	}
+	defer a.lease.Release(s.io.ctx)
+	a.uniqueKey = meta.UniqueKey
+	if prior != nil && s.settle.storedAlready(a, *prior) {
+		return
+	}
+	if md.NumDelivered > 1 && (prior == nil || !slices.Contains([]spool.State{spool.StateRetrying, spool.StateSnoozed, spool.StateCancelled}, prior.State)) {
+		// A redelivery that is not a retry, a snooze or a cancelled task
+		// (settled below): its earlier delivery never reached a stored
+		// outcome (it was lost, or its attempt is unfinished or unstored
+		// somewhere), or the document is of an earlier message under the
+		// same id. Logged, as the trace of a possible second run.
+		state, enq := "none", time.Time{}
+		if prior != nil {
+			state, enq = string(prior.State), prior.EnqueuedAt
+		}
+		s.io.log.Info("redelivered task has no stored outcome; running it", "task_id", a.id, "attempt", a.attempt,
+			"stored_state", state, "stored_enqueued_at", enq, "enqueued_at", a.enq)
+	}
+	timeout := s.policy.TaskTimeout
+	if meta.Timeout > 0 {
+		timeout = meta.Timeout
+	}
+	task := &Task{
+		ID:          a.id,
+		Type:        typ,
+		Priority:    p,
+		Payload:     msg.Data(),
+		Headers:     hdr,
+		Attempt:     a.attempt,
+		MaxAttempts: a.maxAttempts,
+		EnqueuedAt:  md.Timestamp,
+
+		names: &s.policy.Names,
+		id:    a.id,
+	}
+	pickup := time.Duration(-1)
+	if a.attempt == 1 {
+		pickup = max(0, received.Sub(md.Timestamp))
+	}
+	a.traceParent = meta.TraceParent
+	// A redelivery whose document says cancelled was cancelled while it
+	// waited (the cancellation may not have reached this worker yet).
+	if s.cancels.cancelled(a.id) || prior != nil && prior.State == spool.StateCancelled {
+		s.settle.settleCancelled(a, outcome{pickup: -1})
+		return
+	}
+	a.started = time.Now()
+	started := a.doc(spool.StateProcessing)
+	s.results.Event(spool.EventStarted, &started)
+	if s.policy.ProcessingDelay <= 0 {
+		s.run.putProcessing(a)
+	}
+	s.run.run(a, task, timeout, outcome{pickup: pickup})
+}
+
+// priorResult reads the result document of a redelivered task from the
+// bucket's leader (a lagging replica could miss it), retried through an
+// election for as long as a completion's result write is (3/4 of the
+// AckWait, see pipeline.retryBudget), the task heartbeated meanwhile so
+// it stays ours; nil when there is none or the read still fails. A read
+// given up early runs again a task whose result is stored (its ack was
+// lost in the election), and elections under load stall a cluster for
+// seconds. rev is the document's revision (0 when unknown).
+func (s *admission) priorResult(a attemptInfo) (*spool.Result, uint64) {
+	ctx, cancel := context.WithTimeout(s.io.ctx, s.io.retryBudget(a.p))
+	defer cancel()
+	stopBeats := s.io.beatWhile(ctx, a)
+	defer stopBeats()
+	var doc spool.Result
+	var rev uint64
+	found := false
+	err := jsproto.Tries{PerTry: s.io.perTry}.Do(ctx, "reading the result of task "+a.id, func(ctx context.Context) (err error) {
+		doc, rev, found, err = s.results.ReadFromLeader(ctx, a.id)
+		return err
+	})
+	if err != nil {
+		s.io.log.Warn("reading the stored result of a redelivered task failed; running it", "task_id", a.id, "error", err)
+		return nil, 0
+	}
+	if !found {
+		return nil, rev
+	}
+	return &doc, rev
+}

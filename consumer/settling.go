@@ -1,0 +1,500 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spoolq/spool/consumer/internal/results"
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/workflow"
+	"github.com/spoolq/spool/streams/dlq"
+)
+
+// settling is the last stage of an attempt: it acts on the handler's
+// verdict. A completed task's result is stored and the task acked; a
+// failed one is retried with backoff or dead-lettered; a snoozed one is
+// handed back without counting the attempt; a cancelled one ends
+// cancelled. Before the message is settled for good, the unique key is
+// released and the features that held something for the attempt (a
+// workflow step, a key's turn) pass it on.
+type settling struct {
+	io      *taskIO
+	policy  *config // the retry policy and MaxRetries
+	results *results.Store
+	cancels *cancels
+	pipe    *pipeline
+	steps   stepFinisher
+	turns   turnPasser
+	// hard ends when the shutdown timeout runs out: a handler that
+	// returns then is handed back, not failed.
+	hard       context.Context
+	maxDeliver [numPriorities]int
+}
+
+// settle acts on an attempt's result: ack, NAK with backoff, dead letter,
+// or hand-back at shutdown.
+func (s *settling) settle(ctx context.Context, a attemptInfo, r handlerResult, o outcome) {
+	if s.cancels.cancelled(a.id) {
+		s.settleCancelled(a, o)
+		return
+	}
+	out, herr, v, reason := classify(s.hard, ctx, r)
+	switch v {
+	case verdictOK:
+		o.completed = true
+		s.complete(a, out, o)
+	case verdictReturned:
+		o.returned = true
+		doc := a.doc(spool.StatePending)
+		doc.Error = "handed back unfinished at worker shutdown"
+		if err := s.results.PutAsync(doc); err != nil {
+			s.io.log.Warn("writing pending state", "task_id", a.id, "error", err)
+		}
+		if err := a.msg.Nak(); err != nil {
+			s.io.log.Warn("handing back an unfinished task", "task_id", a.id, "error", err)
+		}
+		s.io.log.Info("task handed back at shutdown", "task_id", a.id, "type", a.typ, "priority", a.p.String())
+		s.io.rec.record(a.p, a.typ, o)
+	case verdictSnoozed:
+		s.snooze(a, herr, o)
+	case verdictDead:
+		o.failed = true
+		s.deadLetter(a, reason, herr, o)
+	case verdictFailed:
+		o.failed = true
+		if a.attempt >= a.maxAttempts {
+			s.deadLetter(a, reason, herr, o)
+			return
+		}
+		s.retry(a, herr, o)
+	}
+}
+
+// storedAlready settles a redelivered task whose completed or dead
+// result is stored for this very message: its ack or term was lost. The
+// stored outcome stands: a completed task is acked, a dead one terminated
+// with its stored reason, and its unique key released either way. It
+// reports false when the document is of another message under the same
+// id (a task enqueued again, or replayed), which then runs.
+func (s *settling) storedAlready(a attemptInfo, doc spool.Result) bool {
+	if !doc.EnqueuedAt.Equal(a.enq) || doc.State != spool.StateCompleted && doc.State != spool.StateDead {
+		return false
+	}
+	err := s.io.write(a, "releasing the unique key of task "+a.id, func(ctx context.Context) error {
+		return s.results.ReleaseUnique(ctx, a.uniqueKey, a.id)
+	})
+	if err != nil {
+		s.io.log.Warn("releasing unique key", "task_id", a.id, "unique_key", a.uniqueKey, "error", err)
+	}
+	if err := s.turns.passTurn(a); err != nil {
+		s.io.log.Warn("passing the turn of a redelivered task whose outcome is stored; it will come back", "task_id", a.id, "state", doc.State, "error", err)
+		s.io.nak(a, s.policy.retryDelay(a.attempt))
+		return true
+	}
+	if doc.State == spool.StateDead {
+		if err := a.msg.TermWithReason(string(doc.Reason)); err != nil {
+			s.io.log.Warn("removing a redelivered task whose dead letter is stored", "task_id", a.id, "error", err)
+		}
+		s.io.log.Info("redelivered task was dead-lettered already; removed without running it", "task_id", a.id, "attempt", a.attempt, "reason", string(doc.Reason))
+	} else {
+		if err := a.msg.Ack(); err != nil {
+			s.io.log.Warn("acking a redelivered task whose result is stored", "task_id", a.id, "error", err)
+		}
+		s.io.log.Info("redelivered task was completed already; acked without running it", "task_id", a.id, "attempt", a.attempt)
+	}
+	s.io.rec.recordAcked(a.p, a.typ)
+	return true
+}
+
+// complete stores the completed result, releases the unique key and acks.
+// The ack always comes after the result is stored: a crash before it
+// redelivers the task, never loses its result.
+//
+// Without a unique key the write is pipelined (see pipeline): complete
+// publishes the result document and returns, freeing the slot for the
+// next task during the round trip; the task is acked when the bucket
+// acknowledges the write, and NAKed for a retry when the write fails or
+// its acknowledgement does not come within IOTimeout. A task with a unique
+// key takes the synchronous path, since releasing its key needs the write
+// first.
+func (s *settling) complete(a attemptInfo, out []byte, o outcome) {
+	doc := a.doc(spool.StateCompleted)
+	doc.Result, doc.ResultEncoding = spool.ResultValue(out)
+	fin := time.Now()
+	doc.FinishedAt = &fin
+	if a.uniqueKey == "" && a.wf == nil && a.order == nil {
+		err := s.pipe.put(&a, o, &doc)
+		if err == nil {
+			return
+		}
+		s.io.log.Warn("pipelined result write failed; writing it synchronously", "task_id", a.id, "error", err)
+	}
+	err := s.io.write(a, "writing the result of task "+a.id, func(ctx context.Context) error {
+		return s.putFinal(ctx, a, doc, false)
+	})
+	if errors.Is(err, errYield) {
+		o.completed = false
+		s.settleCancelled(a, o)
+		return
+	}
+	if err != nil {
+		s.resultLost(a, o, err)
+		return
+	}
+	if a.wf != nil {
+		if err := s.steps.finishStep(a, workflow.Outcome{State: workflow.Completed}); err != nil {
+			// The result is stored: the redelivery skips the handler and
+			// advances the workflow again.
+			s.io.log.Warn("advancing the workflow of a completed step; the task will come back", "task_id", a.id, "error", err)
+			s.io.nak(a, s.policy.retryDelay(a.attempt))
+			s.io.rec.record(a.p, a.typ, o)
+			return
+		}
+	}
+	err = s.io.write(a, "releasing the unique key of task "+a.id, func(ctx context.Context) error {
+		return s.results.ReleaseUnique(ctx, a.uniqueKey, a.id)
+	})
+	if err != nil {
+		s.io.log.Warn("releasing unique key", "task_id", a.id, "unique_key", a.uniqueKey, "error", err)
+	}
+	if err := s.turns.passTurn(a); err != nil {
+		// The result is stored: the redelivery skips the handler and
+		// passes the turn again.
+		s.io.log.Warn("passing the turn of a completed task; the task will come back", "task_id", a.id, "error", err)
+		s.io.nak(a, s.policy.retryDelay(a.attempt))
+		s.io.rec.record(a.p, a.typ, o)
+		return
+	}
+	if err := a.msg.Ack(); err != nil {
+		s.io.log.Warn("acking completed task", "task_id", a.id, "error", err)
+	}
+	s.io.rec.record(a.p, a.typ, o)
+}
+
+// resultLost settles a completed attempt whose result could not be
+// stored within its retry budget: without a stored result the task must
+// run again. The handler did not fail: it counts as retried, not failed.
+func (s *settling) resultLost(a attemptInfo, o outcome, err error) {
+	s.io.log.Error("storing result failed; the task will be retried", "task_id", a.id, "error", err)
+	o.completed, o.failed, o.retried = false, false, true
+	s.io.nak(a, s.policy.retryDelay(a.attempt))
+	s.io.rec.record(a.p, a.typ, o)
+}
+
+// retry records the retrying state and NAKs with the backoff delay.
+func (s *settling) retry(a attemptInfo, herr error, o outcome) {
+	delay := s.policy.nextDelay(a.typ, a.attempt, herr)
+	next := time.Now().Add(delay)
+	doc := a.doc(spool.StateRetrying)
+	doc.Error = herr.Error()
+	doc.NextAttempt = &next
+	if err := s.results.PutAsync(doc); err != nil {
+		s.io.log.Warn("writing retrying state", "task_id", a.id, "error", err)
+	}
+	s.logFailure(a, herr, "task failed, will retry", "retry_in", delay)
+	if a.order != nil && a.order.skip {
+		if err := s.turns.passTurn(a); err != nil {
+			s.io.log.Warn("passing the turn of a failed task; it keeps it until its retry", "task_id", a.id, "error", err)
+		}
+	}
+	s.io.nak(a, delay)
+	o.retried = true
+	s.io.rec.record(a.p, a.typ, o)
+}
+
+func (s *settling) logFailure(a attemptInfo, herr error, msg string, attrs ...any) {
+	attrs = append(attrs, "task_id", a.id, "type", a.typ, "priority", a.p.String(),
+		"attempt", a.attempt, "max_attempts", a.maxAttempts, "error", herr)
+	var pe *PanicError
+	if errors.As(herr, &pe) {
+		attrs = append(attrs, "stack", string(pe.Stack))
+	}
+	s.io.log.Warn(msg, attrs...)
+}
+
+// deadLetter copies the task to the dead-letter stream, writes the dead
+// result, releases the unique key and only then removes the original. If
+// the copy cannot be stored the original stays and comes back after a
+// backoff.
+func (s *settling) deadLetter(a attemptInfo, reason spool.Reason, cause error, o outcome) {
+	errText := ""
+	if cause != nil {
+		errText = cause.Error()
+	}
+	dm := dlq.Message{
+		Subject:    a.msg.Subject(),
+		Stream:     a.stream,
+		Seq:        a.seq,
+		Header:     a.msg.Headers(),
+		Data:       a.msg.Data(),
+		Reason:     reason,
+		Err:        errText,
+		Attempts:   a.attempt,
+		FailedAt:   time.Now(),
+		EnqueuedAt: a.enq,
+		StartedAt:  a.started,
+	}
+	// A task cancelled meanwhile ends cancelled, not in the dead-letter
+	// stream (putFinal below settles the race that remains).
+	if s.cancelledNow(a) {
+		o.failed = false
+		s.settleCancelled(a, o)
+		return
+	}
+	s.logFailure(a, cause, "task dead-lettered", "reason", string(reason))
+	// The dead letter's Nats-Msg-Id (dlq.MsgID) makes a retried publish
+	// store it once.
+	err := s.io.write(a, "dead-lettering task "+a.id, func(ctx context.Context) error {
+		return dlq.Publish(ctx, s.io.js, s.io.names, dm)
+	})
+	if err != nil {
+		s.io.log.Error("dead-lettering failed; the task stays queued", "task_id", a.id, "error", err)
+		s.io.nak(a, s.policy.retryDelay(a.attempt))
+		o.retried = true
+		s.io.rec.record(a.p, a.typ, o)
+		return
+	}
+	err = s.io.write(a, "writing the dead result of task "+a.id, func(ctx context.Context) error {
+		return s.putFinal(ctx, a, s.results.DeadDoc(dm), false)
+	})
+	if errors.Is(err, errYield) {
+		// Cancelled between the check above and the write: the task ends
+		// cancelled, as its canceller was told; its dead letter stays.
+		s.io.log.Warn("task cancelled while it was dead-lettered: it ends cancelled, its dead letter stays in the DLQ", "task_id", a.id)
+		o.failed = false
+		s.settleCancelled(a, o)
+		return
+	}
+	if err == nil {
+		err = s.io.write(a, "releasing the unique key of task "+a.id, func(ctx context.Context) error {
+			return s.results.ReleaseUnique(ctx, a.uniqueKey, a.id)
+		})
+	}
+	if err != nil {
+		s.io.log.Warn("writing dead result or releasing unique key", "task_id", a.id, "error", err)
+	}
+	if a.wf != nil {
+		if err := s.steps.finishStep(a, workflow.Outcome{State: workflow.Failed, Error: errText, Reason: reason}); err != nil {
+			// The dead result is stored: the redelivery skips the handler
+			// and advances the workflow again.
+			s.io.log.Warn("advancing the workflow of a failed step; the task will come back", "task_id", a.id, "error", err)
+			s.io.nak(a, s.policy.retryDelay(a.attempt))
+			o.retried = true
+			s.io.rec.record(a.p, a.typ, o)
+			return
+		}
+	}
+	if err := s.turns.passTurn(a); err != nil {
+		// The dead letter is stored (once, by its Nats-Msg-Id): the
+		// redelivery dead-letters it again and passes the turn.
+		s.io.log.Warn("passing the turn of a dead task; the task will come back", "task_id", a.id, "error", err)
+		s.io.nak(a, s.policy.retryDelay(a.attempt))
+		o.retried = true
+		s.io.rec.record(a.p, a.typ, o)
+		return
+	}
+	if err := a.msg.TermWithReason(string(reason)); err != nil {
+		s.io.log.Warn("removing dead-lettered task", "task_id", a.id, "error", err)
+	}
+	o.dead = true
+	s.io.rec.record(a.p, a.typ, o)
+}
+
+// snooze hands the task back for a later run without counting the
+// attempt: the snoozed document (one more snooze) is stored first, then
+// the task is NAKed with the delay. A snooze that would need a delivery
+// past the consumer's MaxDeliver dead-letters the task instead.
+func (s *settling) snooze(a attemptInfo, herr error, o outcome) {
+	var se *snoozeError
+	errors.As(herr, &se)
+	if md := s.maxDeliver[a.p]; md > 0 && a.attempt+a.snoozes >= md {
+		o.failed = true
+		s.deadLetter(a, spool.ReasonError, fmt.Errorf("snoozed past the consumer's max deliveries (%d)", md), o)
+		return
+	}
+	next := time.Now().Add(se.Delay)
+	doc := a.doc(spool.StateSnoozed)
+	doc.Snoozes = a.snoozes + 1
+	doc.NextAttempt = &next
+	err := s.io.write(a, "writing the snoozed state of task "+a.id, func(ctx context.Context) error {
+		return s.results.Put(ctx, doc)
+	})
+	if err != nil {
+		s.io.log.Warn("writing snoozed state; the snooze will count as an attempt", "task_id", a.id, "error", err)
+	}
+	s.io.log.Debug("task snoozed", "task_id", a.id, "type", a.typ, "for", se.Delay, "snoozes", doc.Snoozes)
+	s.io.nak(a, se.Delay)
+	s.io.rec.record(a.p, a.typ, o)
+}
+
+// settleCancelled ends an attempt of a cancelled task: the cancelled
+// result document (who and why from the cancellation), the unique key
+// released, and the task terminated: never retried, never dead-lettered.
+func (s *settling) settleCancelled(a attemptInfo, o outcome) {
+	ctx, cancel := context.WithTimeout(s.io.ctx, s.io.ioTimeout)
+	c := s.cancels.get(ctx, a.id)
+	cancel()
+	doc := a.doc(spool.StateCancelled)
+	fin := time.Now()
+	doc.FinishedAt = &fin
+	doc.CancelledBy, doc.CancelReason = c.By, c.Reason
+	err := s.io.write(a, "writing the cancelled state of task "+a.id, func(ctx context.Context) error {
+		return s.results.Put(ctx, doc)
+	})
+	if err != nil {
+		s.io.log.Warn("writing cancelled state", "task_id", a.id, "error", err)
+	}
+	err = s.io.write(a, "releasing the unique key of task "+a.id, func(ctx context.Context) error {
+		return s.results.ReleaseUnique(ctx, a.uniqueKey, a.id)
+	})
+	if err != nil {
+		s.io.log.Warn("releasing unique key", "task_id", a.id, "unique_key", a.uniqueKey, "error", err)
+	}
+	if a.wf != nil {
+		// A workflow step that was cancelled on its own (or by
+		// Client.CancelWorkflow while it ran) advances its workflow like
+		// any other terminal step, before its task is removed.
+		msg := "cancelled"
+		if c.By != "" {
+			msg += " by " + c.By
+		}
+		if c.Reason != "" {
+			msg += ": " + c.Reason
+		}
+		err := s.io.write(a, "advancing the workflow of cancelled task "+a.id, func(context.Context) error {
+			return s.steps.finishStep(a, workflow.Outcome{State: workflow.Cancelled, Error: msg})
+		})
+		if err != nil {
+			// Left unacked: the task comes back and is settled again.
+			s.io.log.Warn("advancing the workflow of a cancelled step; the task will come back", "task_id", a.id, "error", err)
+			s.io.rec.record(a.p, a.typ, o)
+			return
+		}
+	}
+	if err := s.turns.passTurn(a); err != nil {
+		// Left unacked: the task comes back and is settled again.
+		s.io.log.Warn("passing the turn of a cancelled task; the task will come back", "task_id", a.id, "error", err)
+		s.io.rec.record(a.p, a.typ, o)
+		return
+	}
+	if err := a.msg.TermWithReason(spool.TermCancelled); err != nil {
+		s.io.log.Warn("removing cancelled task", "task_id", a.id, "error", err)
+	}
+	s.io.log.Info("task cancelled", "task_id", a.id, "type", a.typ, "priority", a.p.String(), "by", c.By, "reason", c.Reason)
+	s.io.rec.record(a.p, a.typ, o)
+}
+
+// errYield is the outcome of putFinal when the task was cancelled
+// meanwhile: the finished document was not written.
+var errYield = errors.New("the task was cancelled: its outcome yields")
+
+// maxFinalTries bounds putFinal's compare-and-set loop.
+const maxFinalTries = 8
+
+// putFinal stores the finished document of an attempt (completed or dead)
+// over the revision of the task's result the attempt knows (a.rev), so
+// that it never overwrites a cancellation stored meanwhile: the outcome of
+// a task is decided by one writer. On a conflict it reads the document
+// and the cancellation again: our own document already stored (an
+// earlier try was stored but its answer lost) counts as stored; a task
+// cancelled meanwhile (its cancelled document, or its cancellation, which
+// Cancel stores before its document) gives errYield, nothing written;
+// anything else (our own processing state, a stale document) is written
+// over, at the revision read. The document is never recomputed.
+//
+// conflicted says a write over a.rev lost already (the pipeline's): the
+// first step is then the read.
+func (s *settling) putFinal(ctx context.Context, a attemptInfo, doc spool.Result, conflicted bool) error {
+	rev := a.rev
+	for range maxFinalTries {
+		if !conflicted {
+			err := s.results.PutAt(ctx, doc, rev)
+			if err == nil || !results.IsConflict(err) {
+				return err
+			}
+		}
+		conflicted = false
+		cur, curRev, found, err := s.results.ReadFromLeader(ctx, a.id)
+		if err != nil {
+			return err
+		}
+		if found && sameFinal(cur, doc) {
+			return nil
+		}
+		if found && cur.State == spool.StateCancelled {
+			return errYield
+		}
+		if found && ownProcessing(cur, doc) {
+			// This attempt's processing state, written over the revision
+			// it read: it replaced no cancellation, so a canceller either
+			// has not written yet (and its write over what it read will
+			// lose to this one or win over it) or wrote after it.
+			rev = curRev
+			continue
+		}
+		cancelled, err := s.cancels.stored(ctx, a.id)
+		if err != nil {
+			return err
+		}
+		if cancelled {
+			return errYield
+		}
+		rev = curRev
+	}
+	return fmt.Errorf("the result of task %s kept changing (%d writes lost a race)", a.id, maxFinalTries)
+}
+
+// ownProcessing reports whether stored is the processing state of the
+// attempt that finished with doc, as putProcessing writes it (without
+// progress: a progress write is unconditional).
+func ownProcessing(stored, doc spool.Result) bool {
+	return stored.State == spool.StateProcessing && stored.Progress == nil &&
+		stored.Attempts == doc.Attempts && stored.EnqueuedAt.Equal(doc.EnqueuedAt)
+}
+
+// sameFinal reports whether stored is the finished document doc (written
+// by an earlier try of the same write).
+func sameFinal(stored, doc spool.Result) bool {
+	return stored.State == doc.State && stored.Attempts == doc.Attempts && stored.EnqueuedAt.Equal(doc.EnqueuedAt) &&
+		stored.FinishedAt != nil && doc.FinishedAt != nil && stored.FinishedAt.Equal(*doc.FinishedAt)
+}
+
+// cancelledNow reports whether a's task has a cancellation stored, read
+// from the bucket when the local view has none; a failed read counts as
+// none.
+func (s *settling) cancelledNow(a attemptInfo) bool {
+	ctx, cancel := context.WithTimeout(s.io.ctx, s.io.perTry)
+	defer cancel()
+	ok, err := s.cancels.stored(ctx, a.id)
+	if err != nil {
+		s.io.log.Warn("reading the cancellation of a failing task", "task_id", a.id, "error", err)
+	}
+	return ok
+}
+
+// finishConflicted settles a pipelined completion whose conditional result
+// write lost a race (see putFinal): it is written again over the current
+// revision and acked, or the task ends cancelled when it was cancelled
+// meanwhile.
+func (s *settling) finishConflicted(a attemptInfo, o outcome, doc spool.Result) {
+	conflicted := true
+	err := s.io.write(a, "writing the result of task "+a.id, func(ctx context.Context) error {
+		err := s.putFinal(ctx, a, doc, conflicted)
+		conflicted = false // a retry through an election writes first
+		return err
+	})
+	switch {
+	case errors.Is(err, errYield):
+		o.completed = false
+		s.settleCancelled(a, o)
+	case err != nil:
+		s.resultLost(a, o, err)
+	default:
+		if err := a.msg.Ack(); err != nil {
+			s.io.log.Warn("acking completed task", "task_id", a.id, "error", err)
+		}
+		s.io.rec.record(a.p, a.typ, o)
+	}
+}
