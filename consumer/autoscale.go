@@ -15,22 +15,22 @@ import "time"
 //     shrinks below the slots in use.
 
 // scaleUpLocked grows the pool while the backlog outgrows the busy slots.
-// w.mu is held.
-func (w *Worker) scaleUpLocked() {
+// d.mu is held.
+func (d *dispatcher) scaleUpLocked() {
 	var backlog uint64
-	for i := range w.lanes {
-		backlog += w.lanes[i].pending
+	for i := range d.lanes {
+		backlog += d.lanes[i].pending
 	}
-	w.slots.grow(backlog, w.o.ScaleUpFill)
+	d.slots.grow(backlog, d.o.ScaleUpFill)
 }
 
 // scaleDown shrinks the pool to the slots used during the last
 // ScaleDownIdle period.
-func (w *Worker) scaleDown() {
-	w.mu.Lock()
-	from, to := w.slots.shrink(time.Now(), w.o.ScaleDownIdle)
-	w.mu.Unlock()
+func (d *dispatcher) scaleDown() {
+	d.mu.Lock()
+	from, to := d.slots.shrink(time.Now(), d.o.ScaleDownIdle)
+	d.mu.Unlock()
 	if to < from {
-		w.log.Debug("scaling down", "from", from, "to", to)
+		d.log.Debug("scaling down", "from", from, "to", to)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,10 +26,13 @@ import (
 // elections. The ids already cancelled are listed once at start and again
 // after every reconnect, when puts may have been missed.
 type cancels struct {
-	kv     jetstream.KeyValue
-	prefix string // $KV.<bucket>.
-	log    *slog.Logger
-	sub    *nats.Subscription
+	nc *nats.Conn
+	// reconnects is the connection's reconnect count at the last load.
+	reconnects uint64
+	kv         jetstream.KeyValue
+	prefix     string // $KV.<bucket>.
+	log        *slog.Logger
+	sub        *nats.Subscription
 
 	mu sync.Mutex
 	// ids are the cancelled tasks, with their cancellation when it came
@@ -49,11 +53,13 @@ func newCancels(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, name
 		return nil, bindError("KV bucket", names.CancelBucket(), err)
 	}
 	c := &cancels{
-		kv:      kv,
-		prefix:  strings.TrimSuffix(names.CancelFilter(), ">"),
-		log:     log,
-		ids:     make(map[string]*spool.Cancellation),
-		running: make(map[string]*watch),
+		nc:         nc,
+		reconnects: nc.Stats().Reconnects,
+		kv:         kv,
+		prefix:     strings.TrimSuffix(names.CancelFilter(), ">"),
+		log:        log,
+		ids:        make(map[string]*spool.Cancellation),
+		running:    make(map[string]*watch),
 	}
 	// Subscribe before listing: a cancellation published meanwhile is
 	// seen by one or the other.
@@ -66,6 +72,22 @@ func newCancels(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, name
 		return nil, err
 	}
 	return c, nil
+}
+
+// reload lists the cancelled tasks again after the connection
+// reconnected: cancellations published while it was down were missed.
+func (c *cancels) reload(ctx context.Context, timeout time.Duration) {
+	n := c.nc.Stats().Reconnects
+	if n == c.reconnects {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := c.load(ctx); err != nil {
+		c.log.Warn("reloading cancelled tasks after a reconnect; trying again", "error", err)
+		return
+	}
+	c.reconnects = n
 }
 
 // load adds every id in the bucket to the cancelled set.

@@ -20,34 +20,34 @@ const allPartitions = -1
 // consumers of the partitions the worker pulls: all of them, or the one
 // of WithPartition. Each partition's five consumers become five lanes of
 // one scheduler.
-func (w *Worker) bindPartitions(ctx context.Context, bind jsproto.Tries) error {
-	names := w.o.Names
+func (d *dispatcher) bindPartitions(ctx context.Context, js jetstream.JetStream, bind jsproto.Tries) error {
+	names := d.o.Names
 	err := bind.Do(ctx, "binding task stream "+names.TaskStream(), func(ctx context.Context) (err error) {
-		w.tasks, err = w.js.Stream(ctx, names.TaskStream())
+		d.tasks, err = js.Stream(ctx, names.TaskStream())
 		return err
 	})
 	if err != nil {
 		return bindError("stream", names.TaskStream(), err)
 	}
-	k := streams.PartitionsOf(w.tasks.CachedInfo().Config)
-	w.parts = []int{w.o.Partition}
-	if w.o.Partition == allPartitions {
-		w.parts = w.parts[:0]
+	k := streams.PartitionsOf(d.tasks.CachedInfo().Config)
+	d.parts = []int{d.o.Partition}
+	if d.o.Partition == allPartitions {
+		d.parts = d.parts[:0]
 		for i := range k {
-			w.parts = append(w.parts, i)
+			d.parts = append(d.parts, i)
 		}
-	} else if w.o.Partition >= k {
-		w.log.WarnContext(ctx, "pinned to a partition the topology does not record: binding it anyway", "partition", w.o.Partition, "partitions", k)
+	} else if d.o.Partition >= k {
+		d.log.WarnContext(ctx, "pinned to a partition the topology does not record: binding it anyway", "partition", d.o.Partition, "partitions", k)
 	}
-	w.lanes = make([]lane, len(w.parts)*numPriorities)
-	w.laneCaps, w.resting = make([]int, len(w.lanes)), make([]bool, len(w.lanes))
-	w.split = make([]int, len(w.parts))
-	for j, part := range w.parts {
-		stream := w.tasks
+	d.lanes = make([]lane, len(d.parts)*numPriorities)
+	d.laneCaps, d.resting = make([]int, len(d.lanes)), make([]bool, len(d.lanes))
+	d.split = make([]int, len(d.parts))
+	for j, part := range d.parts {
+		stream := d.tasks
 		if part != 0 {
 			name := names.PartitionStream(part)
 			err := bind.Do(ctx, "binding task stream "+name, func(ctx context.Context) (err error) {
-				stream, err = w.js.Stream(ctx, name)
+				stream, err = js.Stream(ctx, name)
 				return err
 			})
 			if err != nil {
@@ -63,11 +63,11 @@ func (w *Worker) bindPartitions(ctx context.Context, bind jsproto.Tries) error {
 			if err != nil {
 				return bindError("consumer", stream.CachedInfo().Config.Name+" "+names.Consumer(p), err)
 			}
-			w.lanes[laneOf(j, p)] = lane{stream: stream, cons: c}
+			d.lanes[laneOf(j, p)] = lane{stream: stream, cons: c}
 			cfg := c.CachedInfo().Config
-			w.ackWait[p] = lowest(w.ackWait[p], cfg.AckWait)
-			w.maxDeliver[p] = lowest(w.maxDeliver[p], cfg.MaxDeliver)
-			w.maxAckPend[p] = lowest(w.maxAckPend[p], cfg.MaxAckPending)
+			d.ackWait[p] = lowest(d.ackWait[p], cfg.AckWait)
+			d.maxDeliver[p] = lowest(d.maxDeliver[p], cfg.MaxDeliver)
+			d.maxAckPend[p] = lowest(d.maxAckPend[p], cfg.MaxAckPending)
 		}
 	}
 	return nil

@@ -53,7 +53,7 @@ type pullEvents interface {
 	nudge()
 }
 
-var _ pullEvents = (*Worker)(nil)
+var _ pullEvents = (*dispatcher)(nil)
 
 // puller sends the worker's pull requests and receives what they bring on
 // one wildcard subscription that lives as long as the worker: a request's
@@ -113,23 +113,23 @@ func laneOf(j int, p spool.Priority) int { return j*numPriorities + int(p) }
 // lanePriority is the priority a lane pulls.
 func lanePriority(lane int) spool.Priority { return spool.Priority(lane % numPriorities) }
 
-func newPuller(w *Worker) (*puller, error) {
+func newPuller(d *dispatcher, nc *nats.Conn) (*puller, error) {
 	pl := &puller{
-		nc:       w.nc,
-		log:      w.log,
-		pollWait: w.o.PollWait,
-		ev:       w,
-		prefix:   w.nc.NewInbox() + ".",
-		mu:       &w.mu,
-		slots:    &w.slots,
-		pulls:    &w.pulls,
+		nc:       nc,
+		log:      d.log,
+		pollWait: d.o.PollWait,
+		ev:       d,
+		prefix:   nc.NewInbox() + ".",
+		mu:       &d.mu,
+		slots:    &d.slots,
+		pulls:    &d.pulls,
 	}
-	streams := make([]string, len(w.parts))
-	for j, k := range w.parts {
-		streams[j] = w.o.Names.PartitionStream(k)
+	streams := make([]string, len(d.parts))
+	for j, k := range d.parts {
+		streams[j] = d.o.Names.PartitionStream(k)
 	}
-	pl.setLanes(w.o.Names, streams)
-	sub, err := jsproto.SubscribeUnbounded(w.nc, pl.prefix+"*.*", pl.onMsg)
+	pl.setLanes(d.o.Names, streams)
+	sub, err := jsproto.SubscribeUnbounded(nc, pl.prefix+"*.*", pl.onMsg)
 	if err != nil {
 		return nil, fmt.Errorf("subscribing to pulled tasks: %w", err)
 	}

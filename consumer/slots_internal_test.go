@@ -141,8 +141,8 @@ func TestScaleDownAfterIdle(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const idle = 30 * time.Second
-		w := &Worker{
-			o:     config{MinConcurrency: 1, MaxConcurrency: 8, ScaleDownIdle: idle},
+		w := &dispatcher{
+			o:     &config{MinConcurrency: 1, MaxConcurrency: 8, ScaleDownIdle: idle},
 			log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 			slots: newSlots(1, 8),
 			lanes: make([]lane, numPriorities),

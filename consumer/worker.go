@@ -15,7 +15,6 @@ import (
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/shared/lifecycle"
-	"github.com/spoolq/spool/streams"
 )
 
 // WorkerState is the lifecycle state of a Worker.
@@ -36,105 +35,32 @@ const (
 // run it with Start and end it with Stop. It never closes the connection it
 // was given.
 type Worker struct {
-	nc    *nats.Conn
-	h     Handler
-	o     config
-	log   *slog.Logger
-	sched *scheduler
-	rec   *recorder
-
-	// Set by Start.
-	js jetstream.JetStream
-	// tasks is SPOOL_TASKS (partition 0): where the held, parked and
-	// schedule subjects are, whatever partitions the worker pulls.
-	tasks jetstream.Stream
-	// parts are the partitions pulled, in order; lanes are their priority
-	// consumers (laneOf).
-	parts      []int
-	lanes      []lane
-	maxDeliver [numPriorities]int           // 0: unlimited; the lowest of the partitions'
-	maxAckPend [numPriorities]int           // 0: unlimited; the lowest of the partitions'
-	ackWait    [numPriorities]time.Duration // the shortest of the partitions'
-	cancels    *cancels
-	reconnects uint64          // the connection's reconnect count at the last cancel load
-	ioCtx      context.Context // values of Start's ctx, never cancelled
-	// The features and the stages of an attempt (see attempt.go).
-	flow   *flowControl
-	pauses *pauses
-	admit  *admission
-	run    *running
+	nc  *nats.Conn
+	h   Handler
+	o   config
+	log *slog.Logger
+	rec *recorder
+	// disp pulls tasks into the slots and runs their attempts.
+	disp *dispatcher
 
 	// life runs Start and Stop; stopping is its Stopping channel, closed
 	// by Stop: no more pulls.
 	life     *lifecycle.Lifecycle
 	stopping <-chan struct{}
-	// wake nudges the dispatcher (capacity 1, never closed).
-	wake chan struct{}
-	// loops counts the dispatcher and refresher goroutines; pulls counts
-	// outstanding pull requests; attempts counts running attempts and
-	// completions in the pipeline.
-	loops, pulls, attempts sync.WaitGroup
-	// pipe acks completed tasks once their result is stored.
-	pipe *pipeline
-	// pl sends pull requests and receives the tasks they bring.
-	pl *puller
-	// runq hands pulled tasks to idle runner goroutines (unbuffered: a
-	// send succeeds only when a runner waits); runners counts them.
-	runq    chan job
-	runners sync.WaitGroup
+	mu       sync.Mutex
+	state    WorkerState
 
-	mu    sync.Mutex
-	state WorkerState
-	slots slots
-	// spread is where the next split of a priority's slots over its
-	// partitions starts (splitLocked), per priority.
-	spread [numPriorities]int
-	// Scratch of dispatch: per lane, the slots it can use now and whether
-	// it rests; per partition, a priority's split.
-	laneCaps []int
-	resting  []bool
-	split    []int
-	// queue holds tasks pulled ahead, waiting for a slot (oldest first);
-	// rtt and inSlot are moving averages of a no-wait fetch's round trip
-	// and of an attempt's time in its slot, which size the pull-ahead
-	// (see slots).
-	queue       []job
-	rtt, inSlot time.Duration
-}
-
-// lane is one priority consumer of one task partition: what the worker
-// pulls from. Its state is guarded by the worker's mu.
-type lane struct {
-	stream jetstream.Stream // the partition's stream
-	cons   jetstream.Consumer
-	prioState
-}
-
-// prioState is what the worker knows about one lane (a priority of a
-// partition).
-type prioState struct {
-	// busy is the slots running an attempt of the lane's tasks.
-	busy int
-	// pending is the consumer's NumPending at the last pull or refresh:
-	// tasks never delivered. 0 means the priority looks empty.
-	pending uint64
-	// maybe is set by a refresh when tasks are delivered but not acked
-	// beyond this worker's own: some may be due for redelivery, which
-	// NumPending does not count.
-	maybe bool
-	// oldest is the stream time of the oldest waiting task at the last
-	// refresh; zero when none or unknown.
-	oldest time.Time
-	// ackPendingHigh is set while the consumer's unacked tasks (running
-	// and in retry backoff) are near MaxAckPending, past which the server
-	// stops delivering the priority.
-	ackPendingHigh bool
-	// restUntil pauses pulls of the priority after a failed one.
-	restUntil time.Time
-	// paused is set while the priority's consumer is paused (an operator's
-	// pause, read at each refresh): nothing is pulled, so no slot waits
-	// on it.
-	paused bool
+	// Set by Start: the features and the stages of an attempt (see
+	// attempt.go), and the pipeline that acks completed tasks once their
+	// result is stored.
+	js      jetstream.JetStream
+	ioCtx   context.Context // values of Start's ctx, never cancelled
+	cancels *cancels
+	flow    *flowControl
+	pauses  *pauses
+	admit   *admission
+	run     *running
+	pipe    *pipeline
 }
 
 // New returns a Worker that runs tasks through h (usually a *Mux). nc must
@@ -164,15 +90,12 @@ func New(nc *nats.Conn, h Handler, opts ...Option) (*Worker, error) {
 		h:        h,
 		o:        o,
 		log:      o.Logger.With("worker", o.WorkerName),
-		sched:    newScheduler(o),
 		rec:      newRecorder(),
 		life:     life,
 		stopping: life.Stopping(),
-		runq:     make(chan job),
-		wake:     make(chan struct{}, 1),
 		state:    WorkerNew,
-		slots:    newSlots(o.MinConcurrency, o.MaxConcurrency),
 	}
+	w.disp = newDispatcher(&w.o, w.log, w.stopping)
 	return w, nil
 }
 
@@ -186,7 +109,7 @@ func New(nc *nats.Conn, h Handler, opts ...Option) (*Worker, error) {
 // After Stop it returns ErrStopped.
 func (w *Worker) Start(ctx context.Context) error {
 	err := w.life.Start(ctx, w.start)
-	if errors.Is(err, lifecycle.ErrStopped) || err == nil && w.isStopping() {
+	if errors.Is(err, lifecycle.ErrStopped) || err == nil && w.disp.isStopping() {
 		return ErrStopped
 	}
 	return err
@@ -211,7 +134,7 @@ func (w *Worker) start(ctx context.Context) error {
 	// answers or ctx ends, saying what it waits for now and then. A
 	// missing stream or consumer fails at once.
 	bind := jsproto.Tries{PerTry: min(w.o.IOTimeout, jsproto.DefaultPerTry), Logger: w.log}
-	if err := w.bindPartitions(ctx, bind); err != nil {
+	if err := w.disp.bindPartitions(ctx, js, bind); err != nil {
 		return err
 	}
 	var res *results.Store
@@ -225,7 +148,6 @@ func (w *Worker) start(ctx context.Context) error {
 	if err != nil {
 		return bindError("KV buckets", names.ResultsBucket()+", "+names.UniqueBucket(), err)
 	}
-	w.reconnects = w.nc.Stats().Reconnects
 	if w.cancels, err = newCancels(ctx, w.nc, js, names, bind, w.log); err != nil {
 		return err
 	}
@@ -233,7 +155,7 @@ func (w *Worker) start(ctx context.Context) error {
 	if err := w.startStages(ctx, res); err != nil {
 		return err
 	}
-	if w.pl, err = newPuller(w); err != nil {
+	if err := w.disp.begin(w.nc, w.ioCtx, w.run.hard, w.admit.attempt, func() { w.cancels.reload(w.ioCtx, w.o.IOTimeout) }); err != nil {
 		w.pipe.close()
 		w.pauses.close()
 		w.flow.close()
@@ -242,44 +164,38 @@ func (w *Worker) start(ctx context.Context) error {
 
 	w.mu.Lock()
 	w.state = WorkerIdle
-	w.slots.startWindow(time.Now())
-	for i := range w.lanes {
-		w.lanes[i].maybe = true // unknown until the first pull
-	}
 	w.mu.Unlock()
-
-	w.loops.Add(2)
-	go w.dispatchLoop()
-	go w.refreshLoop()
+	w.disp.run()
 	w.log.InfoContext(ctx, "worker started", "min_slots", w.o.MinConcurrency, "max_slots", w.o.MaxConcurrency, "strict", w.o.Strict,
-		"partitions", w.parts)
+		"partitions", w.disp.parts)
 	return nil
 }
 
 // startStages binds the features (workflow steps, flow control, type
 // pauses) and wires the stages of an attempt and the completion pipeline.
 func (w *Worker) startStages(ctx context.Context, res *results.Store) error {
+	d := w.disp
 	io := &taskIO{
 		js: w.js, names: w.o.Names, log: w.log, rec: w.rec, ctx: w.ioCtx,
-		ackWait: w.ackWait, ioTimeout: w.o.IOTimeout, perTry: writePerTry(w.o.IOTimeout),
+		ackWait: d.ackWait, ioTimeout: w.o.IOTimeout, perTry: writePerTry(w.o.IOTimeout),
 	}
 	steps, err := openSteps(ctx, io, &w.o)
 	if err != nil {
 		return err
 	}
-	flow, err := startFlowControl(ctx, io, w.nc, w.tasks, w.o.WorkerName)
+	flow, err := startFlowControl(ctx, io, w.nc, d.tasks, w.o.WorkerName)
 	if err != nil {
 		return err
 	}
 	w.mu.Lock()
 	w.flow = flow // read by Stats
 	w.mu.Unlock()
-	if w.pauses, err = startPauses(ctx, io, w.nc, w.tasks, w.cancels); err != nil {
+	if w.pauses, err = startPauses(ctx, io, w.nc, d.tasks, w.cancels); err != nil {
 		flow.close()
 		return err
 	}
-	settle := &settling{io: io, policy: &w.o, results: res, cancels: w.cancels, steps: steps, turns: flow, maxDeliver: w.maxDeliver}
-	if settle.pipe, err = newPipeline(w.nc, io, res, &w.o, &w.attempts, settle); err != nil {
+	settle := &settling{io: io, policy: &w.o, results: res, cancels: w.cancels, steps: steps, turns: flow, maxDeliver: d.maxDeliver}
+	if settle.pipe, err = newPipeline(w.nc, io, res, &w.o, &d.attempts, settle); err != nil {
 		w.pauses.close()
 		flow.close()
 		return err
@@ -297,7 +213,7 @@ func (w *Worker) startStages(ctx context.Context, res *results.Store) error {
 	w.run = run
 	w.admit = &admission{
 		io: io, policy: &w.o, results: res, cancels: w.cancels, flow: flow,
-		gates: []gate{w.pauses, steps, flow}, run: run, settle: settle, maxDeliver: w.maxDeliver,
+		gates: []gate{w.pauses, steps, flow}, run: run, settle: settle, maxDeliver: d.maxDeliver,
 	}
 	return nil
 }
@@ -333,23 +249,14 @@ func (w *Worker) Stopped() <-chan struct{} { return w.life.Stopped() }
 // shutdown runs once, after stopping was closed, on a started worker; the
 // worker has stopped when it returns.
 func (w *Worker) shutdown() {
-	// Taken after stopping closed: a pull that took a slot under the lock
-	// before has done its attempts.Add, and later pulls see stopping.
 	w.mu.Lock()
 	w.state = WorkerStopping
 	w.mu.Unlock()
-	w.loops.Wait()
-	// No request is sent any more. The no-wait fetches out end within a
-	// round trip: wait for them, so the tasks they bring are handed back
-	// while the subscription still takes them (once it is gone, a task
-	// sent to it stays unacknowledged until its AckWait runs out). Then
-	// give up the requests still out, long-polls (a task one still brings
-	// is handed back at once).
-	w.awaitFetches()
-	w.pl.expire(true)
+	d := w.disp
+	d.stopPulling()
 	drained := make(chan struct{})
 	go func() {
-		w.attempts.Wait()
+		d.attempts.Wait()
 		close(drained)
 	}()
 	timer := time.NewTimer(w.o.ShutdownTimeout)
@@ -361,14 +268,14 @@ func (w *Worker) shutdown() {
 	}
 	timer.Stop()
 	w.run.cancelHandlers()
-	w.handBackQueued()
-	w.pulls.Wait()
-	w.attempts.Wait()
+	d.handBackQueued()
+	d.pulls.Wait()
+	d.attempts.Wait()
 	<-drained
 	// No attempt runs and the pipeline is empty.
 	w.pipe.close()
-	w.pl.close()
-	w.runners.Wait()
+	d.pl.close()
+	d.runners.Wait()
 	w.flow.close()
 	w.pauses.close()
 	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
@@ -388,27 +295,6 @@ func (w *Worker) shutdown() {
 	w.log.Info("worker stopped")
 }
 
-// awaitFetches waits, for pullAnswerWait at most, until no no-wait fetch
-// is out. The dispatcher has stopped: a request that ends nudges w.wake,
-// which only this wait reads now.
-func (w *Worker) awaitFetches() {
-	timer := time.NewTimer(pullAnswerWait)
-	defer timer.Stop()
-	for {
-		w.mu.Lock()
-		fetching := w.slots.fetching > 0
-		w.mu.Unlock()
-		if !fetching {
-			return
-		}
-		select {
-		case <-w.wake:
-		case <-timer.C:
-			return
-		}
-	}
-}
-
 // State returns the lifecycle state.
 func (w *Worker) State() WorkerState {
 	w.mu.Lock()
@@ -417,10 +303,10 @@ func (w *Worker) State() WorkerState {
 }
 
 func (w *Worker) stateLocked() WorkerState {
-	if w.state == WorkerNew && w.isStopping() {
+	if w.state == WorkerNew && w.disp.isStopping() {
 		return WorkerStopped // stopped before it started
 	}
-	if w.state == WorkerIdle && w.slots.busy > 0 {
+	if w.state == WorkerIdle && w.disp.busy() > 0 {
 		return WorkerBusy
 	}
 	return w.state
@@ -431,302 +317,16 @@ func (w *Worker) Stats() Stats {
 	prio, types := w.rec.snapshot()
 	w.mu.Lock()
 	fc := w.flow // set during Start
+	state := w.stateLocked()
 	w.mu.Unlock()
-	flowStats := fc.stats()
-	now := w.o.now()
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	s := Stats{
-		Worker:     w.o.WorkerName,
-		State:      w.stateLocked(),
-		Slots:      w.slots.size,
-		Busy:       w.slots.busy,
-		Idle:       w.slots.idle(),
-		Queued:     w.slots.queued,
-		MinSlots:   w.o.MinConcurrency,
-		MaxSlots:   w.o.MaxConcurrency,
-		ScaleUps:   w.slots.scaleUps,
-		ScaleDowns: w.slots.scaleDowns,
-		Types:      types,
-		Flow:       flowStats,
+		Worker:   w.o.WorkerName,
+		State:    state,
+		MinSlots: w.o.MinConcurrency,
+		MaxSlots: w.o.MaxConcurrency,
+		Types:    types,
+		Flow:     fc.stats(),
 	}
-	backlog, oldest := w.backlogLocked()
-	for _, p := range spool.Priorities {
-		ps := PriorityStats{
-			Priority: p,
-			Counters: prio[p],
-			Busy:     w.slots.prio[p],
-			Backlog:  backlog[p],
-			Boost:    1,
-			Weight:   w.o.Weights[p],
-		}
-		if o := oldest[p]; !o.IsZero() {
-			ps.OldestWait = now.Sub(o)
-			ps.Boost = boostFor(w.o.Boost, ps.OldestWait)
-			ps.Weight *= ps.Boost
-		}
-		s.Priorities = append(s.Priorities, ps)
-	}
+	w.disp.stats(&s, prio, w.o.now())
 	return s
-}
-
-func (w *Worker) nudge() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (w *Worker) isStopping() bool {
-	select {
-	case <-w.stopping:
-		return true
-	default:
-		return false
-	}
-}
-
-// dispatchLoop hands free slots to pulls whenever something changes: a slot
-// frees, a pull returns, a refresh learns of a backlog.
-func (w *Worker) dispatchLoop() {
-	defer w.loops.Done()
-	for {
-		plans, start := w.dispatch()
-		for _, j := range start {
-			w.startAttempt(j.lane, j.msg)
-		}
-		w.pl.send(plans)
-		select {
-		case <-w.wake:
-		case <-w.stopping:
-			return
-		}
-	}
-}
-
-// dispatch plans pulls under the lock; the caller sends them.
-//
-// Slots go first to priorities known to have work, in any partition:
-// the scheduler splits the free slots over the priorities, and each
-// priority's share is split over its partitions' lanes with work
-// (splitLocked), as no-wait fetches. When slots are left over (no lane is
-// known to have work, or what is known is fewer tasks than free slots),
-// every other lane gets a long-poll, the most urgent priorities' first: a
-// single-message pull that reserves a slot out of MaxConcurrency, so a
-// message it brings always has a slot.
-func (w *Worker) dispatch() (plans []pullPlan, start []job) {
-	if w.isStopping() {
-		return nil, nil
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var caps [numPriorities]int
-	_, oldest := w.backlogLocked()
-	laneCaps, resting := w.laneCaps, w.resting
-	known := false
-	now := time.Now()
-	for i := range w.lanes {
-		st := &w.lanes[i]
-		p := lanePriority(i)
-		resting[i] = now.Before(st.restUntil) || st.paused
-		laneCaps[i] = 0
-		switch {
-		case resting[i]:
-		case w.pl.polling(i):
-		case st.pending > 0:
-			laneCaps[i] = int(min(st.pending, uint64(2*w.o.MaxConcurrency))) // what a round may ask for: the slots and as many ahead
-		case st.maybe && !w.pl.outstanding(i):
-			laneCaps[i] = 1
-		}
-		if laneCaps[i] > 0 {
-			caps[p] = min(caps[p]+laneCaps[i], 2*w.o.MaxConcurrency)
-			known = true
-		}
-	}
-	if known {
-		w.scaleUpLocked()
-		start = w.startQueuedLocked()
-		if w.slots.fetching > 0 {
-			// One round of fetches at a time: slots freed meanwhile are
-			// pulled together in the next round, in larger batches (the
-			// server answers fetch requests one by one, so batches carry
-			// the throughput).
-			return nil, start
-		}
-		if !w.o.Strict {
-			// Strict mode pulls no task ahead: one pulled ahead could
-			// start before a more urgent one of the same round.
-			w.slots.ahead = aheadFor(w.slots.size, w.o.MaxConcurrency, w.rtt, w.inSlot)
-		}
-		free := w.slots.free()
-		if free <= 0 || w.slots.queued > 0 && 2*free < w.slots.size+w.slots.ahead {
-			// While tasks pulled ahead still wait, the slots do not
-			// wait for a pull: the next round waits until it can ask
-			// for half of what the slots and the queue take, rather
-			// than pulling a few tasks at a time.
-			return nil, start
-		}
-		alloc := w.sched.allocate(free, caps, w.sched.effective(w.o.now(), oldest))
-		used := 0
-		for _, p := range spool.Priorities {
-			if alloc[p] == 0 {
-				continue
-			}
-			for j, n := range w.splitLocked(p, alloc[p], laneCaps) {
-				if n > 0 {
-					used += n
-					w.slots.reserve(n, false)
-					plans = append(plans, w.pl.planLocked(laneOf(j, p), n, false))
-				}
-			}
-		}
-		if used == free {
-			return plans, start // every free slot is wanted: no spare capacity to long-poll
-		}
-	}
-	// Spare capacity: long-poll every lane with no known work, the most
-	// urgent priorities first.
-	budget := w.slots.spare()
-	for _, p := range spool.Priorities {
-		for j := range w.parts {
-			if budget <= 0 {
-				return plans, start
-			}
-			i := laneOf(j, p)
-			if w.pl.outstanding(i) || laneCaps[i] > 0 || resting[i] {
-				continue
-			}
-			w.slots.reserve(1, true)
-			budget--
-			plans = append(plans, w.pl.planLocked(i, 1, true))
-		}
-	}
-	return plans, start
-}
-
-// splitLocked splits the n slots the scheduler gave priority p over its
-// partitions' lanes: one at a time, round robin from where the last split
-// of p stopped, each lane up to its cap in laneCaps (the tasks known to
-// wait in it). It returns the slots of each partition, by index in parts.
-// w.mu is held.
-func (w *Worker) splitLocked(p spool.Priority, n int, laneCaps []int) []int {
-	k := len(w.parts)
-	out := w.split[:k]
-	clear(out)
-	j := w.spread[p] % k
-	for ; n > 0; n-- {
-		next := -1
-		for d := range k {
-			if c := (j + d) % k; out[c] < laneCaps[laneOf(c, p)] {
-				next = c
-				break
-			}
-		}
-		if next < 0 {
-			break
-		}
-		out[next]++
-		j = (next + 1) % k
-	}
-	w.spread[p] = j
-	return out
-}
-
-// backlogLocked sums the lanes' backlogs per priority, with the oldest
-// waiting task of each (zero: none known). w.mu is held.
-func (w *Worker) backlogLocked() (backlog [numPriorities]uint64, oldest [numPriorities]time.Time) {
-	for i := range w.lanes {
-		st := &w.lanes[i]
-		p := lanePriority(i)
-		backlog[p] += st.pending
-		if o := st.oldest; !o.IsZero() && (oldest[p].IsZero() || o.Before(oldest[p])) {
-			oldest[p] = o
-		}
-	}
-	return backlog, oldest
-}
-
-// refreshLoop reads the backlog of priorities that have no long-poll
-// outstanding, and reconsiders the pool size.
-func (w *Worker) refreshLoop() {
-	defer w.loops.Done()
-	t := time.NewTicker(w.o.RefreshInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-w.stopping:
-			return
-		case <-t.C:
-		}
-		w.pl.expire(false)
-		w.beatQueued()
-		w.reloadCancels()
-		w.refresh()
-		w.scaleDown()
-		w.nudge()
-	}
-}
-
-// reloadCancels lists the cancelled tasks again after the connection
-// reconnected: cancellations published while it was down were missed.
-func (w *Worker) reloadCancels() {
-	n := w.nc.Stats().Reconnects
-	if n == w.reconnects {
-		return
-	}
-	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
-	defer cancel()
-	if err := w.cancels.load(ctx); err != nil {
-		w.log.Warn("reloading cancelled tasks after a reconnect; trying again", "error", err)
-		return
-	}
-	w.reconnects = n
-}
-
-func (w *Worker) refresh() {
-	for i := range w.lanes {
-		ln := &w.lanes[i] // stream and cons are fixed after Start
-		p := lanePriority(i)
-		w.mu.Lock()
-		skip := w.pl.polling(i)
-		local := ln.busy
-		w.mu.Unlock()
-		if skip {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
-		info, err := ln.cons.Info(ctx)
-		var oldest time.Time
-		if err == nil && info.NumPending > 0 {
-			oldest, err = streams.OldestWaiting(ctx, ln.stream, w.o.Names, p, info)
-		}
-		cancel()
-		stream := ln.stream.CachedInfo().Config.Name
-		if err != nil {
-			if !w.isStopping() {
-				w.log.Warn("reading consumer state", "stream", stream, "priority", p.String(), "error", err)
-			}
-			continue
-		}
-		w.mu.Lock()
-		st := &ln.prioState
-		if !w.pl.polling(i) {
-			st.pending = info.NumPending
-			st.maybe = info.NumAckPending > local
-			st.oldest = oldest
-		}
-		pauseChanged := st.paused != info.Paused
-		st.paused = info.Paused
-		high := w.maxAckPend[p] > 0 && info.NumAckPending >= w.maxAckPend[p]*9/10
-		warn := high && !st.ackPendingHigh
-		st.ackPendingHigh = high
-		w.mu.Unlock()
-		if pauseChanged {
-			w.log.Info("priority pause changed", "stream", stream, "priority", p.String(), "paused", info.Paused)
-		}
-		if warn {
-			w.log.Warn("priority near MaxAckPending: tasks in retry backoff count against it, and at the limit the server delivers no fresh task of this priority; raise SPOOL_MAX_ACK_PENDING",
-				"stream", stream, "priority", p.String(), "ack_pending", info.NumAckPending, "max_ack_pending", w.maxAckPend[p])
-		}
-	}
 }

@@ -1,0 +1,459 @@
+package consumer
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
+)
+
+// dispatcher pulls tasks into the worker's slots and runs their attempts.
+// It binds the lanes (the priority consumers of the partitions pulled),
+// plans pulls for the free slots over the priorities (scheduler), sends
+// them (puller), hands the tasks to runner goroutines, queues the tasks
+// pulled ahead, and scales the pool (autoscale.go). Its state is guarded
+// by mu.
+type dispatcher struct {
+	o        *config
+	log      *slog.Logger
+	sched    *scheduler
+	stopping <-chan struct{}
+
+	// Set by bindPartitions. tasks is SPOOL_TASKS (partition 0): where
+	// the held, parked and schedule subjects are, whatever partitions the
+	// worker pulls. parts are the partitions pulled, in order; lanes are
+	// their priority consumers (laneOf).
+	tasks      jetstream.Stream
+	parts      []int
+	lanes      []lane
+	maxDeliver [numPriorities]int           // 0: unlimited; the lowest of the partitions'
+	maxAckPend [numPriorities]int           // 0: unlimited; the lowest of the partitions'
+	ackWait    [numPriorities]time.Duration // the shortest of the partitions'
+
+	// Set by begin. attempt runs an attempt of a pulled task; hard ends
+	// when shutdown cancels the running handlers; onRefresh runs at every
+	// refresh.
+	ioCtx     context.Context
+	attempt   func(lane int, msg jetstream.Msg)
+	hard      context.Context
+	onRefresh func()
+	// pl sends pull requests and receives the tasks they bring.
+	pl *puller
+
+	// wake nudges the dispatcher (capacity 1, never closed).
+	wake chan struct{}
+	// loops counts the dispatcher and refresher goroutines; pulls counts
+	// outstanding pull requests; attempts counts running attempts and
+	// completions in the pipeline.
+	loops, pulls, attempts sync.WaitGroup
+	// runq hands pulled tasks to idle runner goroutines (unbuffered: a
+	// send succeeds only when a runner waits); runners counts them.
+	runq    chan job
+	runners sync.WaitGroup
+
+	mu    sync.Mutex
+	slots slots
+	// spread is where the next split of a priority's slots over its
+	// partitions starts (splitLocked), per priority.
+	spread [numPriorities]int
+	// Scratch of dispatch: per lane, the slots it can use now and whether
+	// it rests; per partition, a priority's split.
+	laneCaps []int
+	resting  []bool
+	split    []int
+	// queue holds tasks pulled ahead, waiting for a slot (oldest first);
+	// rtt and inSlot are moving averages of a no-wait fetch's round trip
+	// and of an attempt's time in its slot, which size the pull-ahead
+	// (see slots).
+	queue       []job
+	rtt, inSlot time.Duration
+}
+
+func newDispatcher(o *config, log *slog.Logger, stopping <-chan struct{}) *dispatcher {
+	return &dispatcher{
+		o:        o,
+		log:      log,
+		sched:    newScheduler(*o),
+		stopping: stopping,
+		runq:     make(chan job),
+		wake:     make(chan struct{}, 1),
+		slots:    newSlots(o.MinConcurrency, o.MaxConcurrency),
+	}
+}
+
+// begin sets what the dispatcher runs attempts with and subscribes to
+// pulled tasks; run then starts pulling.
+func (d *dispatcher) begin(nc *nats.Conn, ioCtx, hard context.Context, attempt func(int, jetstream.Msg), onRefresh func()) error {
+	d.ioCtx, d.hard, d.attempt, d.onRefresh = ioCtx, hard, attempt, onRefresh
+	var err error
+	d.pl, err = newPuller(d, nc)
+	return err
+}
+
+// run starts the dispatcher and refresher goroutines.
+func (d *dispatcher) run() {
+	d.mu.Lock()
+	d.slots.startWindow(time.Now())
+	for i := range d.lanes {
+		d.lanes[i].maybe = true // unknown until the first pull
+	}
+	d.mu.Unlock()
+	d.loops.Add(2)
+	go d.dispatchLoop()
+	go d.refreshLoop()
+}
+
+// stopPulling runs once stopping is closed. It waits for the dispatcher
+// and refresher goroutines and for the no-wait fetches out, so the tasks
+// they bring are handed back while the subscription still takes them,
+// then gives up the long-polls still out (a task one still brings is
+// handed back at once).
+func (d *dispatcher) stopPulling() {
+	// Taken after stopping closed: a pull that took a slot under the lock
+	// before has done its attempts.Add, and later pulls see stopping.
+	d.mu.Lock()
+	d.mu.Unlock() //nolint:staticcheck // an empty critical section orders the admissions before it
+	d.loops.Wait()
+	d.awaitFetches()
+	d.pl.expire(true)
+}
+
+// busy is the number of slots running an attempt.
+func (d *dispatcher) busy() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.slots.busy
+}
+
+// stats fills the pool's and the priorities' part of s; prio are the
+// priorities' counters.
+func (d *dispatcher) stats(s *Stats, prio [numPriorities]Counters, now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s.Slots, s.Busy, s.Idle, s.Queued = d.slots.size, d.slots.busy, d.slots.idle(), d.slots.queued
+	s.ScaleUps, s.ScaleDowns = d.slots.scaleUps, d.slots.scaleDowns
+	backlog, oldest := d.backlogLocked()
+	for _, p := range spool.Priorities {
+		ps := PriorityStats{
+			Priority: p,
+			Counters: prio[p],
+			Busy:     d.slots.prio[p],
+			Backlog:  backlog[p],
+			Boost:    1,
+			Weight:   d.o.Weights[p],
+		}
+		if o := oldest[p]; !o.IsZero() {
+			ps.OldestWait = now.Sub(o)
+			ps.Boost = boostFor(d.o.Boost, ps.OldestWait)
+			ps.Weight *= ps.Boost
+		}
+		s.Priorities = append(s.Priorities, ps)
+	}
+}
+
+// awaitFetches waits, for pullAnswerWait at most, until no no-wait fetch
+// is out. The dispatcher has stopped: a request that ends nudges d.wake,
+// which only this wait reads now.
+func (d *dispatcher) awaitFetches() {
+	timer := time.NewTimer(pullAnswerWait)
+	defer timer.Stop()
+	for {
+		d.mu.Lock()
+		fetching := d.slots.fetching > 0
+		d.mu.Unlock()
+		if !fetching {
+			return
+		}
+		select {
+		case <-d.wake:
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+func (d *dispatcher) nudge() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (d *dispatcher) isStopping() bool {
+	select {
+	case <-d.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// dispatchLoop hands free slots to pulls whenever something changes: a slot
+// frees, a pull returns, a refresh learns of a backlog.
+func (d *dispatcher) dispatchLoop() {
+	defer d.loops.Done()
+	for {
+		plans, start := d.dispatch()
+		for _, j := range start {
+			d.startAttempt(j.lane, j.msg)
+		}
+		d.pl.send(plans)
+		select {
+		case <-d.wake:
+		case <-d.stopping:
+			return
+		}
+	}
+}
+
+// dispatch plans pulls under the lock; the caller sends them.
+//
+// Slots go first to priorities known to have work, in any partition:
+// the scheduler splits the free slots over the priorities, and each
+// priority's share is split over its partitions' lanes with work
+// (splitLocked), as no-wait fetches. When slots are left over (no lane is
+// known to have work, or what is known is fewer tasks than free slots),
+// every other lane gets a long-poll, the most urgent priorities' first: a
+// single-message pull that reserves a slot out of MaxConcurrency, so a
+// message it brings always has a slot.
+func (d *dispatcher) dispatch() (plans []pullPlan, start []job) {
+	if d.isStopping() {
+		return nil, nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var caps [numPriorities]int
+	_, oldest := d.backlogLocked()
+	laneCaps, resting := d.laneCaps, d.resting
+	known := false
+	now := time.Now()
+	for i := range d.lanes {
+		st := &d.lanes[i]
+		p := lanePriority(i)
+		resting[i] = now.Before(st.restUntil) || st.paused
+		laneCaps[i] = 0
+		switch {
+		case resting[i]:
+		case d.pl.polling(i):
+		case st.pending > 0:
+			laneCaps[i] = int(min(st.pending, uint64(2*d.o.MaxConcurrency))) // what a round may ask for: the slots and as many ahead
+		case st.maybe && !d.pl.outstanding(i):
+			laneCaps[i] = 1
+		}
+		if laneCaps[i] > 0 {
+			caps[p] = min(caps[p]+laneCaps[i], 2*d.o.MaxConcurrency)
+			known = true
+		}
+	}
+	if known {
+		d.scaleUpLocked()
+		start = d.startQueuedLocked()
+		if d.slots.fetching > 0 {
+			// One round of fetches at a time: slots freed meanwhile are
+			// pulled together in the next round, in larger batches (the
+			// server answers fetch requests one by one, so batches carry
+			// the throughput).
+			return nil, start
+		}
+		if !d.o.Strict {
+			// Strict mode pulls no task ahead: one pulled ahead could
+			// start before a more urgent one of the same round.
+			d.slots.ahead = aheadFor(d.slots.size, d.o.MaxConcurrency, d.rtt, d.inSlot)
+		}
+		free := d.slots.free()
+		if free <= 0 || d.slots.queued > 0 && 2*free < d.slots.size+d.slots.ahead {
+			// While tasks pulled ahead still wait, the slots do not
+			// wait for a pull: the next round waits until it can ask
+			// for half of what the slots and the queue take, rather
+			// than pulling a few tasks at a time.
+			return nil, start
+		}
+		alloc := d.sched.allocate(free, caps, d.sched.effective(d.o.now(), oldest))
+		used := 0
+		for _, p := range spool.Priorities {
+			if alloc[p] == 0 {
+				continue
+			}
+			for j, n := range d.splitLocked(p, alloc[p], laneCaps) {
+				if n > 0 {
+					used += n
+					d.slots.reserve(n, false)
+					plans = append(plans, d.pl.planLocked(laneOf(j, p), n, false))
+				}
+			}
+		}
+		if used == free {
+			return plans, start // every free slot is wanted: no spare capacity to long-poll
+		}
+	}
+	// Spare capacity: long-poll every lane with no known work, the most
+	// urgent priorities first.
+	budget := d.slots.spare()
+	for _, p := range spool.Priorities {
+		for j := range d.parts {
+			if budget <= 0 {
+				return plans, start
+			}
+			i := laneOf(j, p)
+			if d.pl.outstanding(i) || laneCaps[i] > 0 || resting[i] {
+				continue
+			}
+			d.slots.reserve(1, true)
+			budget--
+			plans = append(plans, d.pl.planLocked(i, 1, true))
+		}
+	}
+	return plans, start
+}
+
+// splitLocked splits the n slots the scheduler gave priority p over its
+// partitions' lanes: one at a time, round robin from where the last split
+// of p stopped, each lane up to its cap in laneCaps (the tasks known to
+// wait in it). It returns the slots of each partition, by index in parts.
+// d.mu is held.
+func (d *dispatcher) splitLocked(p spool.Priority, n int, laneCaps []int) []int {
+	k := len(d.parts)
+	out := d.split[:k]
+	clear(out)
+	j := d.spread[p] % k
+	for ; n > 0; n-- {
+		next := -1
+		for d := range k {
+			if c := (j + d) % k; out[c] < laneCaps[laneOf(c, p)] {
+				next = c
+				break
+			}
+		}
+		if next < 0 {
+			break
+		}
+		out[next]++
+		j = (next + 1) % k
+	}
+	d.spread[p] = j
+	return out
+}
+
+// backlogLocked sums the lanes' backlogs per priority, with the oldest
+// waiting task of each (zero: none known). d.mu is held.
+func (d *dispatcher) backlogLocked() (backlog [numPriorities]uint64, oldest [numPriorities]time.Time) {
+	for i := range d.lanes {
+		st := &d.lanes[i]
+		p := lanePriority(i)
+		backlog[p] += st.pending
+		if o := st.oldest; !o.IsZero() && (oldest[p].IsZero() || o.Before(oldest[p])) {
+			oldest[p] = o
+		}
+	}
+	return backlog, oldest
+}
+
+// refreshLoop reads the backlog of priorities that have no long-poll
+// outstanding, and reconsiders the pool size.
+func (d *dispatcher) refreshLoop() {
+	defer d.loops.Done()
+	t := time.NewTicker(d.o.RefreshInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stopping:
+			return
+		case <-t.C:
+		}
+		d.pl.expire(false)
+		d.beatQueued()
+		d.onRefresh()
+		d.refresh()
+		d.scaleDown()
+		d.nudge()
+	}
+}
+
+func (d *dispatcher) refresh() {
+	for i := range d.lanes {
+		ln := &d.lanes[i] // stream and cons are fixed after Start
+		p := lanePriority(i)
+		d.mu.Lock()
+		skip := d.pl.polling(i)
+		local := ln.busy
+		d.mu.Unlock()
+		if skip {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(d.ioCtx, d.o.IOTimeout)
+		info, err := ln.cons.Info(ctx)
+		var oldest time.Time
+		if err == nil && info.NumPending > 0 {
+			oldest, err = streams.OldestWaiting(ctx, ln.stream, d.o.Names, p, info)
+		}
+		cancel()
+		stream := ln.stream.CachedInfo().Config.Name
+		if err != nil {
+			if !d.isStopping() {
+				d.log.Warn("reading consumer state", "stream", stream, "priority", p.String(), "error", err)
+			}
+			continue
+		}
+		d.mu.Lock()
+		st := &ln.prioState
+		if !d.pl.polling(i) {
+			st.pending = info.NumPending
+			st.maybe = info.NumAckPending > local
+			st.oldest = oldest
+		}
+		pauseChanged := st.paused != info.Paused
+		st.paused = info.Paused
+		high := d.maxAckPend[p] > 0 && info.NumAckPending >= d.maxAckPend[p]*9/10
+		warn := high && !st.ackPendingHigh
+		st.ackPendingHigh = high
+		d.mu.Unlock()
+		if pauseChanged {
+			d.log.Info("priority pause changed", "stream", stream, "priority", p.String(), "paused", info.Paused)
+		}
+		if warn {
+			d.log.Warn("priority near MaxAckPending: tasks in retry backoff count against it, and at the limit the server delivers no fresh task of this priority; raise SPOOL_MAX_ACK_PENDING",
+				"stream", stream, "priority", p.String(), "ack_pending", info.NumAckPending, "max_ack_pending", d.maxAckPend[p])
+		}
+	}
+}
+
+// lane is one priority consumer of one task partition: what the worker
+// pulls from. Its state is guarded by the worker's mu.
+type lane struct {
+	stream jetstream.Stream // the partition's stream
+	cons   jetstream.Consumer
+	prioState
+}
+
+// prioState is what the worker knows about one lane (a priority of a
+// partition).
+type prioState struct {
+	// busy is the slots running an attempt of the lane's tasks.
+	busy int
+	// pending is the consumer's NumPending at the last pull or refresh:
+	// tasks never delivered. 0 means the priority looks empty.
+	pending uint64
+	// maybe is set by a refresh when tasks are delivered but not acked
+	// beyond this worker's own: some may be due for redelivery, which
+	// NumPending does not count.
+	maybe bool
+	// oldest is the stream time of the oldest waiting task at the last
+	// refresh; zero when none or unknown.
+	oldest time.Time
+	// ackPendingHigh is set while the consumer's unacked tasks (running
+	// and in retry backoff) are near MaxAckPending, past which the server
+	// stops delivering the priority.
+	ackPendingHigh bool
+	// restUntil pauses pulls of the priority after a failed one.
+	restUntil time.Time
+	// paused is set while the priority's consumer is paused (an operator's
+	// pause, read at each refresh): nothing is pulled, so no slot waits
+	// on it.
+	paused bool
+}
