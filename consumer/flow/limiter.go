@@ -42,12 +42,8 @@ func (e *DeniedError) Error() string {
 }
 
 // localWait is the longest a task waits in its worker for its rate
-// limit's next start before it is handed back. DefaultWaiters is the
-// default of Config.Waiters (which is no longer used).
-const (
-	localWait      = 600 * time.Millisecond
-	DefaultWaiters = 2
-)
+// limit's next start before it is handed back.
+const localWait = 600 * time.Millisecond
 
 // staleHint is how long the view holds a slot taken after a create found
 // it held, when no change of the slot was seen.
@@ -151,12 +147,6 @@ type Config struct {
 	// IOTimeout bounds each KV request.
 	IOTimeout time.Duration
 	Logger    *slog.Logger
-	// Waiters is not used any more: a task of a full concurrency limit
-	// waits in the limit's waiting room on the task stream (Park), not in
-	// a worker slot.
-	//
-	// Deprecated: ignored.
-	Waiters int
 }
 
 // New binds the buckets, loads the rules (every rule stored is in force

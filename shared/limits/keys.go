@@ -4,6 +4,10 @@ import (
 	"encoding/base64"
 	"strconv"
 	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	spool "github.com/spoolq/spool/shared"
 )
 
 // Lease keys in the leases bucket. A flow-control key (any bytes) is
@@ -36,7 +40,7 @@ func SlotKey(typ, key string, i int) string {
 
 // SlotFilter matches every slot key of the type's limit (key empty) or of
 // one key's limit.
-func SlotFilter(typ, key string) string {
+func slotFilter(typ, key string) string {
 	if key == "" {
 		return "c." + typ + ".*"
 	}
@@ -44,7 +48,7 @@ func SlotFilter(typ, key string) string {
 }
 
 // KeySlotFilter matches every per-key slot of the type.
-func KeySlotFilter(typ string) string { return "kc." + typ + ".*.*" }
+func keySlotFilter(typ string) string { return "kc." + typ + ".*.*" }
 
 // RateKey is the lease key of the type's rate state, or of key's when key
 // is not empty.
@@ -105,13 +109,100 @@ func QueueKey(typ, key string) string {
 	return "kq." + typ + "." + EncodeKey(key)
 }
 
-// SlotQueueKey is the lease key of the return queue of the type's
-// concurrency limit, or of key's when key is not empty. Workers no longer
-// write it (a task of a full concurrency limit waits in the limit's
-// waiting room, Room); keys written by earlier workers expire.
-func SlotQueueKey(typ, key string) string {
-	if key == "" {
-		return "cq." + typ
+// The waiting room of a concurrency limit.
+//
+// A task whose concurrency limit is full (the type's, or its key's) is
+// parked in the limit's waiting room, a held subject of the task stream
+// that no worker consumes: spool.held.=.<type> for the type's limit,
+// spool.held.=<k>.<type> for key K's (<k> = base64url(K), as for ordered
+// keys). "=" never occurs in a base64url key token, so a room never
+// meets the held subject of an ordered or fair key. The parked copy
+// carries the task subject in Spool-Held-Target, like a held task of an
+// ordered key, and the delivery is acked: a waiting task costs no
+// delivery, no attempt and no pull.
+//
+// A slot is handed on, not freed, while its room has tasks: the worker
+// releasing a slot reads the room's oldest task (one direct get), writes
+// the slot over to it (compare-and-set at the revision it holds), and
+// releases the task to its task subject with the slot's key and new
+// revision (Spool-Slot); the worker that receives it takes the slot over
+// with a compare-and-set at that revision. A task arriving meanwhile
+// finds the limit full and waits behind the room's tasks, so the room
+// keeps arrival order and a waiting task is parked and released once. A
+// task takes its key's slot before the type's, and keeps its key's slot
+// (in Spool-Slot) while it waits in the type's room: it then waits in
+// each room at most once.
+//
+// When the room is empty the slot is deleted, and the room is read again
+// after the delete; a parker, after its publish, takes any slot it sees
+// free and hands it to the room's oldest task. So neither side misses
+// the other; a sweep of the held subjects by every worker (about every
+// 5 s) starts the rooms whose wake-up was lost (a slot expired with its
+// killed worker, a rule raised or lifted).
+
+// RoomToken returns the held-subject token of the waiting room of the
+// type's concurrency limit (key empty) or of key's: "=" followed by the
+// key's token.
+func roomToken(key string) string { return "=" + EncodeKey(key) }
+
+// ParseRoomToken reports whether a held-subject token is a waiting
+// room's, and whose (key empty: the type's limit).
+func ParseRoomToken(token string) (key string, ok bool) {
+	enc, ok := strings.CutPrefix(token, "=")
+	if !ok {
+		return "", false
 	}
-	return "kcq." + typ + "." + EncodeKey(key)
+	key, err := DecodeKey(enc)
+	return key, err == nil
+}
+
+// Room returns the waiting room of the type's concurrency limit (key
+// empty) or of key's.
+func Room(names spool.Names, typ, key string) string {
+	return names.HeldSubject(roomToken(key), typ)
+}
+
+// RoomOf returns the waiting room a slot key's slots hand on to; ok is
+// false for a key that is not a slot.
+func RoomOf(names spool.Names, slotKey string) (room, typ, key string, ok bool) {
+	typ, enc, _, ok := ParseSlotKey(slotKey)
+	if !ok {
+		return "", "", "", false
+	}
+	if key, ok = ParseRoomToken("=" + enc); !ok {
+		return "", "", "", false
+	}
+	return names.HeldSubject("="+enc, typ), typ, key, true
+}
+
+// Grant is a concurrency slot handed to a task (Spool-Slot): the slot's
+// lease key and the revision its holder wrote last.
+type Grant struct {
+	Slot string
+	Rev  uint64
+}
+
+// AddGrant adds the grant of slot g to a task's headers.
+func AddGrant(h nats.Header, g Grant) {
+	h.Add(spool.HeaderSlot, g.Slot+" "+strconv.FormatUint(g.Rev, 10))
+}
+
+// Grants reads the slots a task was handed; malformed values are left
+// out.
+func Grants(h nats.Header) []Grant {
+	var out []Grant
+	for _, v := range h.Values(spool.HeaderSlot) {
+		slot, r, ok := strings.Cut(v, " ")
+		if !ok {
+			continue
+		}
+		rev, err := strconv.ParseUint(r, 10, 64)
+		if err != nil || rev == 0 {
+			continue
+		}
+		if _, _, _, ok := ParseSlotKey(slot); ok {
+			out = append(out, Grant{Slot: slot, Rev: rev})
+		}
+	}
+	return out
 }

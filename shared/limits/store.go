@@ -250,7 +250,7 @@ func (s *Store) Usage(ctx context.Context) ([]Usage, error) {
 // typeUsage counts the leases of one type under r (r.Type is the type).
 func (s *Store) typeUsage(ctx context.Context, r Rule) (Usage, error) {
 	u := Usage{Rule: r}
-	lister, err := s.leases.ListKeysFiltered(ctx, SlotFilter(r.Type, ""), KeySlotFilter(r.Type))
+	lister, err := s.leases.ListKeysFiltered(ctx, slotFilter(r.Type, ""), keySlotFilter(r.Type))
 	if err != nil {
 		return Usage{}, fmt.Errorf("listing leases of %q: %w", r.Type, err)
 	}

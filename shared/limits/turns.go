@@ -67,7 +67,7 @@ func (t Turn) holds(seq uint64) bool {
 }
 
 // TurnKey is the lease key of the turn of key among the type's tasks.
-func TurnKey(typ, key string) string { return "o." + typ + "." + EncodeKey(key) }
+func turnKey(typ, key string) string { return "o." + typ + "." + EncodeKey(key) }
 
 // Decision is what a worker does with a released task.
 type Decision int
@@ -393,7 +393,7 @@ var errTurnMoved = errors.New("the turn changed meanwhile")
 
 // get reads the turn of key; rev 0: no turn key yet.
 func (t *Turns) get(ctx context.Context, typ, key string) (Turn, uint64, error) {
-	e, err := t.leases.Get(ctx, TurnKey(typ, key))
+	e, err := t.leases.Get(ctx, turnKey(typ, key))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Turn{}, 0, nil
 	}
@@ -420,7 +420,7 @@ func (t *Turns) putRev(ctx context.Context, typ, key string, turn Turn, rev uint
 	if err != nil {
 		return 0, fmt.Errorf("encoding a turn: %w", err)
 	}
-	k := TurnKey(typ, key)
+	k := turnKey(typ, key)
 	var next uint64
 	if rev == 0 {
 		next, err = t.leases.Create(ctx, k, b)
@@ -445,4 +445,30 @@ func OrderSeq(h nats.Header) (seq uint64, ok bool) {
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
 	return n, err == nil && n > 0
+}
+
+// Unhold turns a held message (a parked task of an ordered key or of a
+// waiting room, read by a direct get) into the copy to publish on its
+// task subject: its headers without Spool-Held-Target and the headers the
+// direct get added, with Spool-Task-Id set. Slots it holds while it waits
+// (Spool-Slot) stay.
+func Unhold(m *jetstream.RawStreamMsg) (*nats.Msg, string, error) {
+	target := m.Header.Get(spool.HeaderHeldTarget)
+	if target == "" {
+		return nil, "", fmt.Errorf("held task %d on %s has no %s", m.Sequence, m.Subject, spool.HeaderHeldTarget)
+	}
+	h := nats.Header{}
+	for k, v := range m.Header {
+		h[k] = v
+	}
+	h.Del(spool.HeaderHeldTarget)
+	// A direct get adds the stored message's place (Nats-Subject,
+	// Nats-Sequence, ...) to its headers; the released copy must not carry
+	// the held copy's, or a direct get of it reads the held subject.
+	for _, k := range directGetHeaders {
+		h.Del(k)
+	}
+	id := spool.TaskID(m.Header, m.Sequence)
+	h.Set(spool.HeaderTaskID, id)
+	return &nats.Msg{Subject: target, Header: h, Data: m.Data}, id, nil
 }
