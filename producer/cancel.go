@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/workflow"
 	"github.com/spoolq/spool/streams"
 )
 
@@ -137,34 +138,11 @@ func (c *Client) locate(ctx context.Context, id string) (doc spool.Result, rev u
 	if !errors.Is(err, ErrTaskNotFound) {
 		return doc, 0, "", err
 	}
-	s, _, err := c.taskStream(ctx)
+	found, err := c.findTask(ctx, id)
 	if err != nil {
 		return doc, 0, "", err
 	}
-	var msg *jetstream.RawStreamMsg
-	err = c.do(ctx, "looking for task "+id+" in the task stream", func(ctx context.Context) (err error) {
-		msg, err = streams.FindQueued(ctx, s, c.names, id)
-		return err
-	})
-	if err != nil {
-		return doc, 0, "", err
-	}
-	// The task partitions after the first (streams.Settings.Partitions).
-	for k := 1; msg == nil && k < streams.PartitionsOf(s.CachedInfo().Config); k++ {
-		name := c.names.PartitionStream(k)
-		err = c.do(ctx, "looking for task "+id+" in "+name, func(ctx context.Context) error {
-			part, err := c.js.Stream(ctx, name)
-			if err != nil {
-				return err
-			}
-			msg, err = streams.FindQueued(ctx, part, c.names, id)
-			return err
-		})
-		if err != nil {
-			return doc, 0, "", fmt.Errorf("looking for task %q in %s: %w", id, name, err)
-		}
-	}
-	if msg == nil {
+	if found == nil {
 		// A worker stores a task's result before its ack removes it from
 		// the stream: a task that finished after the first read of its
 		// result has it now.
@@ -179,13 +157,47 @@ func (c *Client) locate(ctx context.Context, id string) (doc spool.Result, rev u
 		if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return doc, 0, "", fmt.Errorf("reading the result of task %q: %w", id, err)
 		}
-		return doc, 0, "", fmt.Errorf("%w: task %q has no result, no pending schedule and is not queued (never enqueued, or its result expired)", ErrTaskNotFound, id)
+		return doc, 0, "", fmt.Errorf("%w: task %q has no result, no pending schedule and is in no place of the task streams (never enqueued, or its result expired)", ErrTaskNotFound, id)
 	}
+	msg := found.Msg
 	doc = spool.Result{ID: id, State: spool.StatePending, EnqueuedAt: msg.Time, TraceParent: msg.Header.Get(spool.HeaderTraceParent)}
-	if p, typ, err := c.names.ParseTaskSubject(msg.Subject); err == nil {
+	if p, typ, err := c.names.ParseTaskSubject(found.TaskSubject(c.names)); err == nil {
 		doc.Priority, doc.Type = p, typ
 	}
 	return doc, 0, msg.Header.Get(spool.HeaderUniqueKey), nil
+}
+
+// findTask looks for task id in every place of the task streams
+// (streams.Places): SPOOL_TASKS, then the task partitions after the
+// first (streams.Settings.Partitions). nil when it is nowhere.
+func (c *Client) findTask(ctx context.Context, id string) (*streams.Found, error) {
+	s, _, err := c.taskStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var found *streams.Found
+	err = c.do(ctx, "looking for task "+id+" in the task stream", func(ctx context.Context) (err error) {
+		found, err = streams.FindTask(ctx, s, c.names, id)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for k := 1; found == nil && k < streams.PartitionsOf(s.CachedInfo().Config); k++ {
+		name := c.names.PartitionStream(k)
+		err = c.do(ctx, "looking for task "+id+" in "+name, func(ctx context.Context) error {
+			part, err := c.js.Stream(ctx, name)
+			if err != nil {
+				return err
+			}
+			found, err = streams.FindTask(ctx, part, c.names, id)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("looking for task %q in %s: %w", id, name, err)
+		}
+	}
+	return found, nil
 }
 
 func (c *Client) scheduleUniqueKey(ctx context.Context, id string) (string, error) {
@@ -212,7 +224,11 @@ func (c *Client) scheduleUniqueKey(ctx context.Context, id string) (string, erro
 }
 
 // deleteSchedule removes the pending schedule of task id; one that fired
-// or went meanwhile is not an error (the tombstone stops the task).
+// or went meanwhile is not an error (the tombstone stops the task). A
+// schedule that a worker must meet when it fires is left to fire, and
+// the worker drops the task: a task handed back while it holds a place in
+// its key's turn (Spool-Order-Seq), which it passes on as it is dropped,
+// and a workflow step, whose workflow advances as it is dropped.
 func (c *Client) deleteSchedule(ctx context.Context, id string) error {
 	subject, err := c.names.SchedSubject(id)
 	if err != nil {
@@ -232,6 +248,9 @@ func (c *Client) deleteSchedule(ctx context.Context, id string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("looking up the schedule of task %q: %w", id, err)
+	}
+	if msg.Header.Get(spool.HeaderOrderSeq) != "" || msg.Header.Get(workflow.HeaderWorkflow) != "" {
+		return nil
 	}
 	err = c.do(ctx, "deleting the schedule of task "+id, func(ctx context.Context) error {
 		return s.DeleteMsg(ctx, msg.Sequence)

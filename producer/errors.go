@@ -49,8 +49,8 @@ var (
 	// is a *UniqueConflictError carrying that task's id.
 	ErrUniqueConflict = errors.New("unique key held by another task")
 	// ErrTaskNotFound: no result document exists for the id (no consumer
-	// has picked the task up yet, it expired, or there never was such a
-	// task).
+	// has picked the task up yet: it is queued, or parked, held or in a
+	// waiting room; it expired; or there never was such a task).
 	ErrTaskNotFound = errors.New("task not found")
 	// ErrTaskFinished: Cancel found the task already in a terminal state
 	// (completed, dead or cancelled); nothing was changed.

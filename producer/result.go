@@ -19,7 +19,10 @@ import (
 // Consumers write the document when they first pick a task up; before that,
 // a delayed task whose schedule is pending is reported with State
 // spool.StateScheduled (NextAttempt is when it is due), and any other task
-// gives ErrTaskNotFound (still queued, expired, or never enqueued).
+// gives ErrTaskNotFound: still queued or waiting beside the task subjects
+// (parked while its type is paused, held for its key's turn, in a
+// concurrency limit's waiting room, see streams.Places), expired, or never
+// enqueued. Result reads no backlog to tell these apart; Cancel does.
 func (c *Client) Result(ctx context.Context, id string) (spool.Result, error) {
 	if err := spool.ValidateID(id); err != nil {
 		return spool.Result{}, invalid("id", err)

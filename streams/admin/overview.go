@@ -60,6 +60,9 @@ func (o Overview) MarshalJSON() ([]byte, error) {
 	doc := overviewDoc{
 		Time:        o.Time,
 		Scheduled:   o.Status.Scheduled,
+		Parked:      o.Status.Parked,
+		Held:        o.Status.Held,
+		WaitingRoom: o.Status.WaitingRoom,
 		DeadLetters: o.Status.DeadLetters,
 		Results:     o.Status.Results,
 		StoreBytes:  o.Status.StoreBytes,
@@ -92,6 +95,9 @@ type (
 		Time        time.Time     `json:"time"`
 		Priorities  []priorityDoc `json:"priorities"`
 		Scheduled   uint64        `json:"scheduled"`
+		Parked      uint64        `json:"parked"`
+		Held        uint64        `json:"held"`
+		WaitingRoom uint64        `json:"waiting_room"`
 		DeadLetters uint64        `json:"dead_letters"`
 		Results     uint64        `json:"results"`
 		StoreBytes  uint64        `json:"store_bytes"`

@@ -36,8 +36,17 @@ type PriorityStatus struct {
 type Status struct {
 	// Priorities has one entry per priority, most urgent first.
 	Priorities []PriorityStatus `json:"priorities"`
-	// Scheduled counts delayed tasks whose time has not come.
+	// Scheduled counts delayed tasks whose time has not come, and tasks
+	// handed back by a full rate limit until their schedule fires.
 	Scheduled uint64 `json:"scheduled"`
+	// Parked counts the tasks parked while their type is paused (per type
+	// in Types).
+	Parked uint64 `json:"parked"`
+	// Held counts the tasks waiting for their ordered or fair key's turn.
+	Held uint64 `json:"held"`
+	// WaitingRoom counts the tasks waiting for a slot of a full
+	// concurrency limit.
+	WaitingRoom uint64 `json:"waiting_room"`
 	// DeadLetters is the number of messages in the DLQ stream.
 	DeadLetters uint64 `json:"dead_letters"`
 	// Results is the number of result documents kept.
@@ -97,17 +106,17 @@ func (c *Client) status(ctx context.Context) (Status, error) {
 		}
 		st.Priorities = append(st.Priorities, ps)
 	}
-	info, err := tasks.Info(ctx, jetstream.WithSubjectFilter(names.SchedFilter()))
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return st, &spool.NotProvisionedError{Kind: "stream", Name: names.TaskStream(), Err: err}
-	}
+	// The places beside the task subjects (streams.Places), all in
+	// SPOOL_TASKS.
+	waiting, err := streams.CountWaiting(ctx, tasks, names)
 	if err != nil {
-		return st, fmt.Errorf("reading stream %q: %w", names.TaskStream(), err)
+		return st, err
 	}
-	for _, n := range info.State.Subjects {
-		st.Scheduled += n
-	}
-	st.StoreBytes += info.State.Bytes
+	st.Scheduled = waiting[streams.PlaceScheduled]
+	st.Parked = waiting[streams.PlaceParked]
+	st.Held = waiting[streams.PlaceHeld]
+	st.WaitingRoom = waiting[streams.PlaceWaitingRoom]
+	st.StoreBytes += tasks.CachedInfo().State.Bytes
 	if st.DeadLetters, err = c.streamMsgs(ctx, names.DLQStream()); err != nil {
 		return st, err
 	}

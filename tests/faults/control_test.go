@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/limits"
+	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/tests/checker"
 )
@@ -197,4 +200,182 @@ func noneParked(ctx context.Context, js jetstream.JetStream) error {
 		return fmt.Errorf("%d tasks parked", n)
 	}
 	return nil
+}
+
+// TestControlsCancelEveryPlaceUnderKills cancels, in each round, a task
+// in every place it can wait or run while worker processes are killed
+// with SIGKILL and replaced: in retry backoff, delayed, parked by a type
+// pause, held for its ordered key's turn, in a concurrency limit's waiting
+// room, handed back by a rate limit, and running. (Queued tasks of a
+// paused priority are cancelled by TestControlsUnderKills.) Every cancel
+// is acknowledged, every cancelled task ends cancelled and never runs
+// (the retried and the running one are not run again to completion), the
+// blocking tasks complete, and no key's turn or limit's slot is left
+// stuck: every task ends.
+func TestControlsCancelEveryPlaceUnderKills(t *testing.T) {
+	const block = 4000 // ms a blocking task runs: the waiting ones wait that long
+	rounds := scale(3)
+	start := time.Now()
+	srv := startServer(t, t.TempDir(), 0, soak())
+	nc := connect(t, srv.url, "faults-cancel-places")
+	js := provision(t, nc, settings(1))
+	ctx := ctxFor(t, time.Duration(scale(3))*time.Minute)
+	store, err := limits.Open(ctx, js, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []limits.Rule{
+		{Type: "fault.limited", Concurrency: 1},
+		// Each round's key has its own rate: its second task waits about
+		// a minute as a schedule.
+		{Type: "fault.paced", KeyRate: &limits.Rate{Limit: 1, Period: limits.Duration(time.Minute)}},
+		{Type: "fault.ordered", Ordered: limits.OrderHold},
+	} {
+		if err := store.Put(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chk := checker.New()
+	fl := newFleet(t, srv.url, chk, "SPOOL_CONCURRENCY=4", "SPOOL_RETRY_BASE=3s",
+		"SPOOL_FAULT_SPAN_LOG="+filepath.Join(t.TempDir(), "spans.log"))
+	for range 3 {
+		fl.start()
+	}
+	client, err := producer.New(nc, producer.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	adm, err := admin.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := &loadGen{client: client, chk: chk}
+	tasks, err := js.Stream(ctx, names.TaskStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, names.ResultsBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueue := func(typ, id, key string, payload faultTask, delay time.Duration) {
+		t.Helper()
+		tk, v := newTask(t, id, spool.Normal, payload)
+		tk.Type, tk.Key, tk.Delay = typ, key, delay
+		if err := gen.enqueue(ctx, []producer.Task{tk}, []string{v}, 1, 0); err != nil {
+			t.Fatalf("enqueueing %s: %v", id, err)
+		}
+	}
+	waitFor := func(what string, cond func() error) {
+		t.Helper()
+		if err := poll(ctx, time.Minute, 100*time.Millisecond, cond); err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+	}
+	in := func(id string, place streams.Place) func() error {
+		return func() error {
+			f, err := streams.FindTask(ctx, tasks, names, id)
+			if err != nil {
+				return err
+			}
+			if f == nil || f.Place != place {
+				return fmt.Errorf("task %s is not %s (%+v)", id, place, f)
+			}
+			return nil
+		}
+	}
+	state := func(id string, want spool.State) func() error {
+		return func() error {
+			doc, err := result(ctx, kv, id)
+			if err != nil || doc.State != want {
+				return fmt.Errorf("task %s is %s, want %s (%v)", id, doc.State, want, err)
+			}
+			return nil
+		}
+	}
+	kill := func() {
+		running := fl.running()
+		fl.kill(running[rand.IntN(len(running))])
+		fl.start()
+	}
+	ran := map[string]bool{} // cancelled tasks that ran before their cancel
+	var cancelled []string
+	for r := range rounds {
+		key := fmt.Sprintf("r%02d", r)
+		id := func(what string) string { return "cp-" + key + "-" + what }
+		// In retry backoff: its first attempt fails, the next is ~3s away.
+		enqueue("fault.task", id("retry"), "", faultTask{FailAttempts: 1}, 0)
+		waitFor(id("retry")+" retrying", state(id("retry"), spool.StateRetrying))
+		ran[id("retry")] = true
+		if _, err := adm.PauseType(ctx, "fault.task", admin.TypePauseOptions{By: "faults", Until: time.Now().Add(time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+		// The tasks that hold the places, then those that wait in them.
+		enqueue("fault.limited", id("slot"), "", faultTask{SleepMS: block}, 0)
+		enqueue("fault.ordered", id("turn"), key, faultTask{SleepMS: block}, 0)
+		enqueue("fault.paced", id("rate"), key, faultTask{}, 0)
+		enqueue("fault.ordered", id("running"), key+"-run", faultTask{SleepMS: 60_000}, 0)
+		ran[id("running")] = true
+		enqueue("fault.task", id("delayed"), "", faultTask{}, time.Minute)
+		enqueue("fault.task", id("parked"), "", faultTask{}, 0)
+		waitFor(id("rate")+" completed", state(id("rate"), spool.StateCompleted))
+		enqueue("fault.limited", id("room"), "", faultTask{}, 0)
+		enqueue("fault.ordered", id("held"), key, faultTask{}, 0)
+		enqueue("fault.paced", id("handback"), key, faultTask{}, 0)
+		waitFor(id("room")+" in the waiting room", in(id("room"), streams.PlaceWaitingRoom))
+		waitFor(id("held")+" held", in(id("held"), streams.PlaceHeld))
+		waitFor(id("handback")+" handed back", in(id("handback"), streams.PlaceScheduled))
+		waitFor(id("delayed")+" delayed", in(id("delayed"), streams.PlaceScheduled))
+		waitFor(id("parked")+" parked", in(id("parked"), streams.PlaceParked))
+		waitFor(id("running")+" running", state(id("running"), spool.StateProcessing))
+		for _, what := range []string{"retry", "delayed", "parked", "held", "room", "handback", "running"} {
+			if _, err := client.Cancel(ctx, id(what), producer.CancelBy("faults")); err != nil {
+				t.Fatalf("cancelling %s: %v", id(what), err)
+			}
+			cancelled = append(cancelled, id(what))
+			if what == "parked" {
+				kill() // while the cancelled tasks wait and run
+			}
+		}
+		kill()
+		if err := adm.ResumeType(ctx, "fault.task"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every place drains: the blocking tasks complete, the cancelled ones
+	// are dropped as they come back to a worker.
+	waitFor("every place to drain", func() error {
+		if err := idle(ctx, js); err != nil {
+			return err
+		}
+		waiting, err := streams.CountWaiting(ctx, tasks, names)
+		if err != nil {
+			return err
+		}
+		for place, n := range waiting {
+			if n > 0 {
+				return fmt.Errorf("%d tasks %s", n, place)
+			}
+		}
+		return nil
+	})
+	left := settle(t, ctx, js, time.Minute)
+	fl.stopAll(30 * time.Second)
+	collect(t, js, chk)
+	lines, torn := fl.readLogs()
+	t.Logf("%d execution lines, %d torn by SIGKILL", lines, torn)
+	rep := report(t, "cancel in every place under SIGKILL", fmt.Sprintf("%d SIGKILL, %d cancels", fl.kills, len(cancelled)), start, chk, left)
+	if rep.Completed+rep.Cancelled != rep.Tasks || rep.Cancelled != len(cancelled) {
+		t.Errorf("%d completed + %d cancelled of %d tasks, %d cancels acknowledged; dead: %s", rep.Completed, rep.Cancelled, rep.Tasks, len(cancelled), rep.DeadSummary())
+	}
+	for _, id := range cancelled {
+		doc, err := result(ctx, kv, id)
+		if err != nil || doc.State != spool.StateCancelled || doc.CancelledBy != "faults" {
+			t.Errorf("task %s, cancelled, ended %+v (%v)", id, doc, err)
+		}
+		if n := len(chk.Executions(id)); !ran[id] && n > 0 {
+			t.Errorf("task %s ran %d times after its cancel", id, n)
+		}
+	}
 }

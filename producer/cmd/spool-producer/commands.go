@@ -399,10 +399,18 @@ func (s *session) noResult(ctx context.Context, cfg Config, id, after string) er
 	for _, p := range st.Priorities {
 		queued += p.Pending + uint64(p.InFlight)
 	}
-	if queued == 0 {
+	// A task also waits without a document beside the task subjects:
+	// parked while its type is paused, held for its key's turn, in a
+	// concurrency limit's waiting room (streams.Places).
+	waiting := st.Parked + st.Held + st.WaitingRoom
+	if queued+waiting == 0 {
 		return fmt.Errorf("task %q is not known: no result document, no pending schedule and no task queued%s (check the id; a result expires after SPOOL_RESULT_TTL)", id, after)
 	}
-	return fmt.Errorf("task %q has no result document%s: it is not known, or it is one of the %d queued tasks no worker has picked up yet (spool-admin status shows the queue)", id, after, queued)
+	what := fmt.Sprintf("%d queued tasks", queued)
+	if waiting > 0 {
+		what = fmt.Sprintf("%d tasks queued or waiting (%d parked, %d held for a key's turn, %d in waiting rooms)", queued+waiting, st.Parked, st.Held, st.WaitingRoom)
+	}
+	return fmt.Errorf("task %q has no result document%s: it is not known, or it is one of the %s no worker has picked up yet (spool-admin status shows the queue)", id, after, what)
 }
 
 func runCancel(ctx context.Context, cfg Config, env *cmdEnv, args []string) error {

@@ -255,8 +255,8 @@ func printStatus(w io.Writer, st admin.Status) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if _, err := fmt.Fprintf(w, "\nscheduled %d · dead letters %d · results %d · task store %d bytes\n",
-		st.Scheduled, st.DeadLetters, st.Results, st.StoreBytes); err != nil {
+	if _, err := fmt.Fprintf(w, "\nscheduled %d · parked %d · held for a key's turn %d · in waiting rooms %d\ndead letters %d · results %d · task store %d bytes\n",
+		st.Scheduled, st.Parked, st.Held, st.WaitingRoom, st.DeadLetters, st.Results, st.StoreBytes); err != nil {
 		return err
 	}
 	if len(st.Types) > 0 {
