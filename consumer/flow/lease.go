@@ -120,6 +120,23 @@ func (le *Lease) renew(ctx context.Context) {
 	}
 }
 
+// put writes k if its last revision is still rev, with a per-key TTL (KV
+// Update would drop the TTL).
+func (l *Limiter) put(ctx context.Context, k string, val []byte, rev uint64, ttl time.Duration) (uint64, error) {
+	ack, err := l.js.PublishMsg(ctx, &nats.Msg{Subject: l.subj + k, Data: val, Header: nats.Header{}},
+		jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+func isWrongLastSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
 // Concurrency slots: the view of the slots taken, and taking one.
 
 // onSlot updates the view of taken slots from a change of a slot key.
