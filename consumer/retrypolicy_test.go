@@ -3,6 +3,8 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/spoolq/spool/consumer/remote"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 // counter counts calls per task id.
@@ -166,5 +169,102 @@ func TestRemoteVerdictHeaders(t *testing.T) {
 	doc := e.waitResult("rv1", spool.StateCompleted, 10*time.Second)
 	if doc.Attempts != 2 || doc.Snoozes != 1 || string(doc.Result) != `{"ok":true}` {
 		t.Fatalf("completed document %+v, want attempt 2 after one snooze", doc)
+	}
+}
+
+// Retry delays follow min(base·2^(attempt-1), max) + up to 20% jitter: the
+// server never redelivers before the delay, and the retrying document
+// names the next attempt time.
+func TestRetryBackoff(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, streams.Settings{})
+	base, maxDelay := 50*time.Millisecond, 150*time.Millisecond
+	var starts log[time.Time]
+	writes := e.resultWrites("retry-1")
+	mux := consumer.NewMux()
+	mux.HandleFunc("flaky", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		starts.add(time.Now())
+		if task.Attempt <= 3 {
+			return nil, fmt.Errorf("failure %d", task.Attempt)
+		}
+		return []byte(`"ok"`), nil
+	})
+	// Processing written as every attempt starts (the default waits 1s).
+	e.worker(mux, consumer.WithRetry(base, maxDelay, 5), consumer.WithProcessingDelay(0))
+	e.publishID(spool.High, "flaky", "retry-1", nil, nil)
+	doc := e.waitResult("retry-1", spool.StateCompleted, 20*time.Second)
+	if doc.Attempts != 4 || string(doc.Result) != `"ok"` {
+		t.Fatalf("result %+v", doc)
+	}
+	s := starts.snapshot()
+	if len(s) != 4 {
+		t.Fatalf("%d attempts, want 4", len(s))
+	}
+	for k := 1; k < len(s); k++ {
+		want := consumer.Backoff(base, maxDelay, k)
+		gap := s[k].Sub(s[k-1])
+		t.Logf("after attempt %d: gap %s, backoff %s", k, gap, want)
+		if gap < want {
+			t.Errorf("attempt %d came %s after attempt %d, before its backoff %s", k+1, gap, k, want)
+		}
+	}
+	// The document went processing → retrying (×3, with the error and the
+	// next attempt time) → processing → completed.
+	docs := nextWrites(t, writes, 8)
+	var states []string
+	for _, d := range docs {
+		states = append(states, fmt.Sprintf("%s/%d", d.State, d.Attempts))
+		if d.State == spool.StateRetrying {
+			if d.NextAttempt == nil || !strings.Contains(d.Error, "failure") {
+				t.Errorf("retrying document %+v", d)
+			} else if ahead := d.NextAttempt.Sub(*d.StartedAt); ahead < consumer.Backoff(base, maxDelay, d.Attempts) {
+				t.Errorf("next attempt %s after the start of attempt %d, before its backoff", ahead, d.Attempts)
+			}
+		}
+	}
+	want := "processing/1 retrying/1 processing/2 retrying/2 processing/3 retrying/3 processing/4 completed/4"
+	if got := strings.Join(states, " "); got != want {
+		t.Errorf("document states %s, want %s", got, want)
+	}
+}
+
+// Tasks waiting in backoff hold no slot: fresh tasks of the same priority
+// run while they wait.
+func TestBackoffDoesNotBlockFresh(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, streams.Settings{})
+	mux := consumer.NewMux()
+	mux.HandleFunc("fail", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		return nil, errors.New("not yet")
+	})
+	mux.HandleFunc("ok", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		return nil, nil
+	})
+	w := e.worker(mux, consumer.WithConcurrency(2, 2), consumer.WithRetry(time.Hour, time.Hour, 3))
+	for i := range 20 {
+		e.publishID(spool.Normal, "fail", "fail-"+itoa(i), nil, nil)
+	}
+	streamstest.WaitFor(t, 20*time.Second, func() error {
+		if w.Stats().Priorities[spool.Normal].Retried != 20 {
+			return errors.New("failing tasks in backoff")
+		}
+		return nil
+	})
+	for i := range 20 {
+		e.publishID(spool.Normal, "ok", "ok-"+itoa(i), nil, nil)
+	}
+	for i := range 20 {
+		e.waitResult("ok-"+itoa(i), spool.StateCompleted, 20*time.Second)
+	}
+	// Results are stored before the ack: wait for the acks to land.
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		if e.consumerInfo(spool.Normal).NumAckPending != 20 {
+			return errors.New("only the 20 tasks in backoff ack-pending")
+		}
+		return nil
+	})
+	doc, _ := e.result("fail-0")
+	if doc.State != spool.StateRetrying || doc.NextAttempt == nil || time.Until(*doc.NextAttempt) < 50*time.Minute {
+		t.Errorf("backoff document %+v", doc)
 	}
 }
