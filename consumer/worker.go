@@ -84,6 +84,10 @@ type Worker struct {
 	hardCtx     context.Context
 	hardCancel  context.CancelFunc
 	handlerBase context.Context
+	// abortCtx ends when Stop's ctx ends before the shutdown is done:
+	// the shutdown then stops waiting for the server.
+	abortCtx context.Context
+	abort    context.CancelFunc
 	// watches are the running attempts' timers, for cancelHandlers.
 	watchMu sync.Mutex
 	watches map[*watch]struct{}
@@ -274,6 +278,7 @@ func (w *Worker) start(ctx context.Context) error {
 	w.mu.Lock()
 	w.hardCtx, w.hardCancel = context.WithCancel(w.ioCtx)
 	w.handlerBase = context.WithoutCancel(w.hardCtx)
+	w.abortCtx, w.abort = context.WithCancel(w.ioCtx)
 	hard := w.hardCtx
 	context.AfterFunc(hard, func() { w.endHandlers(context.Cause(hard)) })
 	w.state = WorkerIdle
@@ -308,12 +313,21 @@ func bindError(kind, name string, err error) error {
 // running and hands their tasks, and those still waiting, back at once
 // (NAK without delay) so another worker takes them. It returns when everything is done,
 // or ctx.Err() when ctx ends first (the hand-back still completes in the
-// background; wait on Stopped). A ctx that is already done makes Stop a
+// background, no longer waiting for the server to confirm the last writes;
+// wait on Stopped). A ctx that is already done makes Stop a
 // hard stop: running handlers are cancelled and their tasks handed back at
 // once. Stop is idempotent and safe before Start; it never closes the
 // connection.
 func (w *Worker) Stop(ctx context.Context) error {
-	return w.life.Stop(ctx, w.shutdown, w.cancelHandlers)
+	return w.life.Stop(ctx, w.shutdown, w.hardStop)
+}
+
+// hardStop runs when Stop's ctx ends first: running handlers are
+// cancelled, and the shutdown stops waiting for the server, which may be
+// gone.
+func (w *Worker) hardStop() {
+	w.abort()
+	w.cancelHandlers()
 }
 
 // Stopped is closed once the worker has stopped.
@@ -360,7 +374,7 @@ func (w *Worker) shutdown() {
 	w.runners.Wait()
 	w.closeFlow()
 	w.parking.Close()
-	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
+	ctx, cancel := context.WithTimeout(w.abortCtx, w.o.IOTimeout)
 	if err := w.nc.FlushWithContext(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		w.log.Warn("flushing acks at shutdown", "error", err)
 	}

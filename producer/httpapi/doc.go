@@ -30,7 +30,9 @@
 //
 // Errors are JSON: {"error":{"code":"invalid_priority","message":"...","field":"priority"}}
 // with a stable code (see the Code constants), and for a unique-key conflict
-// the holder's id in "existing_id". A known path with a method it does not
+// the holder's id in "existing_id". A stored document the broker cannot
+// decode (a result document with NaN from a worker outside the contract)
+// answers 502 invalid_document, its field in "field". A known path with a method it does not
 // serve answers 405 method_not_allowed. When a bearer token is configured, every
 // route except /healthz, /readyz and /v1/openapi.json requires
 // "Authorization: Bearer <token>".

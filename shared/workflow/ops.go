@@ -239,8 +239,8 @@ func (s *Store) watchRecord(ctx context.Context, id string, r *Record) (bool, er
 				continue
 			}
 			var x Record
-			if err := json.Unmarshal(e.Value(), &x); err != nil {
-				return false, fmt.Errorf("decoding %s: %w", e.Key(), err)
+			if err := spool.DecodeDocument(recordDocument, e.Key(), e.Value(), &x); err != nil {
+				return false, err
 			}
 			*r = x
 			if r.State.Terminal() {
