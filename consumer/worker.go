@@ -234,7 +234,7 @@ func (w *Worker) start(ctx context.Context) error {
 	// Each look-up rides out an election: tried again until the cluster
 	// answers or ctx ends, saying what it waits for now and then. A
 	// missing stream or consumer fails at once.
-	bind := jsproto.Retry{PerTry: min(w.o.IOTimeout, jsproto.DefaultPerTry), Logger: w.log}
+	bind := jsproto.Retry{PerTry: min(w.o.IOTimeout, jsproto.DefaultPerTry), Logger: w.log, Conn: w.nc}
 	if err := w.bindPartitions(ctx, bind); err != nil {
 		return err
 	}

@@ -77,7 +77,7 @@ func (s *Store) retry(ctx context.Context, op func(ctx context.Context) error) e
 
 // retryFor is retry with a per-try timeout of its own.
 func (s *Store) retryFor(ctx context.Context, try time.Duration, op func(ctx context.Context) error) error {
-	return jsproto.Retry{PerTry: try}.Do(ctx, "workflow state", func(ctx context.Context) error {
+	return jsproto.Retry{PerTry: try, Conn: s.js.Conn()}.Do(ctx, "workflow state", func(ctx context.Context) error {
 		err := op(ctx)
 		if errors.Is(err, nats.ErrReconnectBufExceeded) {
 			// A connection without a reconnect buffer refuses a publish
