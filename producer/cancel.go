@@ -181,7 +181,8 @@ func (c *Client) locate(ctx context.Context, id string) (doc spool.Result, rev u
 		}
 		return doc, 0, "", fmt.Errorf("%w: task %q has no result, no pending schedule and is not queued (never enqueued, or its result expired)", ErrTaskNotFound, id)
 	}
-	doc = spool.Result{ID: id, State: spool.StatePending, EnqueuedAt: msg.Time, TraceParent: msg.Header.Get(spool.HeaderTraceParent)}
+	doc = spool.Result{ID: id, State: spool.StatePending, TraceParent: msg.Header.Get(spool.HeaderTraceParent)}
+	doc.EnqueuedAt, doc.HandedBackAt = spool.EnqueueTimes(msg.Header, msg.Time)
 	if p, typ, err := c.names.ParseTaskSubject(msg.Subject); err == nil {
 		doc.Priority, doc.Type = p, typ
 	}

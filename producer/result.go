@@ -214,7 +214,8 @@ func (c *Client) scheduledResult(ctx context.Context, id string) (spool.Result, 
 	if err != nil {
 		return spool.Result{}, fmt.Errorf("looking up the schedule of task %q: %w", id, err)
 	}
-	r := spool.Result{ID: id, State: spool.StateScheduled, EnqueuedAt: msg.Time}
+	r := spool.Result{ID: id, State: spool.StateScheduled}
+	r.EnqueuedAt, r.HandedBackAt = spool.EnqueueTimes(msg.Header, msg.Time)
 	if p, typ, err := c.names.ParseTaskSubject(msg.Header.Get(spool.HeaderScheduleTarget)); err == nil {
 		r.Priority, r.Type = p, typ
 	}
