@@ -168,8 +168,8 @@ func TestHandedBackTaskKeepsEnqueuedAt(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if info.State.Msgs != 1 {
-				return fmt.Errorf("%d parked tasks, want r1", info.State.Msgs)
+			if len(info.State.Subjects) != 1 {
+				return fmt.Errorf("parked subjects %v, want r1's", info.State.Subjects)
 			}
 			return nil
 		})
