@@ -45,7 +45,7 @@ func (c *Client) Result(ctx context.Context, id string) (spool.Result, error) {
 }
 
 // Wait waits until the result document of task id reaches a terminal
-// state (completed or dead) and returns it. It waits as long as ctx
+// state (completed, dead or cancelled) and returns it. It waits as long as ctx
 // allows: give it a deadline. A document that is not there yet is waited
 // for.
 //
