@@ -290,9 +290,9 @@ func checkRetried(t *testing.T, e *wfEnv, rm *retryMux, id string, c retryCase, 
 }
 
 // A workflow left running with every step done and its on-failure step
-// terminal, but the record not told (a crash between the two writes, or a
-// retry made by a version that kept the on-failure step's old run), is
-// finished by a retry: it ends failed instead of waiting for good.
+// terminal, but the record not told (a crash between the two writes, or an
+// on-failure step left terminal from an earlier round), is finished by a
+// retry: it ends failed instead of waiting for good.
 func TestWorkflowRetryFinishesAStuckOnFailure(t *testing.T) {
 	t.Parallel()
 	e, rm := newRetryEnv(t, 4)

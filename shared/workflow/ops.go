@@ -379,9 +379,8 @@ func rerun(sr *StepRecord, n int) bool {
 
 // finishOnFailure finishes the on-failure step of a running workflow r
 // whose record still waits for it although the step is terminal: a crash
-// came between the two writes, or a retry made before retries gave the
-// on-failure step a new run left the workflow waiting for a step that had
-// run already.
+// came between the two writes, or the step is terminal from an earlier
+// round that a retry did not give a new run, so nothing would run it.
 func (s *Store) finishOnFailure(ctx context.Context, r Record, steps []StepRecord) error {
 	if r.OnFailure == "" || r.OnFailureDone || r.Failure == nil {
 		return nil
