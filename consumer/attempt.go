@@ -52,8 +52,8 @@ func (w *Worker) attempt(lane int, msg jetstream.Msg) {
 		seq:     seq,
 		attempt: int(md.NumDelivered),
 		id:      spool.TaskID(hdr, seq),
-		enq:     md.Timestamp,
 	}
+	a.enq, a.handedBack = spool.EnqueueTimes(hdr, md.Timestamp)
 	_, typ, subjErr := w.o.Names.ParseTaskSubject(msg.Subject())
 	a.typ = typ
 	if subjErr != nil {
@@ -86,7 +86,7 @@ func (w *Worker) attempt(lane int, msg jetstream.Msg) {
 	var prior *spool.Result
 	if md.NumDelivered > 1 {
 		prior, a.rev = w.priorResult(a)
-		if prior != nil && prior.EnqueuedAt.Equal(a.enq) {
+		if prior != nil && a.sameMessage(*prior) {
 			a.snoozes = prior.Snoozes
 			a.attempt = max(1, a.attempt-a.snoozes)
 		}
@@ -145,7 +145,7 @@ func (w *Worker) attempt(lane int, msg jetstream.Msg) {
 		Headers:     hdr,
 		Attempt:     a.attempt,
 		MaxAttempts: a.maxAttempts,
-		EnqueuedAt:  md.Timestamp,
+		EnqueuedAt:  a.enq,
 
 		names: &w.o.Names,
 		id:    a.id,
@@ -184,7 +184,7 @@ func (w *Worker) attempt(lane int, msg jetstream.Msg) {
 // id, or replayed, still runs. Only redeliveries pay the read, from the
 // bucket's leader (see priorResult); a read that fails runs the task.
 func (w *Worker) storedAlready(a attemptInfo, doc spool.Result) bool {
-	if !doc.EnqueuedAt.Equal(a.enq) || doc.State != spool.StateCompleted && doc.State != spool.StateDead {
+	if !a.sameMessage(doc) || doc.State != spool.StateCompleted && doc.State != spool.StateDead {
 		return false
 	}
 	err := w.settleWrite(a, "releasing the unique key of task "+a.id, func(ctx context.Context) error {
@@ -291,8 +291,11 @@ type attemptInfo struct {
 	snoozes     int // deliveries that were snoozes, from the result document
 	uniqueKey   string
 	traceParent string
-	enq         time.Time
-	started     time.Time
+	// enq is when the task was first enqueued; handedBack, when the
+	// message is a copy Spool published again, when the copy was.
+	enq        time.Time
+	handedBack *time.Time
+	started    time.Time
 	// wf is the workflow step the task runs, nil for a plain task.
 	wf *workflow.Ref
 	// rev is the revision of the task's result document as the attempt
@@ -305,20 +308,32 @@ type attemptInfo struct {
 
 func (a attemptInfo) doc(state spool.State) spool.Result {
 	d := spool.Result{
-		ID:          a.id,
-		Type:        a.typ,
-		Priority:    a.p,
-		State:       state,
-		Attempts:    a.attempt,
-		EnqueuedAt:  a.enq,
-		TraceParent: a.traceParent,
-		Snoozes:     a.snoozes,
+		ID:           a.id,
+		Type:         a.typ,
+		Priority:     a.p,
+		State:        state,
+		Attempts:     a.attempt,
+		EnqueuedAt:   a.enq,
+		HandedBackAt: a.handedBack,
+		TraceParent:  a.traceParent,
+		Snoozes:      a.snoozes,
 	}
 	if !a.started.IsZero() {
 		s := a.started
 		d.StartedAt = &s
 	}
 	return d
+}
+
+// sameMessage reports whether doc was written for this very message: its
+// enqueue time and, for a copy handed back, the copy's are the message's.
+// A task enqueued again under the same id, replayed, or handed back again
+// is another message.
+func (a attemptInfo) sameMessage(doc spool.Result) bool {
+	if !doc.EnqueuedAt.Equal(a.enq) || (doc.HandedBackAt == nil) != (a.handedBack == nil) {
+		return false
+	}
+	return a.handedBack == nil || doc.HandedBackAt.Equal(*a.handedBack)
 }
 
 // handlerResult is what the handler returned.
@@ -765,17 +780,18 @@ func (w *Worker) deadLetter(a attemptInfo, reason spool.Reason, cause error, o o
 		errText = cause.Error()
 	}
 	dm := dlq.Message{
-		Subject:    a.msg.Subject(),
-		Stream:     a.stream,
-		Seq:        a.seq,
-		Header:     a.msg.Headers(),
-		Data:       a.msg.Data(),
-		Reason:     reason,
-		Err:        errText,
-		Attempts:   a.attempt,
-		FailedAt:   time.Now(),
-		EnqueuedAt: a.enq,
-		StartedAt:  a.started,
+		Subject:      a.msg.Subject(),
+		Stream:       a.stream,
+		Seq:          a.seq,
+		Header:       a.msg.Headers(),
+		Data:         a.msg.Data(),
+		Reason:       reason,
+		Err:          errText,
+		Attempts:     a.attempt,
+		FailedAt:     time.Now(),
+		EnqueuedAt:   a.enq,
+		HandedBackAt: a.handedBack,
+		StartedAt:    a.started,
 	}
 	// A task cancelled meanwhile ends cancelled, not in the dead-letter
 	// stream (putFinal below settles the race that remains).

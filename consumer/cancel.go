@@ -198,8 +198,9 @@ func (c *cancels) close() {
 }
 
 // settleCancelled ends an attempt of a cancelled task: the cancelled
-// result document (who and why from the cancellation), the unique key
-// released, and the task terminated: never retried, never dead-lettered.
+// result document (who and why from the cancellation) unless the
+// canceller stored one already, the unique key released, and the task
+// terminated: never retried, never dead-lettered.
 func (w *Worker) settleCancelled(a attemptInfo, o outcome) {
 	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
 	c := w.cancels.get(ctx, a.id)
@@ -209,7 +210,7 @@ func (w *Worker) settleCancelled(a attemptInfo, o outcome) {
 	doc.FinishedAt = &fin
 	doc.CancelledBy, doc.CancelReason = c.By, c.Reason
 	err := w.settleWrite(a, "writing the cancelled state of task "+a.id, func(ctx context.Context) error {
-		return w.results.Put(ctx, doc)
+		return w.putCancelled(ctx, a.id, doc)
 	})
 	if err != nil {
 		w.log.Warn("writing cancelled state", "task_id", a.id, "error", err)
@@ -252,6 +253,33 @@ func (w *Worker) settleCancelled(a attemptInfo, o outcome) {
 	}
 	w.log.Info("task cancelled", "task_id", a.id, "type", a.typ, "priority", a.p.String(), "by", c.By, "reason", c.Reason)
 	w.rec.record(a.p, a.typ, o)
+}
+
+// putCancelled stores the cancelled document doc unless the task's stored
+// document is cancelled already: whoever changes the document to
+// cancelled publishes the one cancelled event of the task (the canceller,
+// or this worker when it writes first). The write is over the revision
+// read, so a canceller writing meanwhile makes it read again.
+func (w *Worker) putCancelled(ctx context.Context, id string, doc spool.Result) error {
+	for range maxFinalTries {
+		cur, rev, found, err := w.results.ReadFromLeader(ctx, id)
+		if err != nil {
+			return err
+		}
+		if found && cur.State == spool.StateCancelled {
+			if sameFinal(cur, doc) {
+				// An earlier try was stored and its answer lost, before
+				// its event was published.
+				w.results.Event(spool.EventCancelled, &doc)
+			}
+			return nil
+		}
+		err = w.results.PutAt(ctx, doc, rev)
+		if err == nil || !results.IsConflict(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("the result of task %s kept changing (%d writes lost a race)", id, maxFinalTries)
 }
 
 // stored reports whether task id has a cancellation in the bucket (read

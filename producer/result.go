@@ -47,7 +47,7 @@ func (c *Client) Result(ctx context.Context, id string) (spool.Result, error) {
 }
 
 // Wait waits until the result document of task id reaches a terminal
-// state (completed or dead) and returns it. It waits as long as ctx
+// state (completed, dead or cancelled) and returns it. It waits as long as ctx
 // allows: give it a deadline. A document that is not there yet is waited
 // for.
 //
@@ -221,7 +221,8 @@ func (c *Client) scheduledResult(ctx context.Context, id string) (spool.Result, 
 	if err != nil {
 		return spool.Result{}, fmt.Errorf("looking up the schedule of task %q: %w", id, err)
 	}
-	r := spool.Result{ID: id, State: spool.StateScheduled, EnqueuedAt: msg.Time}
+	r := spool.Result{ID: id, State: spool.StateScheduled}
+	r.EnqueuedAt, r.HandedBackAt = spool.EnqueueTimes(msg.Header, msg.Time)
 	if p, typ, err := c.names.ParseTaskSubject(msg.Header.Get(spool.HeaderScheduleTarget)); err == nil {
 		r.Priority, r.Type = p, typ
 	}

@@ -9,9 +9,9 @@
 //	POST   /v1/tasks/batch       enqueue up to MaxBatch    200, per-task outcome (503 when none
 //	                             got in, all for one server-side reason such as queue_full)
 //	GET    /v1/tasks/{id}        result document           200, 404 not_found
-//	GET    /v1/tasks/{id}?wait=10s  long-poll until the task is completed or dead
+//	GET    /v1/tasks/{id}?wait=10s  long-poll until the task is terminal: completed, dead or cancelled
 //	GET    /v1/tasks/{id}/result the output, byte for byte 200, 204 empty, 409 not_completed
-//	DELETE /v1/tasks/{id}        cancel a scheduled task   200, 404 not_found
+//	DELETE /v1/tasks/{id}        cancel a task             200, 404 not_found, 409 task_finished
 //	GET    /v1/dlq               dead letters, one page    200 (?priority=&type=&reason=&since=&until=&limit=&after=)
 //	GET    /v1/dlq/{seq}         one dead letter           200, 404 not_found
 //	POST   /v1/dlq/{seq}/replay  replay to its subject     200, 404 not_found, 409 not_replayable
