@@ -6,7 +6,7 @@ GO ?= go
 PKGS = $(foreach m,$(MODULES),./$(m)/...)
 TEST_TIMEOUT ?= 15m
 
-.PHONY: help run test vet lint build tools examples release-check bench bench-go fuzz soak clean
+.PHONY: help run deps test vet lint build tools examples release-check bench bench-go fuzz soak clean
 
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -16,18 +16,21 @@ run: ## Run the dev stack in the foreground (Ctrl-C stops it; SPOOL_NATS_URL, SP
 	$(GO) build -o bin/spool-dev ./tests/cmd/spool-dev
 	exec ./bin/spool-dev
 
-# The fault suite (tests/faults) writes its summary table here; go test
-# shows a passing package's output only with -v.
-FAULTS_TABLE ?= $(or $(TMPDIR),/tmp)/spool-faults-table.txt
 # Fuzzing budgets are execution counts (Nx): with a duration, Go's fuzz
 # engine sometimes fails a clean run with "context deadline exceeded" when
 # the time runs out while a worker is busy (seen on a loaded 2-core machine).
 FUZZ_SMOKE ?= 20000x
 
-test: vet tools examples ## Vet, run every module's tests with the race detector, fuzz each target for FUZZ_SMOKE (20000 inputs)
-	@rm -f $(FAULTS_TABLE)
-	SPOOL_FAULTS_TABLE=$(FAULTS_TABLE) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS); \
-	  rc=$$?; if [ -f $(FAULTS_TABLE) ]; then cat $(FAULTS_TABLE); fi; exit $$rc
+deps: ## Check for what the tests need beyond Go (chromium, script, node and npm, redis-server): install it as root, else name the command
+	@scripts/deps.sh
+
+# The fault suite (tests/faults) writes its summary table to a directory of
+# this run's own (go test shows a passing package's output only with -v).
+test: deps vet tools examples ## Check the tools, vet, run every module's tests with the race detector, fuzz each target for FUZZ_SMOKE (20000 inputs)
+	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/spool-test-XXXXXX") && trap 'rm -rf "$$tmp"' EXIT && \
+	  echo "SPOOL_FAULTS_TABLE=$$tmp/faults-table.txt $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)" && \
+	  { SPOOL_FAULTS_TABLE=$$tmp/faults-table.txt $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS); rc=$$?; \
+	    if [ -f "$$tmp/faults-table.txt" ]; then cat "$$tmp/faults-table.txt"; fi; exit $$rc; }
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SMOKE)
 
 soak: ## The fault suite at soak size (SPOOL_SOAK=1: 5x the tasks and faults, durable fsync throughout)
@@ -56,7 +59,7 @@ bin/nats: tools/go.mod tools/go.sum
 # test in tests/nodeexample runs it (and examples/shell) against a real server.
 examples: examples/node/node_modules/.package-lock.json ## Install the Node.js example's npm packages (npm ci)
 examples/node/node_modules/.package-lock.json: examples/node/package.json examples/node/package-lock.json
-	@command -v npm >/dev/null || { echo "npm is missing: install Node.js 20+ and npm (Debian: apt-get install nodejs npm)"; exit 1; }
+	@command -v npm >/dev/null || { echo "npm is missing: run make deps"; exit 1; }
 	cd examples/node && npm ci --no-audit --no-fund
 	@touch $@
 

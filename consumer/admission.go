@@ -53,8 +53,8 @@ func (s *admission) attempt(lane int, msg jetstream.Msg) {
 		seq:     seq,
 		attempt: int(md.NumDelivered),
 		id:      spool.TaskID(hdr, seq),
-		enq:     md.Timestamp,
 	}
+	a.enq, a.handedBack = spool.EnqueueTimes(hdr, md.Timestamp)
 	_, typ, subjErr := s.policy.Names.ParseTaskSubject(msg.Subject())
 	a.typ = typ
 	if subjErr != nil {
@@ -86,7 +86,7 @@ func (s *admission) attempt(lane int, msg jetstream.Msg) {
 	var prior *spool.Result
 	if md.NumDelivered > 1 {
 		prior, a.rev = s.priorResult(a)
-		if prior != nil && prior.EnqueuedAt.Equal(a.enq) {
+		if prior != nil && a.sameMessage(*prior) {
 			a.snoozes = prior.Snoozes
 			a.attempt = max(1, a.attempt-a.snoozes)
 		}
@@ -138,7 +138,7 @@ func (s *admission) attempt(lane int, msg jetstream.Msg) {
 		Headers:     hdr,
 		Attempt:     a.attempt,
 		MaxAttempts: a.maxAttempts,
-		EnqueuedAt:  md.Timestamp,
+		EnqueuedAt:  a.enq,
 
 		names: &s.policy.Names,
 		id:    a.id,

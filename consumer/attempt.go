@@ -50,8 +50,11 @@ type attemptInfo struct {
 	snoozes     int // deliveries that were snoozes, from the result document
 	uniqueKey   string
 	traceParent string
-	enq         time.Time
-	started     time.Time
+	// enq is when the task was first enqueued; handedBack, when the
+	// message is a copy Spool published again, when the copy was.
+	enq        time.Time
+	handedBack *time.Time
+	started    time.Time
 	// wf is the workflow step the task runs, nil for a plain task.
 	wf *workflow.Ref
 	// rev is the revision of the task's result document as the attempt
@@ -69,18 +72,30 @@ type attemptInfo struct {
 
 func (a attemptInfo) doc(state spool.State) spool.Result {
 	d := spool.Result{
-		ID:          a.id,
-		Type:        a.typ,
-		Priority:    a.p,
-		State:       state,
-		Attempts:    a.attempt,
-		EnqueuedAt:  a.enq,
-		TraceParent: a.traceParent,
-		Snoozes:     a.snoozes,
+		ID:           a.id,
+		Type:         a.typ,
+		Priority:     a.p,
+		State:        state,
+		Attempts:     a.attempt,
+		EnqueuedAt:   a.enq,
+		HandedBackAt: a.handedBack,
+		TraceParent:  a.traceParent,
+		Snoozes:      a.snoozes,
 	}
 	if !a.started.IsZero() {
 		s := a.started
 		d.StartedAt = &s
 	}
 	return d
+}
+
+// sameMessage reports whether doc was written for this very message: its
+// enqueue time and, for a copy handed back, the copy's are the message's.
+// A task enqueued again under the same id, replayed, or handed back again
+// is another message.
+func (a attemptInfo) sameMessage(doc spool.Result) bool {
+	if !doc.EnqueuedAt.Equal(a.enq) || (doc.HandedBackAt == nil) != (a.handedBack == nil) {
+		return false
+	}
+	return a.handedBack == nil || doc.HandedBackAt.Equal(*a.handedBack)
 }

@@ -20,17 +20,18 @@ func (s *settling) deadLetter(a attemptInfo, reason spool.Reason, cause error, o
 		errText = cause.Error()
 	}
 	dm := dlq.Message{
-		Subject:    a.msg.Subject(),
-		Stream:     a.stream,
-		Seq:        a.seq,
-		Header:     a.msg.Headers(),
-		Data:       a.msg.Data(),
-		Reason:     reason,
-		Err:        errText,
-		Attempts:   a.attempt,
-		FailedAt:   time.Now(),
-		EnqueuedAt: a.enq,
-		StartedAt:  a.started,
+		Subject:      a.msg.Subject(),
+		Stream:       a.stream,
+		Seq:          a.seq,
+		Header:       a.msg.Headers(),
+		Data:         a.msg.Data(),
+		Reason:       reason,
+		Err:          errText,
+		Attempts:     a.attempt,
+		FailedAt:     time.Now(),
+		EnqueuedAt:   a.enq,
+		HandedBackAt: a.handedBack,
+		StartedAt:    a.started,
 	}
 	// A task cancelled meanwhile ends cancelled, not in the dead-letter
 	// stream (putFinal below settles the race that remains).

@@ -27,7 +27,9 @@ type Task struct {
 	// MaxAttempts is the last attempt that will be made (retries + 1, capped
 	// by the consumer's MaxDeliver).
 	MaxAttempts int
-	// EnqueuedAt is when the task entered its priority subject.
+	// EnqueuedAt is when the task was first enqueued on its priority
+	// subject: a task a worker handed back (a full limit, a type pause, a
+	// key's turn) keeps the time of its first message (Spool-Enqueued-At).
 	EnqueuedAt time.Time
 
 	// Set by the worker for the running attempt.

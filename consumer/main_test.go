@@ -22,7 +22,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, streamstest.ServerGoroutines()...)
 }
 
 // env is one embedded server with the Spool topology provisioned.

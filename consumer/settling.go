@@ -78,7 +78,7 @@ func (s *settling) settle(ctx context.Context, a attemptInfo, r handlerResult, o
 // reports false when the document is of another message under the same
 // id (a task enqueued again, or replayed), which then runs.
 func (s *settling) storedAlready(a attemptInfo, doc spool.Result) bool {
-	if !doc.EnqueuedAt.Equal(a.enq) || doc.State != spool.StateCompleted && doc.State != spool.StateDead {
+	if !a.sameMessage(doc) || doc.State != spool.StateCompleted && doc.State != spool.StateDead {
 		return false
 	}
 	err := s.io.write(a, "releasing the unique key of task "+a.id, func(ctx context.Context) error {
@@ -241,8 +241,9 @@ func (s *settling) snooze(a attemptInfo, herr error, o outcome) {
 }
 
 // settleCancelled ends an attempt of a cancelled task: the cancelled
-// result document (who and why from the cancellation), the unique key
-// released, and the task terminated: never retried, never dead-lettered.
+// result document (who and why from the cancellation) unless the
+// canceller stored one already, the unique key released, and the task
+// terminated: never retried, never dead-lettered.
 func (s *settling) settleCancelled(a attemptInfo, o outcome) {
 	ctx, cancel := context.WithTimeout(s.io.ctx, s.io.ioTimeout)
 	c := s.cancels.get(ctx, a.id)
@@ -252,7 +253,7 @@ func (s *settling) settleCancelled(a attemptInfo, o outcome) {
 	doc.FinishedAt = &fin
 	doc.CancelledBy, doc.CancelReason = c.By, c.Reason
 	err := s.io.write(a, "writing the cancelled state of task "+a.id, func(ctx context.Context) error {
-		return s.results.Put(ctx, doc)
+		return s.putCancelled(ctx, a.id, doc)
 	})
 	if err != nil {
 		s.io.log.Warn("writing cancelled state", "task_id", a.id, "error", err)
@@ -300,6 +301,33 @@ func (s *settling) settleCancelled(a attemptInfo, o outcome) {
 // errYield is the outcome of putFinal when the task was cancelled
 // meanwhile: the finished document was not written.
 var errYield = errors.New("the task was cancelled: its outcome yields")
+
+// putCancelled stores the cancelled document doc unless the task's stored
+// document is cancelled already: whoever changes the document to
+// cancelled publishes the one cancelled event of the task (the canceller,
+// or this worker when it writes first). The write is over the revision
+// read, so a canceller writing meanwhile makes it read again.
+func (s *settling) putCancelled(ctx context.Context, id string, doc spool.Result) error {
+	for range maxFinalTries {
+		cur, rev, found, err := s.results.ReadFromLeader(ctx, id)
+		if err != nil {
+			return err
+		}
+		if found && cur.State == spool.StateCancelled {
+			if sameFinal(cur, doc) {
+				// An earlier try was stored and its answer lost, before
+				// its event was published.
+				s.results.Event(spool.EventCancelled, &doc)
+			}
+			return nil
+		}
+		err = s.results.PutAt(ctx, doc, rev)
+		if err == nil || !results.IsConflict(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("the result of task %s kept changing (%d writes lost a race)", id, maxFinalTries)
+}
 
 // maxFinalTries bounds putFinal's compare-and-set loop.
 const maxFinalTries = 8

@@ -158,8 +158,9 @@ func (x *taskIO) handBack(a attemptInfo, meta spool.Meta, delay time.Duration) {
 
 // handBackHeader is the header of a copy of the task that a worker
 // republishes (a hand-back, a park): the task's own headers without
-// JetStream's, its id, and the attempts it used so far
-// (Spool-Prior-Attempts), so the copy costs none of its retries.
+// JetStream's, its id, the attempts it used so far
+// (Spool-Prior-Attempts), so the copy costs none of its retries, and its
+// first enqueue time (Spool-Enqueued-At), so the copy keeps it.
 func handBackHeader(a attemptInfo, meta spool.Meta) nats.Header {
 	h := nats.Header{}
 	for k, vs := range a.msg.Headers() {
@@ -172,6 +173,7 @@ func handBackHeader(a attemptInfo, meta spool.Meta) nats.Header {
 	}
 	h.Set(spool.HeaderTaskID, a.id)
 	h.Set(spool.HeaderPriorAttempts, strconv.Itoa(a.attempt-1))
+	spool.KeepEnqueuedAt(h, a.enq)
 	if meta.Deferrals > 0 {
 		h.Set(spool.HeaderDeferrals, strconv.Itoa(meta.Deferrals))
 	}

@@ -61,6 +61,10 @@ type Worker struct {
 	admit   *admission
 	run     *running
 	pipe    *pipeline
+	// abort ends when Stop's ctx ends before the shutdown is done: the
+	// shutdown then stops waiting for the server.
+	abort     context.Context
+	abortStop context.CancelFunc
 }
 
 // New returns a Worker that runs tasks through h (usually a *Mux). nc must
@@ -133,7 +137,7 @@ func (w *Worker) start(ctx context.Context) error {
 	// Each look-up rides out an election: tried again until the cluster
 	// answers or ctx ends, saying what it waits for now and then. A
 	// missing stream or consumer fails at once.
-	bind := jsproto.Tries{PerTry: min(w.o.IOTimeout, jsproto.DefaultPerTry), Logger: w.log}
+	bind := jsproto.Tries{PerTry: min(w.o.IOTimeout, jsproto.DefaultPerTry), Logger: w.log, Conn: w.nc}
 	if err := w.disp.bindPartitions(ctx, js, bind); err != nil {
 		return err
 	}
@@ -163,6 +167,7 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 
 	w.mu.Lock()
+	w.abort, w.abortStop = context.WithCancel(w.ioCtx)
 	w.state = WorkerIdle
 	w.mu.Unlock()
 	w.disp.run()
@@ -235,12 +240,23 @@ func bindError(kind, name string, err error) error {
 // running and hands their tasks, and those still waiting, back at once
 // (NAK without delay) so another worker takes them. It returns when everything is done,
 // or ctx.Err() when ctx ends first (the hand-back still completes in the
-// background; wait on Stopped). A ctx that is already done makes Stop a
+// background, no longer waiting for the server to confirm the last writes;
+// wait on Stopped). A ctx that is already done makes Stop a
 // hard stop: running handlers are cancelled and their tasks handed back at
 // once. Stop is idempotent and safe before Start; it never closes the
 // connection.
 func (w *Worker) Stop(ctx context.Context) error {
-	return w.life.Stop(ctx, w.shutdown, func() { w.run.cancelHandlers() })
+	return w.life.Stop(ctx, w.shutdown, w.hardStop)
+}
+
+// hardStop runs when Stop's ctx ends first: running handlers are
+// cancelled, and the shutdown stops waiting for the server, which may be
+// gone.
+func (w *Worker) hardStop() {
+	if w.abortStop != nil {
+		w.abortStop()
+	}
+	w.run.cancelHandlers()
 }
 
 // Stopped is closed once the worker has stopped.
@@ -278,7 +294,7 @@ func (w *Worker) shutdown() {
 	d.runners.Wait()
 	w.flow.close()
 	w.pauses.close()
-	ctx, cancel := context.WithTimeout(w.ioCtx, w.o.IOTimeout)
+	ctx, cancel := context.WithTimeout(w.abort, w.o.IOTimeout)
 	if err := w.nc.FlushWithContext(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		w.log.Warn("flushing acks at shutdown", "error", err)
 	}

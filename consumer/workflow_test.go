@@ -307,19 +307,7 @@ func policyMux(e **wfEnv, notified chan<- workflow.StepInput) *consumer.Mux {
 	})
 	mux.HandleFunc("slow", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
 		close(slowStarted)
-		wf := task.Headers.Get(workflow.HeaderWorkflow)
-		for {
-			r, err := (*e).store.Get(ctx, wf)
-			if err != nil {
-				return nil, err
-			}
-			if r.Failure != nil {
-				return []byte("1"), nil
-			}
-			if err := waitTick(ctx); err != nil {
-				return nil, err
-			}
-		}
+		return oneOnceFailed(ctx, (*e).store, task)
 	})
 	mux.HandleFunc("notify", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
 		in, err := workflow.DecodeInput(task.Payload)
@@ -330,6 +318,24 @@ func policyMux(e **wfEnv, notified chan<- workflow.StepInput) *consumer.Mux {
 		return nil, nil
 	})
 	return mux
+}
+
+// oneOnceFailed returns 1 once the workflow of task has recorded a failed
+// step.
+func oneOnceFailed(ctx context.Context, s *workflow.Store, task *consumer.Task) ([]byte, error) {
+	wf := task.Headers.Get(workflow.HeaderWorkflow)
+	for {
+		r, err := s.Get(ctx, wf)
+		if err != nil {
+			return nil, err
+		}
+		if r.Failure != nil {
+			return []byte("1"), nil
+		}
+		if err := waitTick(ctx); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // waitTick paces a handler that polls the workflow state (handlers have no

@@ -61,6 +61,9 @@ func (c *Client) Cancel(ctx context.Context, id string, opts ...CancelOption) (s
 		doc       spool.Result
 		uniqueKey string
 		stored    bool
+		// ours: this call's write stored the cancelled document, so it
+		// announces it; a worker that wrote it first announced it.
+		ours bool
 	)
 	// The cancelled document replaces exactly the revision read (or
 	// creates the first one): a worker that wrote meanwhile (completed,
@@ -73,7 +76,11 @@ func (c *Client) Cancel(ctx context.Context, id string, opts ...CancelOption) (s
 			return doc, err
 		}
 		if try > 0 && doc.State == spool.StateCancelled {
-			stored = true // the worker met the cancellation first and wrote it
+			// The worker met the cancellation first and wrote it, or an
+			// earlier write of ours was stored and its answer lost (its
+			// finished_at is our cancellation's time).
+			stored = true
+			ours = doc.FinishedAt != nil && doc.FinishedAt.Equal(cn.At)
 			break
 		}
 		if doc.State.Terminal() {
@@ -97,6 +104,7 @@ func (c *Client) Cancel(ctx context.Context, id string, opts ...CancelOption) (s
 		if stored, err = c.putResult(ctx, doc, rev); err != nil {
 			return doc, err
 		}
+		ours = stored
 	}
 	if !stored {
 		return doc, fmt.Errorf("task %q: its result kept changing while cancelling; its cancellation is stored, a worker ends it as it meets it", id)
@@ -106,7 +114,9 @@ func (c *Client) Cancel(ctx context.Context, id string, opts ...CancelOption) (s
 			return doc, fmt.Errorf("task %q cancelled, but releasing its unique key: %w", id, err)
 		}
 	}
-	c.event(spool.EventCancelled, doc)
+	if ours {
+		c.event(spool.EventCancelled, doc)
+	}
 	c.logger.InfoContext(ctx, "task cancelled", "task_id", id, "by", cn.By, "reason", cn.Reason)
 	return doc, nil
 }
@@ -160,7 +170,8 @@ func (c *Client) locate(ctx context.Context, id string) (doc spool.Result, rev u
 		return doc, 0, "", fmt.Errorf("%w: task %q has no result, no pending schedule and is in no place of the task streams (never enqueued, or its result expired)", ErrTaskNotFound, id)
 	}
 	msg := found.Msg
-	doc = spool.Result{ID: id, State: spool.StatePending, EnqueuedAt: msg.Time, TraceParent: msg.Header.Get(spool.HeaderTraceParent)}
+	doc = spool.Result{ID: id, State: spool.StatePending, TraceParent: msg.Header.Get(spool.HeaderTraceParent)}
+	doc.EnqueuedAt, doc.HandedBackAt = spool.EnqueueTimes(msg.Header, msg.Time)
 	if p, typ, err := c.names.ParseTaskSubject(found.TaskSubject(c.names)); err == nil {
 		doc.Priority, doc.Type = p, typ
 	}

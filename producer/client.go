@@ -69,7 +69,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 		logger:  o.logger,
 		timeout: o.timeout,
 		acks:    newAcks(nc, o.timeout, o.window),
-		retry:   jsproto.Tries{PerTry: min(jsproto.DefaultPerTry, o.timeout)},
+		retry:   jsproto.Tries{PerTry: min(jsproto.DefaultPerTry, o.timeout), Conn: nc},
 	}
 	c.quiet = o.quiet
 	if !c.quiet {

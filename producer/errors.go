@@ -59,6 +59,11 @@ var (
 	// run spool-admin provision.
 	// The error is a *spool.NotProvisionedError where the object is known.
 	ErrNotProvisioned = spool.ErrNotProvisioned
+	// ErrInvalidDocument: a stored result document cannot be decoded
+	// (something outside the contract wrote it, such as NaN from a worker
+	// in another language). The error is a *spool.DocumentError naming the
+	// task, the field and the byte offset.
+	ErrInvalidDocument = spool.ErrInvalidDocument
 )
 
 // TaskNotFoundError is ErrTaskNotFound for one id: its message is one

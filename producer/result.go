@@ -2,7 +2,6 @@ package producer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -48,7 +47,7 @@ func (c *Client) Result(ctx context.Context, id string) (spool.Result, error) {
 }
 
 // Wait waits until the result document of task id reaches a terminal
-// state (completed or dead) and returns it. It waits as long as ctx
+// state (completed, dead or cancelled) and returns it. It waits as long as ctx
 // allows: give it a deadline. A document that is not there yet is waited
 // for.
 //
@@ -121,8 +120,8 @@ func (c *Client) Wait(ctx context.Context, id string) (spool.Result, error) {
 				continue // a deleted or purged document
 			}
 			var r spool.Result
-			if err := json.Unmarshal(m.Data, &r); err != nil {
-				return r, fmt.Errorf("decoding the result of task %q: %w", id, err)
+			if err := spool.DecodeDocument(resultDocument, id, m.Data, &r); err != nil {
+				return r, err
 			}
 			last = r
 			if r.State.Terminal() && confirming == 0 {
@@ -186,10 +185,15 @@ func (c *Client) readResult(ctx context.Context, id string) (r spool.Result, fou
 	return r, err == nil, err
 }
 
+// resultDocument is the kind of document a *spool.DocumentError names.
+const resultDocument = "result document"
+
+// decodeResult decodes a stored result document; one that cannot be
+// decoded gives a *spool.DocumentError (spool.ErrInvalidDocument).
 func decodeResult(id string, entry jetstream.KeyValueEntry) (spool.Result, error) {
 	var r spool.Result
-	if err := json.Unmarshal(entry.Value(), &r); err != nil {
-		return r, fmt.Errorf("decoding the result of task %q (revision %d): %w", id, entry.Revision(), err)
+	if err := spool.DecodeDocument(resultDocument, id, entry.Value(), &r); err != nil {
+		return r, err
 	}
 	return r, nil
 }
@@ -217,7 +221,8 @@ func (c *Client) scheduledResult(ctx context.Context, id string) (spool.Result, 
 	if err != nil {
 		return spool.Result{}, fmt.Errorf("looking up the schedule of task %q: %w", id, err)
 	}
-	r := spool.Result{ID: id, State: spool.StateScheduled, EnqueuedAt: msg.Time}
+	r := spool.Result{ID: id, State: spool.StateScheduled}
+	r.EnqueuedAt, r.HandedBackAt = spool.EnqueueTimes(msg.Header, msg.Time)
 	if p, typ, err := c.names.ParseTaskSubject(msg.Header.Get(spool.HeaderScheduleTarget)); err == nil {
 		r.Priority, r.Type = p, typ
 	}

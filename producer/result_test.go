@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,4 +137,46 @@ func TestWaitLeavesNoConsumer(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// nanResult is a result document as a worker in another language may
+// store it: its JSON encoder wrote NaN, which RFC 8259 does not allow.
+const nanResult = `{"id":"%s","type":"a","priority":"normal","state":"completed","attempts":1,"result":NaN,"enqueued_at":"2026-01-01T00:00:00Z"}`
+
+// A stored result document that is not JSON is reported as an invalid
+// document naming the task, the field and the byte offset, by Result,
+// Wait and Cancel alike, and not as an outage.
+func TestResultInvalidDocument(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	ctx := ctxFor(t)
+	kv, err := e.js.KeyValue(ctx, e.names.ResultsBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := fmt.Sprintf(nanResult, "nan1")
+	if _, err := kv.PutString(ctx, "nan1", doc); err != nil {
+		t.Fatal(err)
+	}
+	// The decoder stops after reading the N.
+	offset := int64(strings.Index(doc, "NaN") + 1)
+	check := func(what string, err error) {
+		t.Helper()
+		var de *spool.DocumentError
+		if !errors.Is(err, producer.ErrInvalidDocument) || !errors.As(err, &de) {
+			t.Fatalf("%s: %v, want a *spool.DocumentError", what, err)
+		}
+		if de.Key != "nan1" || de.Field != "result" || de.Offset != offset {
+			t.Errorf("%s: key %q field %q offset %d, want nan1, result, %d", what, de.Key, de.Field, de.Offset, offset)
+		}
+		if msg := err.Error(); !strings.Contains(msg, `result document "nan1"`) || !strings.Contains(msg, `field "result"`) {
+			t.Errorf("%s: message %q names neither the document nor the field", what, msg)
+		}
+	}
+	_, err = e.client.Result(ctx, "nan1")
+	check("Result", err)
+	_, err = e.client.Wait(ctx, "nan1")
+	check("Wait", err)
+	_, err = e.client.Cancel(ctx, "nan1")
+	check("Cancel", err)
 }

@@ -19,7 +19,7 @@ const (
 	EventSnoozed   EventKind = "snoozed"   // the handler snoozed the task: it runs again later, no attempt counted
 	EventCompleted EventKind = "completed" // the handler succeeded and the result is stored
 	EventDead      EventKind = "dead"      // the task went to the dead-letter stream
-	EventCancelled EventKind = "cancelled" // the task was cancelled
+	EventCancelled EventKind = "cancelled" // the task was cancelled (once, by whoever stored its cancelled document)
 )
 
 // EventKinds lists every kind, in a task's usual order.

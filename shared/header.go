@@ -35,6 +35,14 @@ const (
 	// HeaderDeferrals counts how many times flow control handed the task
 	// back; it lengthens the next hand-back's delay.
 	HeaderDeferrals = "Spool-Deferrals"
+	// HeaderEnqueuedAt is set on every copy of a task that Spool publishes
+	// again (a flow-control hand-back, a park for a type pause, a waiting
+	// room or a key's turn, and the release from either): the time the
+	// task was first enqueued (RFC 3339 with nanoseconds, UTC), the
+	// stream timestamp of its first message. The worker reports it as the
+	// task's enqueued_at instead of the copy's own timestamp. A publisher
+	// does not set it.
+	HeaderEnqueuedAt = "Spool-Enqueued-At"
 	// HeaderOrderSeq is the turn of a task of an ordered type (a rule's
 	// "ordered"): the stream sequence its copy had on the key's held
 	// subject, the key's enqueue order. Set when the task is released to
@@ -283,4 +291,29 @@ func ReplayOf(h nats.Header) (int, *time.Time) {
 		return n, nil
 	}
 	return n, &t
+}
+
+// EnqueueTimes returns when a task stored at stored (its message's stream
+// timestamp) was enqueued, and, for a copy Spool published again, when the
+// copy was (handedBack; nil for the task's first message). A copy carries
+// its first enqueue time in Spool-Enqueued-At; a value that does not parse
+// is ignored and the copy counts as first enqueued at stored.
+func EnqueueTimes(h nats.Header, stored time.Time) (enqueued time.Time, handedBack *time.Time) {
+	v := headerValue(h, HeaderEnqueuedAt)
+	if v == "" {
+		return stored, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return stored, nil
+	}
+	return t, &stored
+}
+
+// KeepEnqueuedAt marks h, the header of a copy of a task about to be
+// published again, with the task's first enqueue time: the one h carries
+// already, else stored, the stream timestamp of the message it copies.
+func KeepEnqueuedAt(h nats.Header, stored time.Time) {
+	enqueued, _ := EnqueueTimes(h, stored)
+	h.Set(HeaderEnqueuedAt, enqueued.UTC().Format(time.RFC3339Nano))
 }

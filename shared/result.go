@@ -77,10 +77,15 @@ type Result struct {
 	Reason         Reason     `json:"reason,omitempty"`
 	NextAttempt    *time.Time `json:"next_attempt_at,omitempty"`
 	EnqueuedAt     time.Time  `json:"enqueued_at"`
-	StartedAt      *time.Time `json:"started_at,omitempty"`
-	FinishedAt     *time.Time `json:"finished_at,omitempty"`
-	Worker         string     `json:"worker,omitempty"`
-	TraceParent    string     `json:"traceparent,omitempty"`
+	// HandedBackAt is set when the message that ran the task is a copy a
+	// worker published again (flow control, a type pause, a waiting room,
+	// a key's turn): when that copy entered its queue. EnqueuedAt stays
+	// the task's first enqueue.
+	HandedBackAt *time.Time `json:"handed_back_at,omitempty"`
+	StartedAt    *time.Time `json:"started_at,omitempty"`
+	FinishedAt   *time.Time `json:"finished_at,omitempty"`
+	Worker       string     `json:"worker,omitempty"`
+	TraceParent  string     `json:"traceparent,omitempty"`
 	// Replays counts how often the task was replayed from the dead-letter
 	// stream; ReplayedAt is when it last was. Both are absent for a task
 	// never dead-lettered and replayed.

@@ -53,6 +53,11 @@ func AppendResult(b []byte, doc *Result) (_ []byte, ok bool) {
 	if b, ok = appendTime(append(b, `,"enqueued_at":`...), doc.EnqueuedAt); !ok {
 		return nil, false
 	}
+	if doc.HandedBackAt != nil {
+		if b, ok = appendTime(append(b, `,"handed_back_at":`...), *doc.HandedBackAt); !ok {
+			return nil, false
+		}
+	}
 	if doc.StartedAt != nil {
 		if b, ok = appendTime(append(b, `,"started_at":`...), *doc.StartedAt); !ok {
 			return nil, false

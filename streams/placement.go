@@ -76,7 +76,7 @@ func partitionLeader(ctx context.Context, js jetstream.JetStream, name string, k
 	rctx, cancel := context.WithTimeout(ctx, readWait)
 	defer cancel()
 	var s jetstream.Stream
-	err = jsproto.Tries{}.Do(rctx, "asking for its leader", func(ctx context.Context) (err error) {
+	err = jsproto.Tries{Conn: js.Conn()}.Do(rctx, "asking for its leader", func(ctx context.Context) (err error) {
 		s, err = js.Stream(ctx, name)
 		return err
 	})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -152,7 +153,7 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.Ke
 			return fmt.Errorf("creating KV bucket %q: %w", want.Bucket, err)
 		}
 		logger.InfoContext(ctx, "kv bucket created", "bucket", want.Bucket)
-		return nil
+		return hardenBucket(ctx, js, want)
 	case err != nil:
 		return fmt.Errorf("looking up KV bucket %q: %w", want.Bucket, err)
 	}
@@ -164,7 +165,45 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.Ke
 	if _, err := js.UpdateKeyValue(ctx, want); err != nil {
 		return fmt.Errorf("updating KV bucket %q: %w", want.Bucket, err)
 	}
+	return hardenBucket(ctx, js, want)
+}
+
+// BucketConsumerInactivity bounds how long a consumer on a bucket's stream
+// outlives its last use. Spool reads buckets through watches (ephemeral
+// consumers that live while their subscriber does), so a durable consumer
+// a role creates there is removed like them once unused.
+const BucketConsumerInactivity = 30 * time.Second
+
+// hardenBucket narrows the stream behind a bucket beyond what nats.go sets:
+// it refuses roll-ups (a Nats-Rollup header would let any writer of one key
+// erase every other key) unless the bucket needs them, and bounds the life
+// of unused consumers (BucketConsumerInactivity). A bucket with per-key TTL
+// markers keeps roll-ups: the server requires them for the markers, and only
+// roles that may delete every key of such a bucket write it. nats.go turns
+// roll-ups on at every create and update, so this runs after each.
+func hardenBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig) error {
+	name := "KV_" + want.Bucket
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return fmt.Errorf("looking up KV bucket %q: %w", want.Bucket, err)
+	}
+	cfg := s.CachedInfo().Config
+	rollup := BucketNeedsRollup(want)
+	if cfg.AllowRollup == rollup && cfg.ConsumerLimits.InactiveThreshold == BucketConsumerInactivity {
+		return nil
+	}
+	cfg.AllowRollup = rollup
+	cfg.ConsumerLimits.InactiveThreshold = BucketConsumerInactivity
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("narrowing KV bucket %q (roll-ups, consumer lifetime): %w", want.Bucket, err)
+	}
 	return nil
+}
+
+// BucketNeedsRollup reports whether the server requires roll-ups on the
+// bucket's stream: per-key TTL markers (LimitMarkerTTL) need them.
+func BucketNeedsRollup(cfg jetstream.KeyValueConfig) bool {
+	return cfg.LimitMarkerTTL > 0
 }
 
 // checkShrink refuses fewer partitions than a previous provisioning made:

@@ -16,10 +16,11 @@ import (
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/embedded"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, streamstest.ServerGoroutines()...)
 }
 
 // startServer starts an embedded JetStream server owned by t and returns a
@@ -260,4 +261,46 @@ func TestProvisionCluster(t *testing.T) {
 
 func containsFold(s, sub string) bool {
 	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
+}
+
+// TestProvisionNarrowsBuckets: a deployment whose buckets nats.go created
+// with roll-ups on is upgraded by provisioning: only the buckets with per-key
+// TTL markers keep roll-ups, and every bucket bounds unused consumers.
+func TestProvisionNarrowsBuckets(t *testing.T) {
+	t.Parallel()
+	_, js := startServer(t)
+	ctx := ctxFor(t)
+	topo := topology(t, "spool")
+	buckets := []jetstream.KeyValueConfig{topo.ResultsConfig(), topo.UniqueConfig(), topo.CancelConfig(),
+		topo.PausedConfig(), topo.LimitsConfig(), topo.LeasesConfig(), topo.WorkflowsConfig()}
+	for _, cfg := range buckets {
+		if _, err := js.CreateKeyValue(ctx, cfg); err != nil {
+			t.Fatalf("creating bucket %s as nats.go does: %v", cfg.Bucket, err)
+		}
+	}
+	for range 2 {
+		if err := streams.Provision(ctx, js, topo, testLogger(t)); err != nil {
+			t.Fatalf("provisioning: %v", err)
+		}
+		for _, cfg := range buckets {
+			s, err := js.Stream(ctx, "KV_"+cfg.Bucket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := s.CachedInfo().Config
+			if want := cfg.LimitMarkerTTL > 0; got.AllowRollup != want {
+				t.Errorf("bucket %s: allow_rollup_hdrs %v, want %v", cfg.Bucket, got.AllowRollup, want)
+			}
+			if got.ConsumerLimits.InactiveThreshold != streams.BucketConsumerInactivity {
+				t.Errorf("bucket %s: consumer inactive threshold %s, want %s", cfg.Bucket,
+					got.ConsumerLimits.InactiveThreshold, streams.BucketConsumerInactivity)
+			}
+		}
+	}
+	// A roll-up on a bucket without markers is refused.
+	m := nats.NewMsg("$KV." + topo.Names.ResultsBucket() + ".x")
+	m.Header.Set("Nats-Rollup", "all")
+	if _, err := js.PublishMsg(ctx, m); err == nil {
+		t.Fatal("a roll-up on the results bucket was stored")
+	}
 }

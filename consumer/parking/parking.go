@@ -244,7 +244,8 @@ func (p *Parking) drainSoon() {
 
 // Park publishes the copy of a task of a paused type onto its parked
 // subject: every header of msg, attempt the attempts it used before this
-// delivery, the subject it came from and a Nats-Msg-Id derived from seq
+// delivery, its first enqueue time, the subject it came from and a
+// Nats-Msg-Id derived from seq
 // (its stream sequence), so a retried park stores one copy. It publishes
 // once (the caller retries through an election) and acks msg once Park
 // returned nil.
@@ -256,6 +257,9 @@ func (p *Parking) Park(ctx context.Context, msg jetstream.Msg, pr spool.Priority
 	h := copyHeaders(msg.Headers())
 	h.Set(spool.HeaderTaskID, id)
 	h.Set(spool.HeaderPriorAttempts, strconv.Itoa(priorAttempts))
+	if md, err := msg.Metadata(); err == nil {
+		spool.KeepEnqueuedAt(h, md.Timestamp)
+	}
 	h.Set(spool.HeaderOriginalSubject, msg.Subject())
 	h.Set(spool.HeaderMsgID, id+"-park-"+strconv.FormatUint(seq, 10))
 	m := &nats.Msg{Subject: subj, Header: h, Data: msg.Data()}
@@ -393,6 +397,7 @@ func (p *Parking) unpark(ctx context.Context, raw *jetstream.RawStreamMsg) error
 	}
 	h := copyHeaders(raw.Header)
 	h.Del(spool.HeaderOriginalSubject)
+	spool.KeepEnqueuedAt(h, raw.Time)
 	id := spool.TaskID(raw.Header, raw.Sequence)
 	h.Set(spool.HeaderMsgID, id+"-unpark-"+strconv.FormatUint(raw.Sequence, 10))
 	m := &nats.Msg{Subject: target, Header: h, Data: raw.Data}

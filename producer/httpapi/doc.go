@@ -9,9 +9,9 @@
 //	POST   /v1/tasks/batch       enqueue up to MaxBatch    200, per-task outcome (503 when none
 //	                             got in, all for one server-side reason such as queue_full)
 //	GET    /v1/tasks/{id}        result document           200, 404 not_found
-//	GET    /v1/tasks/{id}?wait=10s  long-poll until the task is completed or dead
+//	GET    /v1/tasks/{id}?wait=10s  long-poll until the task is terminal: completed, dead or cancelled
 //	GET    /v1/tasks/{id}/result the output, byte for byte 200, 204 empty, 409 not_completed
-//	DELETE /v1/tasks/{id}        cancel a scheduled task   200, 404 not_found
+//	DELETE /v1/tasks/{id}        cancel a task             200, 404 not_found, 409 task_finished
 //	GET    /v1/dlq               dead letters, one page    200 (?priority=&type=&reason=&since=&until=&limit=&after=)
 //	GET    /v1/dlq/{seq}         one dead letter           200, 404 not_found
 //	POST   /v1/dlq/{seq}/replay  replay to its subject     200, 404 not_found, 409 not_replayable
@@ -30,7 +30,9 @@
 //
 // Errors are JSON: {"error":{"code":"invalid_priority","message":"...","field":"priority"}}
 // with a stable code (see the Code constants), and for a unique-key conflict
-// the holder's id in "existing_id". A known path with a method it does not
+// the holder's id in "existing_id". A stored document the broker cannot
+// decode (a result document with NaN from a worker outside the contract)
+// answers 502 invalid_document, its field in "field". A known path with a method it does not
 // serve answers 405 method_not_allowed. When a bearer token is configured, every
 // route except /healthz, /readyz and /v1/openapi.json requires
 // "Authorization: Bearer <token>".

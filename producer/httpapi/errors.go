@@ -42,6 +42,7 @@ const (
 	CodeNotReplayable     = "not_replayable"
 	CodeTaskFinished      = "task_finished"
 	CodeNotCompleted      = "not_completed"
+	CodeInvalidDocument   = spool.CodeInvalidDocument
 )
 
 // retryAfter is the Retry-After (seconds) sent with 503 answers.
@@ -106,6 +107,12 @@ func fromError(err error) *apiError {
 			status = http.StatusRequestEntityTooLarge
 		}
 		return newError(status, code, field, msg)
+	}
+	// A stored document the broker cannot decode is not an outage: the
+	// server answered with something a worker outside the contract wrote.
+	var de *spool.DocumentError
+	if errors.As(err, &de) {
+		return newError(http.StatusBadGateway, CodeInvalidDocument, de.Field, err.Error())
 	}
 	for _, s := range sentinelCodes {
 		if errors.Is(err, s.err) {

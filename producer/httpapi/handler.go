@@ -349,6 +349,10 @@ func prefixField(prefix, field string) string {
 	return prefix + "." + field
 }
 
+// result answers the result document of the task; with ?wait=<duration>
+// it first waits up to that long (at most MaxWait) for a terminal state,
+// completed, dead or cancelled, and answers the document as it is when
+// the wait runs out.
 func (h *handler) result(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := spool.ValidateID(id); err != nil {

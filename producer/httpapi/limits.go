@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/limits"
 	"github.com/spoolq/spool/streams/admin"
 )
@@ -36,6 +37,9 @@ func (h *handler) routeLimits(mux *http.ServeMux) {
 const CodeNoLimit = "no_limit"
 
 func limitError(err error) *apiError {
+	if errors.Is(err, spool.ErrInvalidDocument) {
+		return fromError(err) // a stored rule, not the request, is at fault
+	}
 	if errors.Is(err, limits.ErrInvalidRule) {
 		return newError(http.StatusBadRequest, CodeInvalidLimit, "", err.Error())
 	}

@@ -72,10 +72,12 @@ func (e *UnavailableError) Unwrap() []error { return []error{ErrUnavailable, e.E
 // that timed out or found no responder, a lost or reconnecting
 // connection, a publish no stream answered, or a JetStream API error that
 // says the cluster is between leaders ("temporarily unavailable", "not
-// leader", offline). A full store (also a 503) is not. A caller's own
+// leader", offline). A full store (also a 503) is not, nor a permissions
+// violation: the user lacks the right, which no retry cures. A caller's own
 // cancellation is not retryable; a per-try deadline is.
 func Retryable(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || NotFound(err) {
+	if err == nil || errors.Is(err, context.Canceled) || NotFound(err) ||
+		errors.Is(err, ErrDenied) || errors.Is(err, nats.ErrPermissionViolation) {
 		return false
 	}
 	switch {
@@ -134,6 +136,11 @@ type Tries struct {
 	// the try that failed (to count retries, or to heartbeat a message
 	// whose write is retried).
 	OnRetry func(err error)
+	// Conn, when set, is the connection the tries use: a try the server
+	// refuses for its user's permissions ends the call at once with a
+	// *DeniedError instead of waiting for a reply that never comes. Other
+	// requests on Conn refused in the same moment may be reported too.
+	Conn *nats.Conn
 }
 
 // Do calls fn until it returns nil or an error Retryable refuses, each
@@ -155,11 +162,12 @@ func (r Tries) Do(ctx context.Context, what string, fn func(ctx context.Context)
 	nextLog := start.Add(logEvery)
 	wait := retryMinWait
 	for tries := 1; ; tries++ {
-		tctx, cancel := context.WithTimeout(ctx, perTry)
-		err := fn(tctx)
-		cancel()
+		err, denied := r.try(ctx, perTry, fn)
 		if err == nil {
 			return nil
+		}
+		if denied != nil {
+			return Denied(what, r.Conn.Opts.User, denied)
 		}
 		// A try cancelled while the caller's context is not: nats.go
 		// cancels a request whose connection changed under it.
@@ -188,6 +196,29 @@ func (r Tries) Do(ctx context.Context, what string, fn func(ctx context.Context)
 		}
 		wait = min(2*wait, retryMaxWait)
 	}
+}
+
+// try runs fn once under perTry. With Conn set it also returns a
+// permissions violation the connection reported while fn ran, and ends fn
+// as soon as one is seen.
+func (r Tries) try(ctx context.Context, perTry time.Duration, fn func(ctx context.Context) error) (err, denied error) {
+	if r.Conn == nil {
+		tctx, cancel := context.WithTimeout(ctx, perTry)
+		defer cancel()
+		return fn(tctx), nil
+	}
+	prev := r.Conn.LastError()
+	cctx, cancelCause := context.WithCancelCause(ctx)
+	defer cancelCause(nil)
+	tctx, cancel := context.WithTimeout(cctx, perTry)
+	defer cancel()
+	stop := watchDenied(tctx, r.Conn, prev, cancelCause)
+	err = fn(tctx)
+	stop()
+	if err == nil {
+		return nil, nil
+	}
+	return err, newViolation(r.Conn, prev)
 }
 
 func (r Tries) gaveUp(ctx context.Context, what string, start time.Time, tries int, err error) error {

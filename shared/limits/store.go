@@ -97,7 +97,24 @@ func (s *Store) get(ctx context.Context, key string) (Rule, error) {
 	if err != nil {
 		return Rule{}, fmt.Errorf("reading the limit rule %q: %w", key, err)
 	}
-	return Decode(key, e.Value())
+	r, err := Decode(key, e.Value())
+	if err != nil {
+		return Rule{}, storedError(key, e.Value(), err)
+	}
+	return r, nil
+}
+
+// storedError reports a stored rule that Decode refused as the invalid
+// document it is (spool.ErrInvalidDocument, and ErrInvalidRule still),
+// with the field and byte offset of a JSON error.
+func storedError(key string, data []byte, err error) error {
+	de := &spool.DocumentError{Kind: "limits rule", Key: key, Offset: -1, Err: err}
+	var probe Rule
+	var found *spool.DocumentError
+	if errors.As(spool.DecodeDocument(de.Kind, key, data, &probe), &found) {
+		de.Field, de.Offset = found.Field, found.Offset
+	}
+	return de
 }
 
 // List returns every valid rule: exact types first by type, then the

@@ -470,5 +470,8 @@ func Unhold(m *jetstream.RawStreamMsg) (*nats.Msg, string, error) {
 	}
 	id := spool.TaskID(m.Header, m.Sequence)
 	h.Set(spool.HeaderTaskID, id)
+	// A task a producer held for its key's turn was enqueued when its
+	// held copy was stored.
+	spool.KeepEnqueuedAt(h, m.Time)
 	return &nats.Msg{Subject: target, Header: h, Data: m.Data}, id, nil
 }

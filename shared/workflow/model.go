@@ -53,9 +53,10 @@ type Doc struct {
 	ID string `json:"id,omitempty"`
 	// OnError is the failure policy; empty means Stop.
 	OnError Policy `json:"on_error,omitempty"`
-	// OnFailure, if set, is a step enqueued once, when the first step
-	// fails; its payload carries the failure (see StepInput). Its After
-	// must be empty.
+	// OnFailure, if set, is a step enqueued once per round, when the first
+	// step fails; its payload carries the failure (see StepInput). A retry
+	// starts a new round, so a retry that fails again runs it again with the
+	// new failure. Its After must be empty.
 	OnFailure *Step `json:"on_failure,omitempty"`
 	// Steps in any order; names are unique.
 	Steps []Step `json:"steps"`

@@ -239,8 +239,8 @@ func (s *Store) watchRecord(ctx context.Context, id string, r *Record) (bool, er
 				continue
 			}
 			var x Record
-			if err := json.Unmarshal(e.Value(), &x); err != nil {
-				return false, fmt.Errorf("decoding %s: %w", e.Key(), err)
+			if err := spool.DecodeDocument(recordDocument, e.Key(), e.Value(), &x); err != nil {
+				return false, err
 			}
 			*r = x
 			if r.State.Terminal() {
@@ -273,11 +273,14 @@ func (s *Store) Cancel(ctx context.Context, id string) (Record, error) {
 }
 
 // RetryFailed runs a failed or cancelled workflow again from its failed
-// steps: every step that did not complete (and the on-failure step) gets a
-// new run (a new task id), and the steps whose inputs all completed are
-// enqueued. Completed steps keep their results. Called on a running
-// workflow, it enqueues the ready steps again (mending a retry cut short by
-// a crash) and changes nothing else.
+// steps: every step that did not complete gets a new run (a new task id),
+// and the steps whose inputs all completed are enqueued. Completed steps
+// keep their results. The on-failure step, if it was enqueued, gets a new
+// run too: it runs again, with the new failure, when the retry fails, and
+// stays pending when the retry completes. Called on a running workflow, it
+// enqueues the ready steps again and finishes a workflow that waits only
+// for an on-failure step that is terminal (mending a retry or an advance
+// cut short by a crash), and changes nothing else.
 func (s *Store) RetryFailed(ctx context.Context, id string) (Record, error) {
 	r, err := s.Get(ctx, id)
 	if err != nil {
@@ -292,12 +295,12 @@ func (s *Store) RetryFailed(ctx context.Context, id string) (Record, error) {
 	}
 	if r.State != Running {
 		for _, sr := range steps {
-			if sr.State == Completed {
+			if !rerun(&sr, r.Steps) {
 				continue
 			}
 			name := sr.Name
 			if _, err := s.modifyStep(ctx, id, name, func(x *StepRecord) bool {
-				if x.State == Completed {
+				if !rerun(x, r.Steps) {
 					return false
 				}
 				x.Run++
@@ -341,6 +344,8 @@ func (s *Store) RetryFailed(ctx context.Context, id string) (Record, error) {
 			return r, err
 		}
 		r = *nr
+	} else if err := s.finishOnFailure(ctx, r, steps); err != nil {
+		return r, err
 	}
 	for _, sr := range steps {
 		if sr.Index == r.Steps || r.Done.has(sr.Index) {
@@ -360,4 +365,32 @@ func (s *Store) RetryFailed(ctx context.Context, id string) (Record, error) {
 		}
 	}
 	return s.Get(ctx, id)
+}
+
+// rerun reports whether a retry gives step sr of a workflow of n steps a
+// new run: a step that did not complete, and the on-failure step once it
+// was enqueued, so that a retry that fails again runs it again.
+func rerun(sr *StepRecord, n int) bool {
+	if sr.Index == n {
+		return sr.State != Pending
+	}
+	return sr.State != Completed
+}
+
+// finishOnFailure finishes the on-failure step of a running workflow r
+// whose record still waits for it although the step is terminal: a crash
+// came between the two writes, or the step is terminal from an earlier
+// round that a retry did not give a new run, so nothing would run it.
+func (s *Store) finishOnFailure(ctx context.Context, r Record, steps []StepRecord) error {
+	if r.OnFailure == "" || r.OnFailureDone || r.Failure == nil {
+		return nil
+	}
+	for _, sr := range steps {
+		if sr.Index != r.Steps || !sr.State.Terminal() {
+			continue
+		}
+		o := Outcome{State: sr.State, Error: sr.Error}
+		return s.Finish(ctx, Ref{Workflow: r.ID, Step: sr.Name, TaskID: sr.TaskID}, o)
+	}
+	return nil
 }

@@ -77,7 +77,7 @@ func (s *Store) retry(ctx context.Context, op func(ctx context.Context) error) e
 
 // retryFor is retry with a per-try timeout of its own.
 func (s *Store) retryFor(ctx context.Context, try time.Duration, op func(ctx context.Context) error) error {
-	return jsproto.Tries{PerTry: try}.Do(ctx, "workflow state", func(ctx context.Context) error {
+	return jsproto.Tries{PerTry: try, Conn: s.js.Conn()}.Do(ctx, "workflow state", func(ctx context.Context) error {
 		err := op(ctx)
 		if errors.Is(err, nats.ErrReconnectBufExceeded) {
 			// A connection without a reconnect buffer refuses a publish
@@ -88,7 +88,12 @@ func (s *Store) retryFor(ctx context.Context, try time.Duration, op func(ctx con
 	})
 }
 
-// get reads key into v; ok is false when the key does not exist.
+// recordDocument is the kind of document a *spool.DocumentError names
+// for a workflow's record or one of its step records.
+const recordDocument = "workflow record"
+
+// get reads key into v; ok is false when the key does not exist. A record
+// that cannot be decoded gives a *spool.DocumentError.
 func (s *Store) get(ctx context.Context, key string, v any) (rev uint64, ok bool, err error) {
 	var e jetstream.KeyValueEntry
 	err = s.retry(ctx, func(ctx context.Context) (err error) {
@@ -101,8 +106,8 @@ func (s *Store) get(ctx context.Context, key string, v any) (rev uint64, ok bool
 	if err != nil {
 		return 0, false, fmt.Errorf("reading %s: %w", key, err)
 	}
-	if err := json.Unmarshal(e.Value(), v); err != nil {
-		return 0, false, fmt.Errorf("decoding %s: %w", key, err)
+	if err := spool.DecodeDocument(recordDocument, key, e.Value(), v); err != nil {
+		return 0, false, err
 	}
 	return e.Revision(), true, nil
 }
@@ -208,8 +213,8 @@ func (s *Store) result(ctx context.Context, taskID string) (spool.Result, bool, 
 	if err != nil {
 		return doc, false, fmt.Errorf("reading result of task %s: %w", taskID, err)
 	}
-	if err := json.Unmarshal(e.Value(), &doc); err != nil {
-		return doc, false, fmt.Errorf("decoding result of task %s: %w", taskID, err)
+	if err := spool.DecodeDocument("result document", taskID, e.Value(), &doc); err != nil {
+		return doc, false, err
 	}
 	return doc, true, nil
 }
@@ -246,8 +251,8 @@ func (s *Store) steps(ctx context.Context, r Record) ([]StepRecord, error) {
 					return nil
 				}
 				var r StepRecord
-				if err := json.Unmarshal(e.Value(), &r); err != nil {
-					return fmt.Errorf("decoding %s: %w", e.Key(), err)
+				if err := spool.DecodeDocument(recordDocument, e.Key(), e.Value(), &r); err != nil {
+					return err
 				}
 				out = append(out, r)
 			}

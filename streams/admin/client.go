@@ -86,7 +86,7 @@ func read[T any](ctx context.Context, c *Client, fn func(context.Context) (T, er
 func call[T any](ctx context.Context, c *Client, what string, fn func(context.Context) (T, error)) (T, error) {
 	return read(ctx, c, func(ctx context.Context) (T, error) {
 		var out T
-		err := jsproto.Tries{PerTry: min(c.timeout, jsproto.DefaultPerTry)}.Do(ctx, what, func(ctx context.Context) (err error) {
+		err := jsproto.Tries{PerTry: min(c.timeout, jsproto.DefaultPerTry), Conn: c.nc}.Do(ctx, what, func(ctx context.Context) (err error) {
 			out, err = fn(ctx)
 			return err
 		})

@@ -37,8 +37,11 @@ type Message struct {
 	Attempts int
 	// FailedAt is when the task was declared dead; zero means now.
 	FailedAt time.Time
-	// EnqueuedAt is the task's stream timestamp, for the result document.
-	EnqueuedAt time.Time
+	// EnqueuedAt is when the task was first enqueued and HandedBackAt,
+	// for a copy Spool published again, when the copy was
+	// (spool.EnqueueTimes), for the result document.
+	EnqueuedAt   time.Time
+	HandedBackAt *time.Time
 	// StartedAt is when the last attempt started, for the result document;
 	// zero when unknown.
 	StartedAt time.Time
@@ -47,15 +50,17 @@ type Message struct {
 // MessageFromRaw builds a Message from a message read from the task
 // stream by sequence (jetstream.Stream.GetMsg), as the DLQ router does.
 func MessageFromRaw(m *jetstream.RawStreamMsg, reason spool.Reason, errText string, attempts int) Message {
+	enqueued, handedBack := spool.EnqueueTimes(m.Header, m.Time)
 	return Message{
-		Subject:    m.Subject,
-		Seq:        m.Sequence,
-		Header:     m.Header,
-		Data:       m.Data,
-		Reason:     reason,
-		Err:        errText,
-		Attempts:   attempts,
-		EnqueuedAt: m.Time,
+		Subject:      m.Subject,
+		Seq:          m.Sequence,
+		Header:       m.Header,
+		Data:         m.Data,
+		Reason:       reason,
+		Err:          errText,
+		Attempts:     attempts,
+		EnqueuedAt:   enqueued,
+		HandedBackAt: handedBack,
 	}
 }
 

@@ -57,6 +57,8 @@ func replayHeader(l Letter, replays int, at time.Time) nats.Header {
 	for _, k := range deadHeaders {
 		h.Del(k)
 	}
+	// A replay is a new enqueue.
+	h.Del(spool.HeaderEnqueuedAt)
 	h.Set(spool.HeaderMsgID, ReplayMsgID(l.Seq))
 	if l.TaskID != "" {
 		h.Set(spool.HeaderTaskID, l.TaskID)

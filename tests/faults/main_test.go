@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/spoolq/spool/streams/streamstest"
 	"github.com/spoolq/spool/tests/checker"
 )
 
@@ -19,16 +20,7 @@ var workerBin string
 var summary checker.Table
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(suite{m},
-		// A file store's background goroutines inside nats-server (the
-		// shared access-time ticker and a message block's flush loop) were
-		// once seen still running after every cluster node had been shut
-		// down, when a node was restarted and stopped close together: the
-		// server's to end, not a server or connection the tests left open
-		// (those leave their accept and read loops, which are still caught).
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"),
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*msgBlock).flushLoop"),
-	)
+	goleak.VerifyTestMain(suite{m}, streamstest.ServerGoroutines()...)
 }
 
 // suite builds the fault worker before the tests and prints the summary

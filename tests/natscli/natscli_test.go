@@ -69,7 +69,7 @@ func natsTTY(t *testing.T, ctx context.Context, bin, url string, args ...string)
 	t.Helper()
 	script, err := exec.LookPath("script")
 	if err != nil {
-		t.Fatalf("`nats stream view` needs a terminal; util-linux script provides one: %v", err)
+		t.Fatalf("`nats stream view` needs a terminal; util-linux script provides one (make deps says how): %v", err)
 	}
 	line := bin + " -s " + url + " " + strings.Join(args, " ")
 	cmd := exec.CommandContext(ctx, script, "-qec", line, "/dev/null")

@@ -40,7 +40,7 @@ func nodeExample(t *testing.T) (node, dir string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Fatal("node is not installed: install Node.js 20 or newer (Debian: apt-get install nodejs npm), then run `npm ci` in examples/node")
+		t.Fatal("node is not installed: install Node.js 20 or newer (make deps says how), then run make examples")
 	}
 	dir = filepath.Join(repoRoot(t), "examples", "node")
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@nats-io", "transport-node")); err != nil {

@@ -21,10 +21,11 @@ import (
 
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, streamstest.ServerGoroutines()...)
 }
 
 // deployDir holds the nats-server configurations under test.

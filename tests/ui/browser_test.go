@@ -33,7 +33,7 @@ func findChromium(t *testing.T) string {
 	if os.Getenv("SPOOL_SKIP_BROWSER") == "1" {
 		t.Skip("no chromium and SPOOL_SKIP_BROWSER=1: browser tests skipped")
 	}
-	t.Fatal("chromium not found: install Debian's chromium package (apt-get install -y chromium; .ci/run does), " +
+	t.Fatal("chromium not found: install Debian's chromium package (make deps says how), " +
 		"set SPOOL_CHROMIUM to a Chromium binary, or set SPOOL_SKIP_BROWSER=1 to skip the browser tests")
 	return ""
 }

@@ -58,10 +58,12 @@ type Config struct {
 	// TaskTimeout is the per-attempt deadline for tasks without
 	// Spool-Timeout. SPOOL_TASK_TIMEOUT, default 30m.
 	TaskTimeout time.Duration `envconfig:"TASK_TIMEOUT" default:"30m" desc:"attempt deadline without Spool-Timeout"`
-	// ShutdownTimeout is how long running handlers may finish after
-	// SIGINT/SIGTERM before their tasks are handed back.
+	// ShutdownTimeout bounds the whole stop after SIGINT/SIGTERM: running
+	// handlers may finish for all of it but a tenth (at most 3s), which is
+	// left to hand the tasks of those still running back; the process
+	// exits when it ends, whether or not the server answers.
 	// SPOOL_SHUTDOWN_TIMEOUT, default 30s.
-	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"time running handlers get on SIGINT/SIGTERM before their tasks are handed back"`
+	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"longest stop on SIGINT/SIGTERM: running handlers get all but a tenth of it (at most 3s), then their tasks are handed back"`
 	// WorkerName names this process in results. SPOOL_WORKER_NAME, default
 	// <hostname>-<pid>.
 	WorkerName string `envconfig:"WORKER_NAME" desc:"name in result documents (default <hostname>-<pid>)"`
@@ -200,11 +202,18 @@ func (c *Config) Options() []consumer.Option {
 		consumer.WithRetry(c.RetryBase, c.RetryMax, c.DefaultMaxRetries),
 		consumer.WithRetryJitter(c.RetryJitter),
 		consumer.WithTaskTimeout(c.TaskTimeout),
-		consumer.WithShutdownTimeout(c.ShutdownTimeout),
+		consumer.WithShutdownTimeout(c.handlerTimeout()),
 		consumer.WithAutoscale(c.ScaleUpFill, c.ScaleDownIdle),
 		consumer.WithProcessingDelay(c.ProcessingDelay),
 		consumer.WithEvents(c.Events),
 	}
+}
+
+// handlerTimeout is the part of the shutdown timeout running handlers get
+// to finish: all but a tenth of it, at most 3s, which is left to hand the
+// tasks of the handlers still running back.
+func (c Config) handlerTimeout() time.Duration {
+	return c.ShutdownTimeout - min(c.ShutdownTimeout/10, 3*time.Second)
 }
 
 // parsePartition reads "all" (or nothing) as -1, every partition, and a

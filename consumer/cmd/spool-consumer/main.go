@@ -100,8 +100,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Everything stopped after SIGTERM shares one deadline,
+	// SPOOL_SHUTDOWN_TIMEOUT from the first stop, whatever the server's state.
+	stopping := newShutdown(ctx, cfg.ShutdownTimeout)
+	defer stopping.cancel()
 	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		sctx, cancel := stopping.within(5 * time.Second)
 		defer cancel()
 		if err := stopTracing(sctx); err != nil {
 			logger.Warn("flushing traces", "error", err)
@@ -148,7 +152,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		sctx, cancel := stopping.within(5 * time.Second)
 		defer cancel()
 		if err := obs.stop(sctx); err != nil {
 			logger.Warn("stopping the metrics listener", "error", err)
@@ -169,12 +173,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.DLQRouter {
 		router, err = startRouter(ctx, nc, cfg, w.Name(), logger)
 		if err != nil {
-			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-			defer cancel()
 			if ctx.Err() != nil {
 				err = nil // SIGINT or SIGTERM while waiting for the cluster
 			}
-			return errors.Join(err, w.Stop(stopCtx))
+			if serr := w.Stop(stopping.context()); serr != nil && !errors.Is(serr, context.DeadlineExceeded) {
+				err = errors.Join(err, serr)
+			}
+			return err
 		}
 	}
 	svc, err := observe(ctx, nc, w, router, routes, handled(mux, routes), obs, cfg)
@@ -193,10 +198,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			logger.Warn("stopping the NATS service", "error", err)
 		}
 	}
-	// The worker enforces ShutdownTimeout itself; the extra minute bounds
-	// the hand-back of tasks whose handlers ignore cancellation.
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout+time.Minute)
-	defer cancel()
+	// The worker cancels the handlers still running a little before the
+	// deadline (Config.handlerTimeout), leaving the rest of it to hand
+	// their tasks back; a server that does not answer by then is given up.
+	stopCtx := stopping.context()
 	if router != nil {
 		if err := router.Stop(stopCtx); err != nil {
 			logger.Warn("stopping the dlq router", "error", err)

@@ -349,14 +349,15 @@ func (r *Store) DeadDoc(m dlq.Message) spool.Result {
 		finished = time.Now()
 	}
 	doc := spool.Result{
-		ID:          id,
-		State:       spool.StateDead,
-		Attempts:    m.Attempts,
-		Error:       m.Err,
-		Reason:      m.Reason,
-		EnqueuedAt:  m.EnqueuedAt,
-		FinishedAt:  &finished,
-		TraceParent: m.Header.Get(spool.HeaderTraceParent),
+		ID:           id,
+		State:        spool.StateDead,
+		Attempts:     m.Attempts,
+		Error:        m.Err,
+		Reason:       m.Reason,
+		EnqueuedAt:   m.EnqueuedAt,
+		HandedBackAt: m.HandedBackAt,
+		FinishedAt:   &finished,
+		TraceParent:  m.Header.Get(spool.HeaderTraceParent),
 	}
 	if !m.StartedAt.IsZero() {
 		s := m.StartedAt

@@ -306,7 +306,7 @@ var fieldsAsFlags = strings.NewReplacer("unique_ttl", "--unique-ttl", "unique_ke
 
 func runResult(ctx context.Context, cfg Config, env *cmdEnv, args []string) error {
 	fs := newFlags("result", "spool-producer result ID [--wait [--timeout D]] [--output]", env)
-	wait := fs.Bool("wait", false, "wait until the task is completed or dead")
+	wait := fs.Bool("wait", false, "wait until the task is completed, dead or cancelled")
 	timeout := fs.Duration("timeout", defaultWaitTimeout, "with --wait: give up after this long, saying whether the id is known (0: wait until interrupted)")
 	output := fs.Bool("output", false, "print the handler's output byte for byte instead of the result document")
 	pos, err := fs.parse(args)

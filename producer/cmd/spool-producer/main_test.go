@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -246,6 +247,29 @@ func TestResultAndCancelCommands(t *testing.T) {
 	out, err = s.cli(t, "", "result", "--wait", "r2", "--timeout", "10s")
 	if err != nil || !strings.Contains(out, `"state": "completed"`) {
 		t.Fatalf("wait: %q, %v", out, err)
+	}
+}
+
+// A result document a worker in another language stored with NaN is
+// reported by the result command as that document, naming the field and
+// the byte offset.
+func TestResultCommandInvalidDocument(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	ctx := ctxFor(t)
+	kv, err := s.js.KeyValue(ctx, "spool_results")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := `{"id":"nan1","type":"a","priority":"normal","state":"completed","attempts":1,"result":NaN}`
+	if _, err := kv.PutString(ctx, "nan1", doc); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`the stored result document "nan1" cannot be read: field "result" at byte %d: invalid character 'N' looking for beginning of value`, strings.Index(doc, "NaN")+1)
+	for _, args := range [][]string{{"result", "nan1"}, {"result", "--wait", "--timeout", "5s", "nan1"}} {
+		if _, err := s.cli(t, "", args...); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%v: %v, want %q", args, err, want)
+		}
 	}
 }
 

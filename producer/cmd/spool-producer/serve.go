@@ -105,7 +105,7 @@ func runServe(ctx context.Context, cfg Config, env *cmdEnv, args []string) error
 func awaitCluster(ctx context.Context, s *session, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	err := jsproto.Tries{Logger: s.logger}.Do(ctx, "the task stream", s.client.Ready)
+	err := jsproto.Tries{Logger: s.logger, Conn: s.nc}.Do(ctx, "the task stream", s.client.Ready)
 	switch {
 	case err == nil:
 		return nil

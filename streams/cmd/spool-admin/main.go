@@ -144,7 +144,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// Provisioning is idempotent: a try that met a leader election
 		// is run again whole within --timeout, each try given the time a
 		// replicated stream's creation takes.
-		retry := jsproto.Tries{PerTry: provisionPerTry, Logger: logger}
+		retry := jsproto.Tries{PerTry: provisionPerTry, Logger: logger, Conn: js.Conn()}
 		err = retry.Do(ctx, "provisioning", func(ctx context.Context) error {
 			return streams.Provision(ctx, js, topo, logger)
 		})

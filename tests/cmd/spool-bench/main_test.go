@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 // TestMain lets the test binary play the harness's children (it re-runs
@@ -18,7 +20,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild(os.Args[1:]))
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, streamstest.ServerGoroutines()...)
 }
 
 // TestQuickRun runs every scenario once with tiny counts under the default

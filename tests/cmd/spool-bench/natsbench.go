@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -31,8 +30,15 @@ func (b *bench) natsBench(ctx context.Context) error {
 	const stream = "spool_bench_natsbench"
 	defer func() { _ = b.js.DeleteStream(context.WithoutCancel(ctx), stream) }()
 	run := func(row string, args ...string) error {
-		csv := filepath.Join(os.TempDir(), fmt.Sprintf("spool-bench-natsbench-%d.csv", os.Getpid()))
+		f, err := os.CreateTemp("", "spool-bench-natsbench-*.csv")
+		if err != nil {
+			return fmt.Errorf("nats bench: %w", err)
+		}
+		csv := f.Name()
 		defer os.Remove(csv)
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("nats bench: %w", err)
+		}
 		args = append([]string{"-s", b.srv.url, "bench", "js"}, args...)
 		args = append(args, "--stream", stream, "--msgs", n, "--size", "128B", "--no-progress", "--csv", csv)
 		out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
