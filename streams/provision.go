@@ -169,10 +169,10 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.Ke
 }
 
 // BucketConsumerInactivity bounds how long a consumer on a bucket's stream
-// outlives its last use. Spool reads buckets through watches (ephemeral
-// consumers that live while their subscriber does), so a durable consumer
-// a role creates there is removed like them once unused.
-const BucketConsumerInactivity = 30 * time.Second
+// outlives its last use, so a durable consumer a role creates there is
+// removed once unused. It leaves room for the KV watches of every client:
+// nats.js asks for 5 minutes, nats.go for 5 minutes too.
+const BucketConsumerInactivity = 10 * time.Minute
 
 // hardenBucket narrows the stream behind a bucket beyond what nats.go sets:
 // it refuses roll-ups (a Nats-Rollup header would let any writer of one key
