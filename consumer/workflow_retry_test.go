@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -13,6 +14,45 @@ import (
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/workflow"
 )
+
+// RetryFailed runs the failed step again under a new task id, and the
+// workflow completes; completed steps keep their results and do not run
+// again.
+func TestWorkflowRetryFailed(t *testing.T) {
+	t.Parallel()
+	mux := arithmetic()
+	mux.HandleFunc("flaky", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		if !strings.HasSuffix(task.ID, "=1") {
+			return nil, consumer.Permanent(errors.New("first run fails"))
+		}
+		si, err := workflow.DecodeInput(task.Payload)
+		if err != nil {
+			return nil, err
+		}
+		return si.Inputs[0], nil
+	})
+	e := newWFEnv(t, mux)
+	var d workflow.Doc
+	d.Chain(workflow.Task("a", "add1", []byte("1")), workflow.Task("flaky", "flaky", nil), workflow.Task("c", "add1", nil))
+	id := e.submit(d)
+	st := e.wait(id, workflow.Failed)
+	if s := stepOf(t, st, "c"); s.State != workflow.Cancelled {
+		t.Fatalf("c %+v", s)
+	}
+	if _, err := e.store.RetryFailed(testCtx(t), id); err != nil {
+		t.Fatal(err)
+	}
+	st = e.wait(id, workflow.Completed)
+	if c := stepOf(t, st, "c"); string(c.Task.Result) != "3" || c.Run != 1 {
+		t.Errorf("c after retry %+v", c)
+	}
+	if a := stepOf(t, st, "a"); e.ran(a.TaskID) != 1 || a.Run != 0 {
+		t.Errorf("a ran %d times, run %d", e.ran(a.TaskID), a.Run)
+	}
+	if st.Retries != 1 {
+		t.Errorf("retries %d", st.Retries)
+	}
+}
 
 // retryCase is one workflow of TestWorkflowRetryCombinations: its failure
 // policy, whether it has an on-failure step, how many times it is retried

@@ -146,6 +146,37 @@ func addChain() workflow.Doc {
 	return d
 }
 
+// oneOnceFailed returns 1 once the workflow of task has recorded a failed
+// step.
+func oneOnceFailed(ctx context.Context, s *workflow.Store, task *consumer.Task) ([]byte, error) {
+	wf := task.Headers.Get(workflow.HeaderWorkflow)
+	for {
+		r, err := s.Get(ctx, wf)
+		if err != nil {
+			return nil, err
+		}
+		if r.Failure != nil {
+			return []byte("1"), nil
+		}
+		if err := waitTick(ctx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// waitTick paces a handler that polls the workflow state (handlers have no
+// signal to wait on); it ends with ctx.
+func waitTick(ctx context.Context) error {
+	t := time.NewTimer(20 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
 // A chain passes each step's result to the next.
 func TestWorkflowChain(t *testing.T) {
 	t.Parallel()
@@ -281,191 +312,6 @@ func streamstestWaitEmpty(t *testing.T, e *env) {
 	})
 }
 
-// policyDoc: "bad" fails once "slow" started; "after_bad" runs after it; "slow" (independent)
-// completes only once the failure is recorded, then "after_slow" follows
-// it; "notify" is the on-failure step.
-func policyDoc(id string, p workflow.Policy) workflow.Doc {
-	return workflow.Doc{ID: id, OnError: p, OnFailure: &workflow.Step{Name: "notify", Type: "notify", Priority: spool.Normal},
-		Steps: []workflow.Step{
-			workflow.Task("bad", "fail_after_slow", nil),
-			{Name: "after_bad", Type: "add1", Priority: spool.Normal, After: []string{"bad"}, Inputs: true},
-			workflow.Task("slow", "slow", nil),
-			{Name: "after_slow", Type: "add1", Priority: spool.Normal, After: []string{"slow"}, Inputs: true},
-		}}
-}
-
-func policyMux(e **wfEnv, notified chan<- workflow.StepInput) *consumer.Mux {
-	mux := arithmetic()
-	slowStarted := make(chan struct{})
-	mux.HandleFunc("fail_after_slow", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
-		select {
-		case <-slowStarted:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		return nil, consumer.Permanent(errors.New("boom"))
-	})
-	mux.HandleFunc("slow", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
-		close(slowStarted)
-		return oneOnceFailed(ctx, (*e).store, task)
-	})
-	mux.HandleFunc("notify", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
-		in, err := workflow.DecodeInput(task.Payload)
-		if err != nil {
-			return nil, err
-		}
-		notified <- in
-		return nil, nil
-	})
-	return mux
-}
-
-// oneOnceFailed returns 1 once the workflow of task has recorded a failed
-// step.
-func oneOnceFailed(ctx context.Context, s *workflow.Store, task *consumer.Task) ([]byte, error) {
-	wf := task.Headers.Get(workflow.HeaderWorkflow)
-	for {
-		r, err := s.Get(ctx, wf)
-		if err != nil {
-			return nil, err
-		}
-		if r.Failure != nil {
-			return []byte("1"), nil
-		}
-		if err := waitTick(ctx); err != nil {
-			return nil, err
-		}
-	}
-}
-
-// waitTick paces a handler that polls the workflow state (handlers have no
-// signal to wait on); it ends with ctx.
-func waitTick(ctx context.Context) error {
-	t := time.NewTimer(20 * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-// Stop: after a failure, steps not started are cancelled, the on-failure
-// step gets the error, the workflow fails.
-func TestWorkflowPolicyStop(t *testing.T) {
-	t.Parallel()
-	notified := make(chan workflow.StepInput, 1)
-	var e *wfEnv
-	e = newWFEnv(t, policyMux(&e, notified), consumer.WithConcurrency(4, 8))
-	id := e.submit(policyDoc("stop", workflow.Stop))
-	st := e.wait(id, workflow.Failed)
-	want := map[string]workflow.State{"bad": workflow.Failed, "after_bad": workflow.Cancelled, "slow": workflow.Completed,
-		"after_slow": workflow.Cancelled, "notify": workflow.Completed}
-	for name, s := range want {
-		if got := stepOf(t, st, name).State; got != s {
-			t.Errorf("step %s %s, want %s", name, got, s)
-		}
-	}
-	in := <-notified
-	if in.Failed == nil || in.Failed.Step != "bad" || !strings.Contains(in.Failed.Error, "boom") {
-		t.Errorf("on-failure input %+v", in.Failed)
-	}
-	if st.Failure == nil || st.Failure.Step != "bad" {
-		t.Errorf("failure %+v", st.Failure)
-	}
-}
-
-// Continue: the independent branch runs on; only the failed step's
-// dependants are cancelled.
-func TestWorkflowPolicyContinue(t *testing.T) {
-	t.Parallel()
-	notified := make(chan workflow.StepInput, 1)
-	var e *wfEnv
-	e = newWFEnv(t, policyMux(&e, notified), consumer.WithConcurrency(4, 8))
-	id := e.submit(policyDoc("cont", workflow.Continue))
-	st := e.wait(id, workflow.Failed)
-	want := map[string]workflow.State{"bad": workflow.Failed, "after_bad": workflow.Cancelled, "slow": workflow.Completed,
-		"after_slow": workflow.Completed, "notify": workflow.Completed}
-	for name, s := range want {
-		if got := stepOf(t, st, name).State; got != s {
-			t.Errorf("step %s %s, want %s", name, got, s)
-		}
-	}
-	if r := string(stepOf(t, st, "after_slow").Task.Result); r != "2" {
-		t.Errorf("after_slow result %s", r)
-	}
-	<-notified
-}
-
-// Cancel: the running step finishes, the rest are cancelled, the workflow
-// ends cancelled.
-func TestWorkflowCancel(t *testing.T) {
-	t.Parallel()
-	release := make(chan struct{})
-	started := make(chan struct{})
-	mux := arithmetic()
-	mux.HandleFunc("block", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
-		close(started)
-		<-release
-		return []byte("1"), nil
-	})
-	e := newWFEnv(t, mux)
-	var d workflow.Doc
-	d.Chain(workflow.Task("first", "block", nil), workflow.Task("second", "add1", nil), workflow.Task("third", "add1", nil))
-	id := e.submit(d)
-	<-started
-	if _, err := e.store.Cancel(testCtx(t), id); err != nil {
-		t.Fatal(err)
-	}
-	close(release)
-	st := e.wait(id, workflow.Cancelled)
-	for name, s := range map[string]workflow.State{"first": workflow.Completed, "second": workflow.Cancelled, "third": workflow.Cancelled} {
-		if got := stepOf(t, st, name); got.State != s || got.Name != "first" && e.ran(got.TaskID) != 0 {
-			t.Errorf("step %s %+v, want %s", name, got, s)
-		}
-	}
-}
-
-// RetryFailed runs the failed step again under a new task id, and the
-// workflow completes; completed steps keep their results and do not run
-// again.
-func TestWorkflowRetryFailed(t *testing.T) {
-	t.Parallel()
-	mux := arithmetic()
-	mux.HandleFunc("flaky", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
-		if !strings.HasSuffix(task.ID, "=1") {
-			return nil, consumer.Permanent(errors.New("first run fails"))
-		}
-		si, err := workflow.DecodeInput(task.Payload)
-		if err != nil {
-			return nil, err
-		}
-		return si.Inputs[0], nil
-	})
-	e := newWFEnv(t, mux)
-	var d workflow.Doc
-	d.Chain(workflow.Task("a", "add1", []byte("1")), workflow.Task("flaky", "flaky", nil), workflow.Task("c", "add1", nil))
-	id := e.submit(d)
-	st := e.wait(id, workflow.Failed)
-	if s := stepOf(t, st, "c"); s.State != workflow.Cancelled {
-		t.Fatalf("c %+v", s)
-	}
-	if _, err := e.store.RetryFailed(testCtx(t), id); err != nil {
-		t.Fatal(err)
-	}
-	st = e.wait(id, workflow.Completed)
-	if c := stepOf(t, st, "c"); string(c.Task.Result) != "3" || c.Run != 1 {
-		t.Errorf("c after retry %+v", c)
-	}
-	if a := stepOf(t, st, "a"); e.ran(a.TaskID) != 1 || a.Run != 0 {
-		t.Errorf("a ran %d times, run %d", e.ran(a.TaskID), a.Run)
-	}
-	if st.Retries != 1 {
-		t.Errorf("retries %d", st.Retries)
-	}
-}
-
 // Any NATS client submits the JSON document as a task of the reserved
 // type; the workflow takes the task's id.
 func TestWorkflowSubmitOverNATS(t *testing.T) {
@@ -503,54 +349,4 @@ func waitForWorkflow(t *testing.T, e *wfEnv, id string) {
 		_, err := e.store.Get(testCtx(t), id)
 		return err
 	})
-}
-
-// A running step whose task is cancelled (Client.CancelWorkflow does this
-// for the steps that run when a workflow is cancelled): its handler's
-// context ends, the step ends cancelled, and the workflow advances to a
-// final state instead of waiting for a step that will never report.
-func TestWorkflowRunningStepCancelled(t *testing.T) {
-	t.Parallel()
-	started := make(chan string, 1)
-	interrupted := make(chan error, 1)
-	mux := arithmetic()
-	mux.HandleFunc("block", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
-		started <- task.ID
-		<-ctx.Done()
-		interrupted <- context.Cause(ctx)
-		return nil, ctx.Err()
-	})
-	e := newWFEnv(t, mux)
-	var d workflow.Doc
-	d.Chain(workflow.Task("first", "block", nil), workflow.Task("second", "add1", nil))
-	id := e.submit(d)
-	taskID := <-started
-	e.cancel(taskID, "ops", "stuck")
-	select {
-	case cause := <-interrupted:
-		if !errors.Is(cause, consumer.ErrCancelled) {
-			t.Fatalf("handler context ended with %v, want consumer.ErrCancelled", cause)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the running step's handler was not interrupted")
-	}
-	var st workflow.Status
-	streamstest.WaitFor(t, 30*time.Second, func() error {
-		var err error
-		if st, err = e.store.Status(testCtx(t), id); err != nil {
-			return err
-		}
-		if !st.State.Terminal() {
-			return fmt.Errorf("workflow %s, want a final state", st.State)
-		}
-		return nil
-	})
-	for name, want := range map[string]workflow.State{"first": workflow.Cancelled, "second": workflow.Cancelled} {
-		if got := stepOf(t, st, name); got.State != want {
-			t.Errorf("step %s %+v, want %s", name, got, want)
-		}
-	}
-	if n := e.ran(stepOf(t, st, "second").TaskID); n != 0 {
-		t.Errorf("the step after the cancelled one ran %d times", n)
-	}
 }
