@@ -59,33 +59,35 @@ func (s *admission) refuseRepeating(a attemptInfo, sched string) {
 	s.settle.deadLetter(a, spool.ReasonBadInput, repeatingError(s.policy.Names, sched), outcome{failed: true, pickup: -1})
 }
 
-// removeRepeating deletes the last message on subject sched of the task
-// stream, where schedules live, if it is still a repeating schedule. A
+// removeRepeating deletes the repeating schedules stored on subject
+// sched of the task stream, where schedules live. It reads the subject's
+// messages in order with direct gets by subject (the consumer role may
+// send those, and a schedule is normally the subject's only message). A
 // one-shot schedule published there since is a delayed task and stays.
 func (s *admission) removeRepeating(a attemptInfo, sched string) error {
-	var msg *jetstream.RawStreamMsg
-	err := s.io.write(a, "looking up schedule "+sched, func(ctx context.Context) (err error) {
-		msg, err = s.tasks.GetLastMsgForSubject(ctx, sched)
-		return err
-	})
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil
+	for seq := uint64(0); ; seq++ {
+		var msg *jetstream.RawStreamMsg
+		err := s.io.write(a, "looking up schedule "+sched, func(ctx context.Context) (err error) {
+			msg, err = s.tasks.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(sched))
+			return err
+		})
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("looking up schedule %s: %w", sched, err)
+		}
+		seq = msg.Sequence
+		if pattern := msg.Header.Get(spool.HeaderSchedule); pattern == "" || strings.HasPrefix(pattern, "@at ") {
+			continue
+		}
+		err = s.io.write(a, "deleting schedule "+sched, func(ctx context.Context) error {
+			return s.tasks.DeleteMsg(ctx, msg.Sequence)
+		})
+		var apiErr *jetstream.APIError
+		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) &&
+			!(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeMessageNotFound) {
+			return fmt.Errorf("deleting schedule %s (seq %d): %w", sched, msg.Sequence, err)
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("looking up schedule %s: %w", sched, err)
-	}
-	if pattern := msg.Header.Get(spool.HeaderSchedule); pattern == "" || strings.HasPrefix(pattern, "@at ") {
-		return nil
-	}
-	err = s.io.write(a, "deleting schedule "+sched, func(ctx context.Context) error {
-		return s.tasks.DeleteMsg(ctx, msg.Sequence)
-	})
-	var apiErr *jetstream.APIError
-	if errors.Is(err, jetstream.ErrMsgNotFound) || errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeMessageNotFound {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("deleting schedule %s (seq %d): %w", sched, msg.Sequence, err)
-	}
-	return nil
 }
