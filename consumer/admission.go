@@ -20,7 +20,8 @@ import (
 // runs now. A task that runs goes on to the running stage.
 type admission struct {
 	io      *taskIO
-	policy  *config // Names, MaxRetries, TaskTimeout, ProcessingDelay
+	tasks   jetstream.Stream // the task stream, where schedules live
+	policy  *config          // Names, MaxRetries, TaskTimeout, ProcessingDelay
 	results *results.Store
 	cancels *cancels
 	flow    *flowControl // drops the slots a task carried but did not use
@@ -61,6 +62,13 @@ func (s *admission) attempt(lane int, msg jetstream.Msg) {
 		a.typ = "unknown"
 	}
 	meta, metaErr := spool.DecodeMeta(hdr)
+	if sched := repeatingSched(s.policy.Names, hdr); sched != "" {
+		if metaErr == nil && meta.ID != "" {
+			a.id = meta.ID
+		}
+		s.refuseRepeating(a, sched)
+		return
+	}
 	if err := errors.Join(subjErr, metaErr); err != nil {
 		a.maxAttempts = a.attempt
 		s.settle.deadLetter(a, spool.ReasonBadInput, err, outcome{failed: true, pickup: -1})

@@ -70,6 +70,15 @@ const (
 	// HeaderScheduleName names the periodic schedule (spool.cron.<name>)
 	// a task was fired by; it travels with every task the schedule fires.
 	HeaderScheduleName = "Spool-Schedule"
+	// HeaderScheduler and HeaderScheduleNext are set by the server on a
+	// message a schedule fired: the schedule's subject, and the next time
+	// it fires, or ScheduleNextPurge for a one-shot (@at) schedule, which
+	// the server removes as it fires. A client cannot publish another
+	// value of HeaderScheduleNext, so a time there proves a repeating
+	// schedule fired the message.
+	HeaderScheduler    = "Nats-Scheduler"
+	HeaderScheduleNext = "Nats-Schedule-Next"
+	ScheduleNextPurge  = "purge"
 
 	// Headers added to dead letters.
 	HeaderError           = "Spool-Error"

@@ -6,15 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 // The attacks a raw client can send as each role of auth.conf: roll-up
@@ -131,6 +134,10 @@ func attacks() []attack {
 		{name: "purge the task stream", do: apiRequest("$JS.API.STREAM.PURGE.SPOOL_TASKS", struct{}{})},
 		{name: "purge a bucket", do: apiRequest("$JS.API.STREAM.PURGE.KV_spool_results", struct{}{})},
 		{name: "a repeating schedule on spool.cron", want: map[string]outcome{"spool-broker": allowed}, do: every},
+		// A repeating schedule on spool.sched (a delayed task's subject)
+		// is stored for every role that may enqueue delayed tasks: the
+		// permissions cannot see the header. The workers neutralise it
+		// (TestRepeatingScheduleOnSched).
 		{name: "a push consumer on the task stream", do: apiRequest("$JS.API.CONSUMER.CREATE.SPOOL_TASKS",
 			map[string]any{"stream_name": "SPOOL_TASKS", "config": map[string]any{"deliver_subject": "spool.remote.x", "ack_policy": "none"}})},
 		{name: "a durable consumer on the task stream", do: apiRequest("$JS.API.CONSUMER.DURABLE.CREATE.SPOOL_TASKS.mine",
@@ -262,4 +269,100 @@ func TestTaskStreamRollups(t *testing.T) {
 	if err := streams.Provision(ctx, f.admin.js, topo, testLogger(t)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestRepeatingScheduleOnSched: a raw producer may publish a repeating
+// schedule on a delayed task's subject (permissions cannot see the
+// Nats-Schedule header), but it makes no periodic task: a worker running
+// as spool-consumer removes the schedule after its first fire and
+// dead-letters its task with reason bad_input, and the task never runs.
+func TestRepeatingScheduleOnSched(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var runs atomic.Int64
+	mux := consumer.NewMux()
+	mux.HandleFunc("evil.tick", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		runs.Add(1)
+		return nil, nil
+	})
+	cons := f.srv.connect(t, "spool-consumer")
+	w, err := consumer.New(cons.nc, mux, consumer.WithWorkerName("sec-worker"), consumer.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := w.Stop(ctx); err != nil {
+			t.Errorf("stopping the worker: %v", err)
+		}
+	})
+
+	prod := f.srv.connect(t, "spool-producer")
+	m := nats.NewMsg("spool.sched.evil-1")
+	m.Header.Set(spool.HeaderTaskID, "evil-1")
+	m.Header.Set(spool.HeaderSchedule, "@every 1s")
+	m.Header.Set(spool.HeaderScheduleTarget, "spool.tasks.high.evil.tick")
+	m.Data = []byte(`{}`)
+	if _, err := prod.js.PublishMsg(ctx, m); err != nil {
+		t.Fatalf("the producer's repeating schedule was not stored (%v): if permissions now refuse it, say so in deploy/README.md", err)
+	}
+
+	tasks, err := f.admin.js.Stream(ctx, names.TaskStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlq, err := f.admin.js.Stream(ctx, names.DLQStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const dead = "spool.dlq.high.evil.tick"
+	streamstest.WaitFor(t, 30*time.Second, func() error {
+		if _, err := tasks.GetLastMsgForSubject(ctx, "spool.sched.evil-1"); !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("the repeating schedule is still stored (%v)", err)
+		}
+		if _, err := dlq.GetLastMsgForSubject(ctx, dead); err != nil {
+			return fmt.Errorf("no dead letter on %s: %w", dead, err)
+		}
+		return nil
+	})
+	letter, err := dlq.GetLastMsgForSubject(ctx, dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := letter.Header.Get(spool.HeaderReason); r != string(spool.ReasonBadInput) {
+		t.Errorf("dead letter reason %q, want bad_input", r)
+	}
+	if e := letter.Header.Get(spool.HeaderError); !strings.Contains(e, "repeating schedules on spool.sched are refused") ||
+		!strings.Contains(e, "spool.cron.<name>") {
+		t.Errorf("dead letter error %q does not say why", e)
+	}
+	// No task of the schedule is left in the queue (a second fire before
+	// the removal would be), and none ran.
+	streamstest.WaitFor(t, 20*time.Second, func() error {
+		info, err := tasks.Info(ctx, jetstream.WithSubjectFilter("spool.tasks.high.evil.tick"))
+		if err != nil {
+			return err
+		}
+		if n := info.State.Subjects["spool.tasks.high.evil.tick"]; n != 0 {
+			return fmt.Errorf("%d tasks of the schedule queued", n)
+		}
+		return nil
+	})
+	info, err := dlq.Info(ctx, jetstream.WithSubjectFilter(dead))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Subjects[dead]; n != 1 {
+		t.Errorf("%d dead letters on %s, want 1: the schedule fired after its first task", n, dead)
+	}
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the schedule's task ran %d times", n)
+	}
+	cons.noViolation(t)
 }
