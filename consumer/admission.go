@@ -34,9 +34,14 @@ type admission struct {
 
 // attempt runs one delivery of a task in its slot and settles the message:
 // ack, NAK with backoff, dead letter, or hand-back at shutdown. The caller
-// (runner) frees the slot after.
-func (s *admission) attempt(lane int, msg jetstream.Msg) {
+// (runner) frees the slot after. beat is when the task's AckWait clock
+// last restarted (its arrival, or its last heartbeat while it waited for
+// a slot): every heartbeat after is timed from it.
+func (s *admission) attempt(lane int, msg jetstream.Msg, beat time.Time) {
 	received := time.Now()
+	if beat.IsZero() {
+		beat = received
+	}
 	p := lanePriority(lane)
 
 	md, err := msg.Metadata()
@@ -54,6 +59,7 @@ func (s *admission) attempt(lane int, msg jetstream.Msg) {
 		seq:     seq,
 		attempt: int(md.NumDelivered),
 		id:      spool.TaskID(hdr, seq),
+		beat:    beat,
 	}
 	a.enq, a.handedBack = spool.EnqueueTimes(hdr, md.Timestamp)
 	_, typ, subjErr := s.policy.Names.ParseTaskSubject(msg.Subject())
@@ -93,7 +99,7 @@ func (s *admission) attempt(lane int, msg jetstream.Msg) {
 	// means the ack was lost (storedAlready).
 	var prior *spool.Result
 	if md.NumDelivered > 1 {
-		prior, a.rev = s.priorResult(a)
+		prior, a.rev = s.priorResult(&a)
 		if prior != nil && a.sameMessage(*prior) {
 			a.snoozes = prior.Snoozes
 			a.attempt = max(1, a.attempt-a.snoozes)
@@ -179,11 +185,11 @@ func (s *admission) attempt(lane int, msg jetstream.Msg) {
 // given up early runs again a task whose result is stored (its ack was
 // lost in the election), and elections under load stall a cluster for
 // seconds. rev is the document's revision (0 when unknown).
-func (s *admission) priorResult(a attemptInfo) (*spool.Result, uint64) {
+func (s *admission) priorResult(a *attemptInfo) (*spool.Result, uint64) {
 	ctx, cancel := context.WithTimeout(s.io.ctx, s.io.retryBudget(a.p))
 	defer cancel()
-	stopBeats := s.io.beatWhile(ctx, a)
-	defer stopBeats()
+	stopBeats := beatWhile(ctx, *a, s.io.ackWait[a.p]/4, s.io.log, "a redelivered task")
+	defer func() { a.beat = stopBeats() }()
 	var doc spool.Result
 	var rev uint64
 	found := false
