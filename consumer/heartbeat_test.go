@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,5 +90,75 @@ func TestCompletionsKeepTheirTaskThroughAStall(t *testing.T) {
 	}
 	if info := e.consumerInfo(spool.Normal); info.NumRedelivered > 0 {
 		t.Errorf("the consumer counts %d redelivered tasks", info.NumRedelivered)
+	}
+}
+
+// TestOverdueTaskSurvivesConsumerLeaderChange takes a task that waited in
+// the stream for longer than the AckWait (a backlog) and moves its
+// consumer's leader while the handler runs, before its first periodic
+// heartbeat. The consumer's replicas record the delivery at the time the
+// task was stored, so the new leader finds it overdue at once; the
+// heartbeat the worker sends as such a task arrives records the time of
+// its delivery instead: the task is not delivered again and runs once.
+func TestOverdueTaskSurvivesConsumerLeaderChange(t *testing.T) {
+	t.Parallel()
+	// Long enough that the attempt's first periodic heartbeat (AckWait/3)
+	// comes after the new leader's first look at its pending tasks (0.5
+	// to 1.5s after it takes over).
+	const ackWait = 9 * time.Second
+	e := newClusterEnv(t, streams.Settings{AckWait: ackWait})
+	e.publishID(spool.Normal, "slow", "overdue", nil, nil)
+	// The task waits in the stream for longer than the AckWait.
+	<-time.After(ackWait + time.Second)
+	started := make(chan int32, 2)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	var runs atomic.Int32
+	mux := consumer.NewMux()
+	mux.HandleFunc("slow", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		started <- runs.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil, nil
+	})
+	// Spare slots long-poll every priority: a redelivery is taken at once.
+	e.worker(mux, consumer.WithConcurrency(8, 8))
+	t.Cleanup(free) // runs before the worker's stop, which waits for the handler
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the task did not start")
+	}
+	cons := e.consumerInfo(spool.Normal)
+	old := cons.Cluster.Leader
+	if _, err := e.nc.RequestWithContext(testCtx(t), "$JS.API.CONSUMER.LEADER.STEPDOWN."+cons.Stream+"."+cons.Name, nil); err != nil {
+		t.Fatal(err)
+	}
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(testCtx(t), time.Second)
+		defer cancel()
+		c, err := e.js.Consumer(ctx, cons.Stream, cons.Name)
+		if err != nil {
+			return err
+		}
+		if l := c.CachedInfo().Cluster.Leader; l == "" || l == old {
+			return fmt.Errorf("consumer leader %q", l)
+		}
+		return nil
+	})
+	// The new leader redelivers an overdue task within 1.5s of taking
+	// over; the attempt heartbeats every AckWait/3 meanwhile.
+	select {
+	case n := <-started:
+		t.Errorf("the task was delivered again after the consumer's leader changed and ran %d times", n)
+	case <-time.After(ackWait / 2):
+	}
+	free()
+	e.waitResult("overdue", spool.StateCompleted, 30*time.Second)
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the task ran %d times", n)
 	}
 }
