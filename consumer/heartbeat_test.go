@@ -2,11 +2,14 @@ package consumer_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
@@ -160,5 +163,81 @@ func TestOverdueTaskSurvivesConsumerLeaderChange(t *testing.T) {
 	e.waitResult("overdue", spool.StateCompleted, 30*time.Second)
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the task ran %d times", n)
+	}
+}
+
+// TestRedeliveryWaitsForTheEarlierAttempt redelivers a task whose first
+// delivery is still held (here by the test, which took it with a plain
+// fetch and never heartbeats it, as a worker whose heartbeat a new
+// consumer leader never saw): the redelivery finds no stored outcome and
+// gives the earlier attempt a moment to store one. The test stores the
+// completed result shortly after the redelivery arrived, as that worker
+// would: the handler never runs and the redelivery is acked as stored.
+func TestRedeliveryWaitsForTheEarlierAttempt(t *testing.T) {
+	t.Parallel()
+	const ackWait = 4 * time.Second // the redelivery waits up to 1s
+	e := newEnv(t, streams.Settings{AckWait: ackWait})
+	ctx := testCtx(t)
+	e.publishID(spool.Normal, "job", "held", nil, nil)
+	first := e.fetchOne(spool.Normal)
+	md, err := first.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The worker heartbeats the redelivery as it arrives (it waited in the
+	// stream longer than a quarter of the AckWait): the test's cue that
+	// the redelivery reached the worker.
+	arrived := make(chan struct{}, 1)
+	sub, err := e.nc.Subscribe("$JS.ACK."+e.names.TaskStream()+"."+e.names.Consumer(spool.Normal)+".>", func(m *nats.Msg) {
+		if string(m.Data) == "+WPI" {
+			select {
+			case arrived <- struct{}{}:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	var runs atomic.Int32
+	mux := consumer.NewMux()
+	mux.HandleFunc("job", func(context.Context, *consumer.Task) ([]byte, error) {
+		runs.Add(1)
+		return nil, nil
+	})
+	w := e.worker(mux, consumer.WithConcurrency(8, 8))
+	select {
+	case <-arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the task was not delivered again")
+	}
+	// The earlier attempt stores its outcome a little after the
+	// redelivery arrived, then acks its delivery.
+	<-time.After(ackWait / 16)
+	kv, err := e.js.KeyValue(ctx, e.names.ResultsBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fin := time.Now()
+	doc, err := json.Marshal(spool.Result{ID: "held", Type: "job", Priority: spool.Normal, State: spool.StateCompleted,
+		Attempts: 1, EnqueuedAt: md.Timestamp, FinishedAt: &fin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, "held", doc); err != nil {
+		t.Fatalf("the redelivery did not wait (the handler ran %d times) and stored its result first: %v", runs.Load(), err)
+	}
+	if err := first.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		if n := w.Stats().Total().AckedStored; n != 1 {
+			return fmt.Errorf("%d redeliveries acked as stored", n)
+		}
+		return nil
+	})
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the handler ran %d times while the earlier attempt stored the outcome", n)
 	}
 }
