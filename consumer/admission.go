@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spoolq/spool/consumer/flow"
@@ -21,6 +22,7 @@ import (
 type admission struct {
 	io      *taskIO
 	tasks   jetstream.Stream // the task stream, where schedules live
+	nc      *nats.Conn       // watches a redelivered task's result key
 	policy  *config          // Names, MaxRetries, TaskTimeout, ProcessingDelay
 	results *results.Store
 	cancels *cancels
@@ -34,9 +36,14 @@ type admission struct {
 
 // attempt runs one delivery of a task in its slot and settles the message:
 // ack, NAK with backoff, dead letter, or hand-back at shutdown. The caller
-// (runner) frees the slot after.
-func (s *admission) attempt(lane int, msg jetstream.Msg) {
+// (runner) frees the slot after. beat is when the task's AckWait clock
+// last restarted (its arrival, or its last heartbeat while it waited for
+// a slot): every heartbeat after is timed from it.
+func (s *admission) attempt(lane int, msg jetstream.Msg, beat time.Time) {
 	received := time.Now()
+	if beat.IsZero() {
+		beat = received
+	}
 	p := lanePriority(lane)
 
 	md, err := msg.Metadata()
@@ -54,6 +61,7 @@ func (s *admission) attempt(lane int, msg jetstream.Msg) {
 		seq:     seq,
 		attempt: int(md.NumDelivered),
 		id:      spool.TaskID(hdr, seq),
+		beat:    beat,
 	}
 	a.enq, a.handedBack = spool.EnqueueTimes(hdr, md.Timestamp)
 	_, typ, subjErr := s.policy.Names.ParseTaskSubject(msg.Subject())
@@ -93,7 +101,14 @@ func (s *admission) attempt(lane int, msg jetstream.Msg) {
 	// means the ack was lost (storedAlready).
 	var prior *spool.Result
 	if md.NumDelivered > 1 {
-		prior, a.rev = s.priorResult(a)
+		prior, a.rev = s.priorResult(&a)
+		// Only a task stored at least an AckWait ago can be redelivered
+		// while an earlier attempt still holds it; a younger one was
+		// handed back (a NAK at a worker's stop) and runs at once.
+		held := time.Since(md.Timestamp) >= s.io.ackWait[p]
+		if held && (prior == nil || a.sameMessage(*prior) && prior.State == spool.StateProcessing) {
+			prior, a.rev = s.awaitOutcome(&a, prior, a.rev)
+		}
 		if prior != nil && a.sameMessage(*prior) {
 			a.snoozes = prior.Snoozes
 			a.attempt = max(1, a.attempt-a.snoozes)
@@ -179,11 +194,11 @@ func (s *admission) attempt(lane int, msg jetstream.Msg) {
 // given up early runs again a task whose result is stored (its ack was
 // lost in the election), and elections under load stall a cluster for
 // seconds. rev is the document's revision (0 when unknown).
-func (s *admission) priorResult(a attemptInfo) (*spool.Result, uint64) {
+func (s *admission) priorResult(a *attemptInfo) (*spool.Result, uint64) {
 	ctx, cancel := context.WithTimeout(s.io.ctx, s.io.retryBudget(a.p))
 	defer cancel()
-	stopBeats := s.io.beatWhile(ctx, a)
-	defer stopBeats()
+	stopBeats := beatWhile(ctx, *a, s.io.ackWait[a.p]/4, s.io.log, "a redelivered task")
+	defer func() { a.beat = stopBeats() }()
 	var doc spool.Result
 	var rev uint64
 	found := false
@@ -199,4 +214,48 @@ func (s *admission) priorResult(a attemptInfo) (*spool.Result, uint64) {
 		return nil, rev
 	}
 	return &doc, rev
+}
+
+// awaitOutcome gives the earlier attempt of a redelivered task that has
+// no stored outcome (prior, at revision rev) a quarter of the AckWait to
+// store one before this delivery runs, heartbeating the task meanwhile.
+// A consumer whose leader changes redelivers at once the tasks its new
+// leader finds overdue, some of them still held by a live worker whose
+// heartbeat had not reached the consumer's replicas: that worker stores
+// their outcome in a moment, and this delivery is then settled without
+// running (storedAlready). It returns the document as last read.
+func (s *admission) awaitOutcome(a *attemptInfo, prior *spool.Result, rev uint64) (*spool.Result, uint64) {
+	grace := s.io.ackWait[a.p] / 4
+	if grace <= 0 {
+		return prior, rev
+	}
+	written := make(chan struct{}, 1)
+	sub, err := s.nc.Subscribe(s.results.Subject(a.id), func(*nats.Msg) {
+		select {
+		case written <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		s.io.log.Warn("watching the result of a redelivered task failed; running it", "task_id", a.id, "error", err)
+		return prior, rev
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	ctx, cancel := context.WithTimeout(s.io.ctx, grace)
+	defer cancel()
+	stop := beatWhile(ctx, *a, grace, s.io.log, "a redelivered task")
+	defer func() { a.beat = stop() }()
+	for {
+		select {
+		case <-written:
+		case <-ctx.Done():
+			// A write between the first read and the subscription is
+			// seen by this last read.
+			return s.priorResult(a)
+		}
+		doc, docRev := s.priorResult(a)
+		if doc != nil && (!a.sameMessage(*doc) || doc.State != spool.StateProcessing) {
+			return doc, docRev
+		}
+	}
 }

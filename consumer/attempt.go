@@ -55,6 +55,12 @@ type attemptInfo struct {
 	enq        time.Time
 	handedBack *time.Time
 	started    time.Time
+	// beat is when the task's AckWait clock last restarted as far as the
+	// worker knows: its arrival, then each heartbeat. The next heartbeat
+	// is timed from it at every stage (waiting for a slot, running,
+	// waiting for room in the result pipeline), so no stage lets the clock
+	// run longer than a heartbeat's interval.
+	beat time.Time
 	// wf is the workflow step the task runs, nil for a plain task.
 	wf *workflow.Ref
 	// rev is the revision of the task's result document as the attempt

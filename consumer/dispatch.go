@@ -40,7 +40,7 @@ type dispatcher struct {
 	// when shutdown cancels the running handlers; onRefresh runs at every
 	// refresh.
 	ioCtx     context.Context
-	attempt   func(lane int, msg jetstream.Msg)
+	attempt   func(lane int, msg jetstream.Msg, beat time.Time)
 	hard      context.Context
 	onRefresh func()
 	// pl sends pull requests and receives the tasks they bring.
@@ -89,7 +89,7 @@ func newDispatcher(o *config, log *slog.Logger, stopping <-chan struct{}) *dispa
 
 // begin sets what the dispatcher runs attempts with and subscribes to
 // pulled tasks; run then starts pulling.
-func (d *dispatcher) begin(nc *nats.Conn, ioCtx, hard context.Context, attempt func(int, jetstream.Msg), onRefresh func()) error {
+func (d *dispatcher) begin(nc *nats.Conn, ioCtx, hard context.Context, attempt func(int, jetstream.Msg, time.Time), onRefresh func()) error {
 	d.ioCtx, d.hard, d.attempt, d.onRefresh = ioCtx, hard, attempt, onRefresh
 	var err error
 	d.pl, err = newPuller(d, nc)

@@ -209,6 +209,27 @@ func (e *env) waitResult(id string, state spool.State, timeout time.Duration) sp
 	return doc
 }
 
+// fetchOne takes one task of priority p with a plain fetch, as a worker
+// that never settles nor heartbeats it would; the test fails when none
+// comes.
+func (e *env) fetchOne(p spool.Priority) jetstream.Msg {
+	e.t.Helper()
+	ctx := testCtx(e.t)
+	cons, err := e.js.Consumer(ctx, e.names.TaskStream(), e.names.Consumer(p))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	m, ok := <-batch.Messages()
+	if !ok {
+		e.t.Fatalf("no delivery of a %s task: %v", p, batch.Error())
+	}
+	return m
+}
+
 // consumerInfo reads a priority consumer's state.
 func (e *env) consumerInfo(p spool.Priority) *jetstream.ConsumerInfo {
 	e.t.Helper()

@@ -1,7 +1,7 @@
 package consumer
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -121,7 +121,8 @@ type completion struct {
 	tries    int
 	lastErr  error
 	// beat is when the task's AckWait clock last restarted as far as the
-	// pipeline knows: the hand-over, then each InProgress the sweep sends.
+	// worker knows: the attempt's last heartbeat (or the task's arrival),
+	// then each InProgress the sweep sends.
 	beat time.Time
 	// evSubject and evBody are the completed event, sent after the ack;
 	// the first try's document is a subslice of evBody, whose buffer
@@ -185,13 +186,26 @@ func (p *pipeline) put(a *attemptInfo, o outcome, doc *spool.Result) error {
 	}
 	c.evBody = ev
 	c.evSubject = p.eventSubject(spool.EventCompleted, c.doc.Priority, c.doc.ID, c.doc.Type)
-	p.room <- struct{}{}
+	beat := a.beat
+	if beat.IsZero() {
+		beat = time.Now()
+	}
+	select {
+	case p.room <- struct{}{}:
+	default:
+		// The pipeline is full (result writes held up by an election or a
+		// slow store): the task is heartbeated while it waits for room,
+		// as the sweep does once it is in.
+		stop := beatWhile(context.Background(), *a, p.ackWait[a.p]/4, p.log, "a completed task waiting for room in the result pipeline")
+		p.room <- struct{}{}
+		beat = stop()
+	}
 	// Counted as an attempt until settled, so shutdown waits for it; added
 	// while the calling attempt still counts, so the count cannot reach
 	// zero in between, and before anything can settle it.
 	p.attempts.Add(1)
 	now := time.Now()
-	c.deadline, c.until, c.beat = now.Add(p.timeout), now.Add(p.retryBudget(a.p)), now
+	c.deadline, c.until, c.beat = now.Add(p.timeout), now.Add(p.retryBudget(a.p)), beat
 	p.mu.Lock()
 	p.next++
 	tok := p.next
@@ -369,115 +383,6 @@ func (p *pipeline) ackStored() {
 		p.stored[i] = nil
 	}
 	p.stored = p.stored[:0]
-}
-
-// errAckTimeout is the fate of a result write whose acknowledgement did
-// not come in time.
-var errAckTimeout = errors.New("no acknowledgement of the result write")
-
-// sweep fails completions whose acknowledgement is overdue, and heartbeats
-// the ones still waiting, so a slow result write (a leader change, a
-// server under fsync load) never lets AckWait run out on a task that
-// succeeded: it would run again, and after MaxDeliver such waits be
-// dead-lettered although it completed.
-//
-// The attempt's own heartbeat stops at hand-over, having last beaten at
-// most AckWait/3 earlier; the sweep beats a completion once it has waited
-// beatAfter = AckWait/4 and checks every AckWait/6 at most, so the task
-// goes at most 3/4 of AckWait without a heartbeat.
-func (p *pipeline) sweep() {
-	defer close(p.swept)
-	every := max(min(p.timeout/4, p.minAckWait()/6), 10*time.Millisecond)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.stopSweep:
-			return
-		case <-t.C:
-		}
-		now := time.Now()
-		var late, beat, again []*completion
-		p.mu.Lock()
-		for tok, c := range p.pending {
-			if c.retryAt.IsZero() && now.After(c.deadline) {
-				// No acknowledgement in time: the write, or its answer,
-				// was lost (an election, a lost connection).
-				c.lastErr = fmt.Errorf("%w within %s", errAckTimeout, p.timeout)
-				if now.Before(c.until) {
-					c.retryAt = now
-				} else {
-					late = append(late, c)
-					delete(p.pending, tok)
-					continue
-				}
-			}
-			if !c.retryAt.IsZero() && !now.Before(c.retryAt) {
-				c.tries++
-				c.retryAt = time.Time{}
-				c.deadline = now.Add(p.timeout)
-				again = append(again, c)
-			}
-			if now.Sub(c.beat) >= p.ackWait[c.a.p]/4 {
-				c.beat = now
-				beat = append(beat, c)
-			}
-		}
-		p.mu.Unlock()
-		p.resend(again)
-		for _, c := range beat {
-			// A heartbeat racing the ack is harmless: the server ignores an
-			// InProgress for a message already acked.
-			if err := c.a.msg.InProgress(); err != nil {
-				p.log.Warn("heartbeat of a completed task awaiting its result write failed", "task_id", c.a.id, "error", err)
-			}
-		}
-		for _, c := range late {
-			p.lost(c.a, c.o, fmt.Errorf("writing completed result of task %s (%d tries in %s): %w",
-				c.a.id, c.tries+1, p.retryBudget(c.a.p), c.lastErr))
-			p.done()
-		}
-	}
-}
-
-// resend queues the writes of again for the writer, each document encoded
-// afresh into a buffer of its own (the first try's is part of the event).
-func (p *pipeline) resend(again []*completion) {
-	if len(again) == 0 {
-		return
-	}
-	writes := make([]resultWrite, 0, len(again))
-	for _, c := range again {
-		p.rec.writeRetry(c.a.p, c.a.typ)
-		p.log.Debug("result write sent again", "task_id", c.a.id, "try", c.tries+1, "error", c.lastErr)
-		data, err := p.encode(nil, &c.doc)
-		if err != nil { // encoded once already: cannot happen
-			p.failTry(c.tok, err)
-			continue
-		}
-		writes = append(writes, resultWrite{tok: c.tok, id: c.a.id, rev: c.a.rev, data: data})
-	}
-	p.mu.Lock()
-	p.queue = append(p.queue, writes...)
-	p.mu.Unlock()
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
-}
-
-// minAckWait is the shortest AckWait of the priority consumers.
-func (p *pipeline) minAckWait() time.Duration {
-	m := p.ackWait[0]
-	for _, d := range p.ackWait[1:] {
-		if d > 0 && (m == 0 || d < m) {
-			m = d
-		}
-	}
-	if m == 0 {
-		return time.Second
-	}
-	return m
 }
 
 // close ends the pipeline once it is empty (shutdown waits for that).

@@ -80,6 +80,9 @@ type puller struct {
 	next     []string              // per lane: $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>
 	streams  []string              // the partitions' streams, to know a pulled task's lane
 	cons     [numPriorities]string // consumer names, to know a pulled task's priority
+	// stale is, per priority, how long a task may have waited in the
+	// stream before it is heartbeated as it arrives (see onMsg).
+	stale [numPriorities]time.Duration
 
 	// mu (the worker's) guards slots, seq, req and what the events'
 	// Locked methods touch; pulls counts outstanding requests.
@@ -129,6 +132,9 @@ func newPuller(d *dispatcher, nc *nats.Conn) (*puller, error) {
 		streams[j] = d.o.Names.PartitionStream(k)
 	}
 	pl.setLanes(d.o.Names, streams)
+	for p, aw := range d.ackWait {
+		pl.stale[p] = aw / 4
+	}
 	sub, err := jsproto.SubscribeUnbounded(nc, pl.prefix+"*.*", pl.onMsg)
 	if err != nil {
 		return nil, fmt.Errorf("subscribing to pulled tasks: %w", err)
@@ -214,6 +220,19 @@ func (pl *puller) onMsg(m *nats.Msg) {
 		return
 	}
 	p := lanePriority(lane)
+	// A replicated consumer records a delivery on its replicas at the time
+	// the task was stored in the stream, not the time it was delivered
+	// (the leader alone keeps the delivery time), and a new consumer
+	// leader at once redelivers what its record shows overdue. A task that
+	// waited in the stream for a quarter of its AckWait or more is
+	// heartbeated as it arrives: the heartbeat's time is replicated, so a
+	// leader change while the task waits for a slot, runs or stores its
+	// result leaves it with this worker instead of running it twice.
+	if d := pl.stale[p]; d > 0 && time.Since(md.Timestamp) >= d {
+		if err := msg.InProgress(); err != nil {
+			pl.log.Warn("heartbeat of a task that waited in the stream failed", "priority", p.String(), "error", err)
+		}
+	}
 	pl.mu.Lock()
 	r := &pl.req[lane]
 	if r.id == 0 || r.got >= r.want {

@@ -54,21 +54,7 @@ func TestRedeliveryOfStoredOutcome(t *testing.T) {
 			// An earlier attempt: delivered once, its outcome stored, its
 			// ack never sent (the NAK stands for the lost ack and makes the
 			// redelivery immediate).
-			cons, err := e.js.Consumer(ctx, e.names.TaskStream(), e.names.Consumer(spool.Normal))
-			if err != nil {
-				t.Fatal(err)
-			}
-			batch, err := cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var first jetstream.Msg
-			for m := range batch.Messages() {
-				first = m
-			}
-			if first == nil {
-				t.Fatalf("no first delivery: %v", batch.Error())
-			}
+			first := e.fetchOne(spool.Normal)
 			md, err := first.Metadata()
 			if err != nil {
 				t.Fatal(err)

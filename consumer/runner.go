@@ -121,8 +121,9 @@ func (d *dispatcher) pullFailed(lane int, err error) {
 	d.mu.Unlock()
 }
 
-// job is a pulled task waiting for a runner, or for a slot in the queue
-// (since at, the last time its AckWait clock restarted).
+// job is a pulled task waiting for a runner, or for a slot in the queue;
+// at is the last time its AckWait clock restarted as far as the worker
+// knows (its arrival, then each heartbeat), which the attempt carries on.
 type job struct {
 	lane int
 	msg  jetstream.Msg
@@ -136,11 +137,12 @@ type job struct {
 // runners than attempts have run at once (at most MaxConcurrency); they
 // end at Stop.
 func (d *dispatcher) startAttempt(lane int, m jetstream.Msg) {
+	j := job{lane: lane, msg: m, at: time.Now()}
 	select {
-	case d.runq <- job{lane: lane, msg: m}:
+	case d.runq <- j:
 	default:
 		d.runners.Add(1)
-		go d.runner(job{lane: lane, msg: m})
+		go d.runner(j)
 	}
 }
 
@@ -149,7 +151,7 @@ func (d *dispatcher) runner(j job) {
 	defer d.runners.Done()
 	for {
 		start := time.Now()
-		d.attempt(j.lane, j.msg)
+		d.attempt(j.lane, j.msg, j.at)
 		d.attempts.Done()
 		if next, ok := d.release(j.lane, time.Since(start)); ok {
 			j = next

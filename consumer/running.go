@@ -97,6 +97,7 @@ type watch struct {
 
 	mu           sync.Mutex
 	stopped      bool
+	beat         time.Time // the last heartbeat (a.beat until the first)
 	nextBeat     time.Time
 	processingAt time.Time // zero once written or not wanted
 	expireAt     time.Time // the deadline plus handlerGrace
@@ -112,7 +113,11 @@ func (r *running) startWatch(ctx context.Context, cancel context.CancelCauseFunc
 	if every <= 0 {
 		every = 10 * time.Second
 	}
-	h := &watch{r: r, ctx: ctx, cancel: cancel, a: a, o: o, every: every, nextBeat: a.started.Add(every)}
+	beat := a.beat
+	if beat.IsZero() {
+		beat = a.started
+	}
+	h := &watch{r: r, ctx: ctx, cancel: cancel, a: a, o: o, every: every, beat: beat, nextBeat: beat.Add(every)}
 	if d := r.processingDelay; d > 0 {
 		h.processingAt = a.started.Add(d)
 	}
@@ -176,6 +181,7 @@ func (h *watch) fire() {
 		if err := h.a.msg.InProgress(); err != nil {
 			h.r.io.log.Warn("heartbeat failed", "task_id", h.a.id, "error", err)
 		}
+		h.beat = now
 		h.nextBeat = now.Add(h.every)
 	}
 	h.timer.Reset(time.Until(h.nextFiringLocked()))
@@ -228,7 +234,9 @@ func (h *watch) finish(r handlerResult) {
 		h.stop()
 		o := h.o
 		o.run = time.Since(h.a.started)
-		h.r.settle.settle(h.ctx, h.a, r, o)
+		a := h.a
+		a.beat = h.beat // the timer is stopped: it no longer moves
+		h.r.settle.settle(h.ctx, a, r, o)
 	})
 }
 

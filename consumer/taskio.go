@@ -45,7 +45,10 @@ func (x *taskIO) retryBudget(p spool.Priority) time.Duration {
 func (x *taskIO) write(a attemptInfo, what string, fn func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(x.ctx, x.retryBudget(a.p))
 	defer cancel()
-	beat := time.Now()
+	beat := a.beat
+	if beat.IsZero() {
+		beat = time.Now()
+	}
 	r := jsproto.Tries{PerTry: x.perTry, OnRetry: func(err error) {
 		x.rec.writeRetry(a.p, a.typ)
 		x.log.Debug("settling write sent again", "task_id", a.id, "write", what, "error", err)
@@ -66,18 +69,20 @@ func (x *taskIO) nak(a attemptInfo, delay time.Duration) {
 	}
 }
 
-// beatWhile heartbeats a's task every quarter of its AckWait until ctx
-// ends or the returned stop is called.
-func (x *taskIO) beatWhile(ctx context.Context, a attemptInfo) (stop func()) {
+// beatWhile heartbeats a's task every interval from its last heartbeat
+// (a.beat) until ctx ends or the returned stop is called; stop returns the
+// time of the last heartbeat. what names the task in a failed
+// heartbeat's log line.
+func beatWhile(ctx context.Context, a attemptInfo, every time.Duration, log *slog.Logger, what string) (stop func() time.Time) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
+	last := a.beat
+	if every <= 0 {
+		every = time.Second // AckWait unknown
+	}
 	go func() {
 		defer close(done)
-		every := x.ackWait[a.p] / 4
-		if every <= 0 {
-			every = time.Second // AckWait unknown
-		}
-		t := time.NewTicker(every)
+		t := time.NewTimer(time.Until(last.Add(every)))
 		defer t.Stop()
 		for {
 			select {
@@ -85,12 +90,14 @@ func (x *taskIO) beatWhile(ctx context.Context, a attemptInfo) (stop func()) {
 				return
 			case <-t.C:
 				if err := a.msg.InProgress(); err != nil {
-					x.log.Warn("heartbeat of a redelivered task failed", "task_id", a.id, "error", err)
+					log.Warn("heartbeat of "+what+" failed", "task_id", a.id, "error", err)
 				}
+				last = time.Now()
+				t.Reset(every)
 			}
 		}
 	}()
-	return func() { cancel(); <-done }
+	return func() time.Time { cancel(); <-done; return last }
 }
 
 // admitTimeout bounds a check before the handler runs. Nothing heartbeats

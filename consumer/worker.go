@@ -217,7 +217,7 @@ func (w *Worker) startStages(ctx context.Context, res *results.Store) error {
 	context.AfterFunc(hard, func() { run.endHandlers(context.Cause(hard)) })
 	w.run = run
 	w.admit = &admission{
-		io: io, tasks: d.tasks, policy: &w.o, results: res, cancels: w.cancels, flow: flow,
+		io: io, tasks: d.tasks, nc: w.nc, policy: &w.o, results: res, cancels: w.cancels, flow: flow,
 		gates: []gate{w.pauses, steps, flow}, run: run, settle: settle, maxDeliver: d.maxDeliver,
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/jsproto"
 )
 
 // enqueued announces a stored task on its enqueued event subject (a core
@@ -62,10 +63,13 @@ func (c *Client) Subscribe(ctx context.Context, f spool.EventFilter, fn func(spo
 	if err != nil {
 		return nil, fmt.Errorf("subscribing to events on %q: %w", subject, err)
 	}
-	// Flush so the subscription is in place when Subscribe returns.
+	// Flush so the subscription is in place when Subscribe returns,
+	// retried through the loss of the connection's server.
 	fctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	if err := c.nc.FlushWithContext(fctx); err != nil {
+	if err := c.do(fctx, "subscribing to events on "+subject, func(ctx context.Context) error {
+		return jsproto.Flush(ctx, c.nc)
+	}); err != nil {
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("subscribing to events on %q: %w", subject, err)
 	}

@@ -58,7 +58,10 @@ func (c *Client) Result(ctx context.Context, id string) (spool.Result, error) {
 // WaitRecheck as a safety net for a write it did not see (a reconnect in
 // between). A terminal document seen on the subject is read back before
 // Wait returns it, so what Wait returns is stored and Result finds it.
-// When ctx ends first, the error says the last state seen.
+// Through an election Wait only ends with the result or with ctx: the
+// subscribing round trip is retried through the loss of the connection's
+// server, and a read the cluster does not answer is tried again at the
+// next recheck. When ctx ends first, the error says the last state seen.
 func (c *Client) Wait(ctx context.Context, id string) (spool.Result, error) {
 	if err := spool.ValidateID(id); err != nil {
 		return spool.Result{}, invalid("id", err)
@@ -87,12 +90,12 @@ func (c *Client) Wait(ctx context.Context, id string) (spool.Result, error) {
 		}
 	}()
 	// Round trip: the server has the subscription before the first read,
-	// so a write after the read is seen on it.
-	// The flush is bounded on its own: Wait's ctx may have no deadline
-	// (it waits as long as ctx allows), which FlushWithContext refuses.
-	fctx, fcancel := c.withTimeout(ctx)
-	err = c.nc.FlushWithContext(fctx)
-	fcancel()
+	// so a write after the read is seen on it. Retried like a request
+	// within ctx: the connection may be lost with its server in an
+	// election, and nats.go ends a flush in flight then.
+	err = c.do(ctx, "subscribing to the result of task "+id, func(ctx context.Context) error {
+		return jsproto.Flush(ctx, c.nc)
+	})
 	if err != nil {
 		return spool.Result{}, fmt.Errorf("waiting for task %q: subscribing: %w", id, err)
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/embedded"
 	"github.com/spoolq/spool/streams/streamstest"
 )
 
@@ -179,4 +181,69 @@ func TestResultInvalidDocument(t *testing.T) {
 	check("Wait", err)
 	_, err = e.client.Cancel(ctx, "nan1")
 	check("Cancel", err)
+}
+
+// TestWaitThroughLostServer opens a Wait without a deadline while the
+// client's only server is down for longer than the client's timeout, as
+// when the node a client is connected to is lost in an election: the Wait
+// subscribes, rides out the reconnect and answers with the result written
+// after the server came back.
+func TestWaitThroughLostServer(t *testing.T) {
+	t.Parallel()
+	ports, err := embedded.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := embedded.Options{Port: ports[0], StoreDir: t.TempDir()}
+	e := streamstest.StartWith(t, opts, streams.Settings{})
+	nc := e.Connect(t)
+	const timeout = 100 * time.Millisecond
+	client, err := producer.New(nc, producer.WithTimeout(timeout), producer.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	e.Server.Shutdown()
+	e.Server.WaitForShutdown()
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		if !nc.IsReconnecting() {
+			return errors.New("the client has not noticed the server is gone")
+		}
+		return nil
+	})
+	subs := nc.NumSubscriptions()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type waited struct {
+		r   spool.Result
+		err error
+	}
+	done := make(chan waited, 1)
+	go func() {
+		r, err := client.Wait(ctx, "through-restart")
+		done <- waited{r, err}
+	}()
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		if nc.NumSubscriptions() == subs {
+			return errors.New("Wait has not subscribed yet")
+		}
+		return nil
+	})
+	// The server stays down for several of the client's timeouts: what
+	// the election of a lost node's groups takes, scaled down.
+	<-time.After(5 * timeout)
+	s, err := embedded.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	(&env{js: e.JS, names: e.Names}).putResult(t, spool.Result{ID: "through-restart", State: spool.StateCompleted})
+	select {
+	case w := <-done:
+		if w.err != nil || w.r.State != spool.StateCompleted {
+			t.Fatalf("Wait through a lost server: %+v, %v", w.r, w.err)
+		}
+	case <-time.After(2 * producer.WaitRecheck):
+		t.Fatal("Wait did not answer after the server came back")
+	}
 }

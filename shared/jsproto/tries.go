@@ -74,10 +74,19 @@ func (e *UnavailableError) Unwrap() []error { return []error{ErrUnavailable, e.E
 // says the cluster is between leaders ("temporarily unavailable", "not
 // leader", offline). A full store (also a 503) is not, nor a permissions
 // violation: the user lacks the right, which no retry cures. A caller's own
-// cancellation is not retryable; a per-try deadline is.
+// cancellation is not retryable; a per-try deadline is, and so is an
+// *UnavailableError: a call whose shorter retry budget ran out may be
+// tried again by a caller with a longer one.
 func Retryable(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || NotFound(err) ||
+	if err == nil || NotFound(err) ||
 		errors.Is(err, ErrDenied) || errors.Is(err, nats.ErrPermissionViolation) {
+		return false
+	}
+	var unavailable *UnavailableError
+	if errors.As(err, &unavailable) {
+		return true
+	}
+	if errors.Is(err, context.Canceled) {
 		return false
 	}
 	switch {
@@ -98,6 +107,12 @@ func Retryable(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		return clusterErrorCodes[apiErr.ErrorCode]
+	}
+	// nats.go's KV watches and key listings subscribe through its legacy
+	// JetStream API, whose errors are of its own type.
+	var legacyErr *nats.APIError
+	if errors.As(err, &legacyErr) {
+		return clusterErrorCodes[jetstream.ErrorCode(legacyErr.ErrorCode)]
 	}
 	return false
 }

@@ -35,6 +35,13 @@ func TestRetryable(t *testing.T) {
 		{fmt.Errorf("%w: %w", jetstream.ErrNoStreamResponse, jetstream.ErrStreamNotFound), false},
 		{jetstream.ErrKeyNotFound, false},
 		{errors.New("bad request"), false},
+		// A KV listing's error (nats.go's legacy API) says the same.
+		{fmt.Errorf("listing cancelled tasks: %w", &nats.APIError{Code: 503, ErrorCode: 10008}), true},
+		{&nats.APIError{Code: 503, ErrorCode: 10047}, false},
+		// A shorter retry that ran out may be tried again, whatever its
+		// last try's error was.
+		{&jsproto.UnavailableError{What: "reading", Tries: 3, Err: context.DeadlineExceeded}, true},
+		{fmt.Errorf("reading: %w", &jsproto.UnavailableError{What: "reading", Tries: 1, Err: context.Canceled}), true},
 	} {
 		if got := jsproto.Retryable(tc.err); got != tc.want {
 			t.Errorf("Retryable(%v) = %v, want %v", tc.err, got, tc.want)

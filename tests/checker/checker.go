@@ -109,14 +109,16 @@ func (c *Checker) Attempted(id, value string) {
 }
 
 // Unresolved returns the ids of the tasks enqueued (acknowledged or
-// attempted) that have no result yet, sorted.
+// attempted) that have no result yet, or one that is not final, sorted: a
+// watch served by a lagging replica shows an older revision as well as
+// none.
 func (c *Checker) Unresolved() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var ids []string
 	for _, m := range []map[string]string{c.enqueued, c.attempted} {
 		for id := range m {
-			if _, ok := c.results[id]; !ok {
+			if doc, ok := c.results[id]; !ok || !doc.State.Terminal() {
 				ids = append(ids, id)
 			}
 		}
