@@ -390,7 +390,7 @@ func (d *dispatcher) refresh() {
 		info, err := ln.cons.Info(ctx)
 		var oldest time.Time
 		if err == nil && info.NumPending > 0 {
-			oldest, err = streams.OldestWaiting(ctx, ln.stream, d.o.Names, p, info)
+			oldest, err = streams.OldestWaiting(ctx, ln.stream, info)
 		}
 		cancel()
 		stream := ln.stream.CachedInfo().Config.Name

@@ -40,6 +40,13 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology, logger *
 	if err := checkShrink(ctx, js, t); err != nil {
 		return err
 	}
+	t, err := resolveConsumers(ctx, js, t)
+	if err != nil {
+		return err
+	}
+	if err := checkConsumerSwitch(ctx, js, t); err != nil {
+		return err
+	}
 	cfgs := []jetstream.StreamConfig{t.DLQStreamConfig(), t.AdvisoryStreamConfig()}
 	for k := range t.Settings.Partitions {
 		cfgs = append(cfgs, t.PartitionStreamConfig(k))
@@ -51,6 +58,12 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology, logger *
 	}
 	for k := range t.Settings.Partitions {
 		for _, p := range spool.Priorities {
+			if t.Settings.Consumers == ConsumersByType {
+				if err := removeConsumer(ctx, js, t.Names.PartitionStream(k), t.Names.Consumer(p), logger); err != nil {
+					return err
+				}
+				continue
+			}
 			if err := ensureConsumer(ctx, js, t.Names.PartitionStream(k), t.ConsumerConfig(p), logger); err != nil {
 				return err
 			}

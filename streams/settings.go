@@ -44,6 +44,13 @@ type Settings struct {
 	// ResultTTL is how long result documents are kept. SPOOL_RESULT_TTL,
 	// default 24h.
 	ResultTTL time.Duration `envconfig:"RESULT_TTL" default:"24h" desc:"how long result documents are kept"`
+	// Consumers is how workers pull: ConsumersByPriority (one consumer per
+	// priority, shared by every task type: every worker must serve every
+	// type) or ConsumersByType (one consumer per priority and served type
+	// pattern, created by the workers that serve it: each worker pulls only
+	// its types, and a type nobody serves waits). SPOOL_CONSUMERS; empty
+	// keeps what SPOOL_TASKS records, priority for a new one.
+	Consumers string `envconfig:"CONSUMERS" desc:"how workers pull: priority (every worker serves every type) or type (each worker pulls only the types it serves); empty keeps what the task stream records"`
 }
 
 // MaxPartitions caps Settings.Partitions: a worker sends pull requests to
@@ -111,6 +118,8 @@ func (s Settings) Validate() error {
 		return bad("SPOOL_PARTITIONS: %d must be 1 to %d", s.Partitions, MaxPartitions)
 	case s.ResultTTL < time.Second:
 		return bad("SPOOL_RESULT_TTL: %s must be at least 1s", s.ResultTTL)
+	case s.Consumers != "" && s.Consumers != ConsumersByPriority && s.Consumers != ConsumersByType:
+		return bad("SPOOL_CONSUMERS: %q is not %s or %s", s.Consumers, ConsumersByPriority, ConsumersByType)
 	}
 	return nil
 }

@@ -43,6 +43,7 @@ func (t Topology) TaskStreamConfig() jetstream.StreamConfig {
 		Duplicates:        t.Settings.DuplicateWindow,
 		AllowDirect:       true,
 		AllowMsgSchedules: true,
+		Metadata:          t.metadata(),
 	}
 }
 
@@ -69,7 +70,6 @@ func (t Topology) PartitionStreamConfig(k int) jetstream.StreamConfig {
 		c := t.TaskStreamConfig()
 		c.Subjects = append(c.Subjects, src)
 		c.SubjectTransform = transform
-		c.Metadata = map[string]string{PartitionsKey: strconv.Itoa(t.Settings.Partitions)}
 		return c
 	}
 	c := t.TaskStreamConfig()
@@ -78,6 +78,7 @@ func (t Topology) PartitionStreamConfig(k int) jetstream.StreamConfig {
 	c.Subjects = []string{src}
 	c.SubjectTransform = transform
 	c.AllowMsgSchedules = false
+	c.Metadata = nil
 	return c
 }
 

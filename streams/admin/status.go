@@ -168,7 +168,7 @@ func (c *Client) addPriority(ctx context.Context, part jetstream.Stream, p spool
 		}
 	}
 	if info.NumPending > 0 {
-		oldest, err := streams.OldestWaiting(ctx, part, names, p, info)
+		oldest, err := streams.OldestWaiting(ctx, part, info)
 		if err != nil {
 			return err
 		}
