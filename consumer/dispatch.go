@@ -27,10 +27,15 @@ type dispatcher struct {
 
 	// Set by bindPartitions. tasks is SPOOL_TASKS (partition 0): where
 	// the held, parked and schedule subjects are, whatever partitions the
-	// worker pulls. parts are the partitions pulled, in order; lanes are
-	// their priority consumers (laneOf).
+	// worker pulls. parts are the partitions pulled, in order; patterns
+	// the type patterns served where workers pull by type (nil: by
+	// priority). A lane group is a partition, or a partition and a
+	// pattern; groups counts them, and lanes are their priority
+	// consumers (laneOf).
 	tasks      jetstream.Stream
 	parts      []int
+	patterns   []string
+	groups     int
 	lanes      []lane
 	maxDeliver [numPriorities]int           // 0: unlimited; the lowest of the partitions'
 	maxAckPend [numPriorities]int           // 0: unlimited; the lowest of the partitions'
@@ -296,11 +301,11 @@ func (d *dispatcher) dispatch() (plans []pullPlan, start []job) {
 	// urgent priorities first.
 	budget := d.slots.spare()
 	for _, p := range spool.Priorities {
-		for j := range d.parts {
+		for g := range d.groups {
 			if budget <= 0 {
 				return plans, start
 			}
-			i := laneOf(j, p)
+			i := laneOf(g, p)
 			if d.pl.outstanding(i) || laneCaps[i] > 0 || resting[i] {
 				continue
 			}
@@ -313,12 +318,12 @@ func (d *dispatcher) dispatch() (plans []pullPlan, start []job) {
 }
 
 // splitLocked splits the n slots the scheduler gave priority p over its
-// partitions' lanes: one at a time, round robin from where the last split
-// of p stopped, each lane up to its cap in laneCaps (the tasks known to
-// wait in it). It returns the slots of each partition, by index in parts.
-// d.mu is held.
+// lanes (one per lane group): one at a time, round robin from where the
+// last split of p stopped, each lane up to its cap in laneCaps (the tasks
+// known to wait in it). It returns the slots of each lane group. d.mu is
+// held.
 func (d *dispatcher) splitLocked(p spool.Priority, n int, laneCaps []int) []int {
-	k := len(d.parts)
+	k := d.groups
 	out := d.split[:k]
 	clear(out)
 	j := d.spread[p] % k

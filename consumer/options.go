@@ -78,6 +78,9 @@ type config struct {
 	ProcessingDelay time.Duration
 	// Events: the worker publishes task events (WithEvents).
 	Events bool
+	// Types are the task-type patterns the worker serves (WithTypes); nil
+	// takes them from the handler's Types method.
+	Types []string
 
 	// now is the clock used for task ages (the boost); tests shift it.
 	now func() time.Time

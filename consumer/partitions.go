@@ -16,11 +16,14 @@ import (
 const allPartitions = -1
 
 // bindPartitions binds SPOOL_TASKS, reads how many task partitions the
-// topology has (streams.PartitionsOf), and binds the streams and priority
-// consumers of the partitions the worker pulls: all of them, or the one
-// of WithPartition. Each partition's five consumers become five lanes of
-// one scheduler.
-func (d *dispatcher) bindPartitions(ctx context.Context, js jetstream.JetStream, bind jsproto.Tries) error {
+// topology has (streams.PartitionsOf) and how workers pull
+// (streams.ConsumersOf), and binds the streams and consumers of the
+// partitions the worker pulls: all of them, or the one of WithPartition.
+// Pulling by priority, each partition's five priority consumers are five
+// lanes; pulling by type, each partition has five lanes per pattern the
+// worker serves (h's, or WithTypes'), their consumers made if missing. All
+// lanes share one scheduler.
+func (d *dispatcher) bindPartitions(ctx context.Context, js jetstream.JetStream, bind jsproto.Tries, h Handler) error {
 	names := d.o.Names
 	err := bind.Do(ctx, "binding task stream "+names.TaskStream(), func(ctx context.Context) (err error) {
 		d.tasks, err = js.Stream(ctx, names.TaskStream())
@@ -29,7 +32,8 @@ func (d *dispatcher) bindPartitions(ctx context.Context, js jetstream.JetStream,
 	if err != nil {
 		return bindError("stream", names.TaskStream(), err)
 	}
-	k := streams.PartitionsOf(d.tasks.CachedInfo().Config)
+	taskCfg := d.tasks.CachedInfo().Config
+	k := streams.PartitionsOf(taskCfg)
 	d.parts = []int{d.o.Partition}
 	if d.o.Partition == allPartitions {
 		d.parts = d.parts[:0]
@@ -39,9 +43,17 @@ func (d *dispatcher) bindPartitions(ctx context.Context, js jetstream.JetStream,
 	} else if d.o.Partition >= k {
 		d.log.WarnContext(ctx, "pinned to a partition the topology does not record: binding it anyway", "partition", d.o.Partition, "partitions", k)
 	}
-	d.lanes = make([]lane, len(d.parts)*numPriorities)
+	patterns := []string{""} // the priority consumers
+	if streams.ConsumersOf(taskCfg) == streams.ConsumersByType {
+		if d.patterns, err = patternsFor(d.o, h); err != nil {
+			return err
+		}
+		patterns = d.patterns
+	}
+	d.groups = len(d.parts) * len(patterns)
+	d.lanes = make([]lane, d.groups*numPriorities)
 	d.laneCaps, d.resting = make([]int, len(d.lanes)), make([]bool, len(d.lanes))
-	d.split = make([]int, len(d.parts))
+	d.split = make([]int, d.groups)
 	for j, part := range d.parts {
 		stream := d.tasks
 		if part != 0 {
@@ -54,20 +66,18 @@ func (d *dispatcher) bindPartitions(ctx context.Context, js jetstream.JetStream,
 				return bindError("stream", name, err)
 			}
 		}
-		for _, p := range spool.Priorities {
-			var c jetstream.Consumer
-			err := bind.Do(ctx, "binding consumer "+names.Consumer(p)+" of "+stream.CachedInfo().Config.Name, func(ctx context.Context) (err error) {
-				c, err = stream.Consumer(ctx, names.Consumer(p))
-				return err
-			})
-			if err != nil {
-				return bindError("consumer", stream.CachedInfo().Config.Name+" "+names.Consumer(p), err)
+		for q, pattern := range patterns {
+			for _, p := range spool.Priorities {
+				c, err := d.bindConsumer(ctx, bind, stream, taskCfg, p, pattern)
+				if err != nil {
+					return err
+				}
+				d.lanes[laneOf(j*len(patterns)+q, p)] = lane{stream: stream, cons: c}
+				cfg := c.CachedInfo().Config
+				d.ackWait[p] = lowest(d.ackWait[p], cfg.AckWait)
+				d.maxDeliver[p] = lowest(d.maxDeliver[p], cfg.MaxDeliver)
+				d.maxAckPend[p] = lowest(d.maxAckPend[p], cfg.MaxAckPending)
 			}
-			d.lanes[laneOf(j, p)] = lane{stream: stream, cons: c}
-			cfg := c.CachedInfo().Config
-			d.ackWait[p] = lowest(d.ackWait[p], cfg.AckWait)
-			d.maxDeliver[p] = lowest(d.maxDeliver[p], cfg.MaxDeliver)
-			d.maxAckPend[p] = lowest(d.maxAckPend[p], cfg.MaxAckPending)
 		}
 	}
 	return nil

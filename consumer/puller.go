@@ -77,9 +77,9 @@ type puller struct {
 	ev       pullEvents
 	prefix   string // reply subjects: prefix + lane + "." + request
 	sub      *nats.Subscription
-	next     []string              // per lane: $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>
-	streams  []string              // the partitions' streams, to know a pulled task's lane
-	cons     [numPriorities]string // consumer names, to know a pulled task's priority
+	next     []string         // per lane: $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>
+	names    []laneName       // per lane: its stream and consumer, for logs
+	byName   map[laneName]int // a pulled task's lane, by its stream and consumer
 	// stale is, per priority, how long a task may have waited in the
 	// stream before it is heartbeated as it arrives (see onMsg).
 	stale [numPriorities]time.Duration
@@ -110,8 +110,25 @@ type pullPlan struct {
 	body []byte
 }
 
-// laneOf is the lane of priority p of the worker's j-th partition.
-func laneOf(j int, p spool.Priority) int { return j*numPriorities + int(p) }
+// laneOf is the lane of priority p of the worker's g-th lane group: one
+// per partition pulled, or where workers pull by type one per partition
+// and served pattern (partition-major).
+func laneOf(g int, p spool.Priority) int { return g*numPriorities + int(p) }
+
+// laneName is what a lane pulls: a consumer of a task stream.
+type laneName struct{ stream, consumer string }
+
+// priorityLanes names the lanes of the priority consumers of streams, in
+// laneOf order.
+func priorityLanes(names spool.Names, streams []string) []laneName {
+	out := make([]laneName, 0, len(streams)*numPriorities)
+	for _, s := range streams {
+		for _, p := range spool.Priorities {
+			out = append(out, laneName{s, names.Consumer(p)})
+		}
+	}
+	return out
+}
 
 // lanePriority is the priority a lane pulls.
 func lanePriority(lane int) spool.Priority { return spool.Priority(lane % numPriorities) }
@@ -127,11 +144,11 @@ func newPuller(d *dispatcher, nc *nats.Conn) (*puller, error) {
 		slots:    &d.slots,
 		pulls:    &d.pulls,
 	}
-	streams := make([]string, len(d.parts))
-	for j, k := range d.parts {
-		streams[j] = d.o.Names.PartitionStream(k)
+	lanes := make([]laneName, len(d.lanes))
+	for i, ln := range d.lanes {
+		lanes[i] = laneName{ln.stream.CachedInfo().Config.Name, ln.cons.CachedInfo().Name}
 	}
-	pl.setLanes(d.o.Names, streams)
+	pl.setLanes(lanes)
 	for p, aw := range d.ackWait {
 		pl.stale[p] = aw / 4
 	}
@@ -143,18 +160,15 @@ func newPuller(d *dispatcher, nc *nats.Conn) (*puller, error) {
 	return pl, nil
 }
 
-// setLanes sets the lanes: the five priority consumers of each of streams.
-func (pl *puller) setLanes(names spool.Names, streams []string) {
-	pl.streams = streams
-	for _, p := range spool.Priorities {
-		pl.cons[p] = names.Consumer(p)
-	}
-	pl.next = make([]string, len(streams)*numPriorities)
-	pl.req = make([]pullRequest, len(pl.next))
-	for j, s := range streams {
-		for _, p := range spool.Priorities {
-			pl.next[laneOf(j, p)] = jsproto.NextSubject(s, pl.cons[p])
-		}
+// setLanes sets the lanes, in laneOf order.
+func (pl *puller) setLanes(lanes []laneName) {
+	pl.names = lanes
+	pl.byName = make(map[laneName]int, len(lanes))
+	pl.next = make([]string, len(lanes))
+	pl.req = make([]pullRequest, len(lanes))
+	for i, ln := range lanes {
+		pl.byName[ln] = i
+		pl.next[i] = jsproto.NextSubject(ln.stream, ln.consumer)
 	}
 }
 
@@ -292,17 +306,8 @@ func (pl *puller) onStatus(subject string, st jsproto.Status) {
 
 // lane is the lane of the consumer named consumer of stream.
 func (pl *puller) lane(stream, consumer string) (int, bool) {
-	for j, s := range pl.streams {
-		if s != stream {
-			continue
-		}
-		for _, p := range spool.Priorities {
-			if pl.cons[p] == consumer {
-				return laneOf(j, p), true
-			}
-		}
-	}
-	return 0, false
+	i, ok := pl.byName[laneName{stream, consumer}]
+	return i, ok
 }
 
 // endLocked ends request id of a lane, giving back the slots it still
@@ -337,7 +342,7 @@ func (pl *puller) expire(all bool) bool {
 	for lane, r := range pl.req {
 		if r.id != 0 && (all || now.After(r.deadline)) {
 			if !all {
-				pl.log.Warn("pull request unanswered; giving its slots back", "stream", pl.streams[lane/numPriorities],
+				pl.log.Warn("pull request unanswered; giving its slots back", "stream", pl.names[lane].stream, "consumer", pl.names[lane].consumer,
 					"priority", lanePriority(lane).String(), "waited", now.Sub(r.sent).Round(time.Millisecond))
 			}
 			ended = pl.endLocked(lane, r.id, true) || ended

@@ -61,7 +61,7 @@ func newTestPuller() (*puller, *pullRecorder) {
 		pulls:    &sync.WaitGroup{},
 	}
 	names := spool.DefaultNames()
-	pl.setLanes(names, []string{names.PartitionStream(0), names.PartitionStream(1)})
+	pl.setLanes(priorityLanes(names, []string{names.PartitionStream(0), names.PartitionStream(1)}))
 	return pl, ev
 }
 

@@ -138,7 +138,7 @@ func (w *Worker) start(ctx context.Context) error {
 	// answers or ctx ends, saying what it waits for now and then. A
 	// missing stream or consumer fails at once.
 	bind := jsproto.Tries{PerTry: min(w.o.IOTimeout, jsproto.DefaultPerTry), Logger: w.log, Conn: w.nc}
-	if err := w.disp.bindPartitions(ctx, js, bind); err != nil {
+	if err := w.disp.bindPartitions(ctx, js, bind, w.h); err != nil {
 		return err
 	}
 	var res *results.Store
@@ -172,7 +172,7 @@ func (w *Worker) start(ctx context.Context) error {
 	w.mu.Unlock()
 	w.disp.run()
 	w.log.InfoContext(ctx, "worker started", "min_slots", w.o.MinConcurrency, "max_slots", w.o.MaxConcurrency, "strict", w.o.Strict,
-		"partitions", w.disp.parts)
+		"partitions", w.disp.parts, "types", w.disp.patterns)
 	return nil
 }
 

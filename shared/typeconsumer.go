@@ -84,3 +84,23 @@ func PatternsOverlap(a, b string) bool {
 		a, b = arest, brest
 	}
 }
+
+// PatternCovers reports whether every task type matching b matches a.
+func PatternCovers(a, b string) bool {
+	for {
+		at, arest, amore := strings.Cut(a, ".")
+		bt, brest, bmore := strings.Cut(b, ".")
+		switch {
+		case at == ">":
+			return true
+		case bt == ">":
+			return false
+		case at != "*" && at != bt:
+			return false
+		}
+		if !amore || !bmore {
+			return amore == bmore
+		}
+		a, b = arest, brest
+	}
+}

@@ -55,3 +55,25 @@ func TestPatternsOverlap(t *testing.T) {
 		t.Errorf("ValidateTypePatterns: %v", err)
 	}
 }
+
+func TestPatternCovers(t *testing.T) {
+	cases := []struct {
+		a, b string
+		want bool
+	}{
+		{"a.*", "a.b", true},
+		{"a.b", "a.*", false},
+		{"a.>", "a.b.c", true},
+		{"a.>", "a.*", true},
+		{"a.*", "a.>", false},
+		{">", "x.y", true},
+		{"a.b", "a.b", true},
+		{"a.*", "a.b.c", false},
+		{"*.b", "a.*", false},
+	}
+	for _, c := range cases {
+		if got := spool.PatternCovers(c.a, c.b); got != c.want {
+			t.Errorf("PatternCovers(%q, %q) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+}

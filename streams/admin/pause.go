@@ -17,7 +17,8 @@ var Forever = time.Date(9999, time.December, 31, 0, 0, 0, 0, time.UTC)
 
 // PausePriority pauses priority p for the whole fleet until until (zero:
 // Forever) with JetStream's native consumer pause: the priority's consumer
-// delivers nothing, its queued tasks stay queued and no delivery is
+// (where workers pull by type, each of its type consumers; one a worker
+// makes later joins the pause) delivers nothing, its queued tasks stay queued and no delivery is
 // counted; workers stop pulling it within their refresh interval and other
 // priorities are not affected. The pause is stored in the consumer's
 // configuration, so it survives worker and server restarts (and a
@@ -37,13 +38,29 @@ func (c *Client) PausePriority(ctx context.Context, p spool.Priority, until time
 		return time.Time{}, err
 	}
 	var resp *jetstream.ConsumerPauseResponse
-	for _, stream := range parts {
-		resp, err = call(ctx, c, "pausing consumer "+c.names.Consumer(p), func(ctx context.Context) (*jetstream.ConsumerPauseResponse, error) {
-			return c.js.PauseConsumer(ctx, stream, c.names.Consumer(p), until)
-		})
-		if err != nil {
-			return time.Time{}, fmt.Errorf("pausing priority %s (consumer %q on %s): %w", p, c.names.Consumer(p), stream, err)
+	// Two passes: a type consumer a worker makes during the first is
+	// paused by the second, or, made after the second listing, sees its
+	// paused siblings and joins the pause itself.
+	for range 2 {
+		for _, stream := range parts {
+			targets, err := call(ctx, c, "listing the consumers of "+stream, func(ctx context.Context) ([]string, error) {
+				return c.pauseTargets(ctx, stream, p)
+			})
+			if err != nil {
+				return time.Time{}, err
+			}
+			for _, name := range targets {
+				resp, err = call(ctx, c, "pausing consumer "+name, func(ctx context.Context) (*jetstream.ConsumerPauseResponse, error) {
+					return c.js.PauseConsumer(ctx, stream, name, until)
+				})
+				if err != nil {
+					return time.Time{}, fmt.Errorf("pausing priority %s (consumer %q on %s): %w", p, name, stream, err)
+				}
+			}
 		}
+	}
+	if resp == nil {
+		return time.Time{}, fmt.Errorf("pausing priority %s: workers pull by type and none has started yet, so no consumer of the priority exists to pause: start the workers, then pause", p)
 	}
 	c.logger.InfoContext(ctx, "priority paused", "priority", p.String(), "until", resp.PauseUntil)
 	return resp.PauseUntil, nil
@@ -60,11 +77,19 @@ func (c *Client) ResumePriority(ctx context.Context, p spool.Priority) error {
 		return err
 	}
 	for _, stream := range parts {
-		_, err := call(ctx, c, "resuming consumer "+c.names.Consumer(p), func(ctx context.Context) (*jetstream.ConsumerPauseResponse, error) {
-			return c.js.ResumeConsumer(ctx, stream, c.names.Consumer(p))
+		targets, err := call(ctx, c, "listing the consumers of "+stream, func(ctx context.Context) ([]string, error) {
+			return c.pauseTargets(ctx, stream, p)
 		})
 		if err != nil {
-			return fmt.Errorf("resuming priority %s (consumer %q on %s): %w", p, c.names.Consumer(p), stream, err)
+			return err
+		}
+		for _, name := range targets {
+			_, err := call(ctx, c, "resuming consumer "+name, func(ctx context.Context) (*jetstream.ConsumerPauseResponse, error) {
+				return c.js.ResumeConsumer(ctx, stream, name)
+			})
+			if err != nil {
+				return fmt.Errorf("resuming priority %s (consumer %q on %s): %w", p, name, stream, err)
+			}
 		}
 	}
 	c.logger.InfoContext(ctx, "priority resumed", "priority", p.String())

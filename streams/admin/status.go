@@ -53,6 +53,12 @@ type Status struct {
 	Results uint64 `json:"results"`
 	// StoreBytes is the task stream's size on the server.
 	StoreBytes uint64 `json:"store_bytes"`
+	// Consumers is how workers pull (streams.ConsumersByPriority or
+	// streams.ConsumersByType).
+	Consumers string `json:"consumers"`
+	// Unserved lists, where workers pull by type, the task types queued
+	// that no worker has served yet, most queued first (at most 100).
+	Unserved []UnservedType `json:"unserved,omitempty"`
 	// Types lists the task types that are paused or have parked tasks
 	// (see Client.Types); empty when none.
 	Types []TypeStatus `json:"types,omitempty"`
@@ -97,14 +103,30 @@ func (c *Client) status(ctx context.Context) (Status, error) {
 		parts = append(parts, part)
 		st.StoreBytes += part.CachedInfo().State.Bytes
 	}
+	st.Consumers = streams.ConsumersOf(tasks.CachedInfo().Config)
+	byType := st.Consumers == streams.ConsumersByType
 	for _, p := range spool.Priorities {
-		ps := PriorityStatus{Priority: p}
-		for _, part := range parts {
-			if err := c.addPriority(ctx, part, p, &ps); err != nil {
-				return st, err
+		st.Priorities = append(st.Priorities, PriorityStatus{Priority: p})
+	}
+	for _, part := range parts {
+		cons, err := c.priorityConsumers(ctx, part, byType)
+		if err != nil {
+			return st, err
+		}
+		for _, p := range spool.Priorities {
+			for _, info := range cons[p] {
+				if err := addConsumer(ctx, part, info, &st.Priorities[p]); err != nil {
+					return st, err
+				}
 			}
 		}
-		st.Priorities = append(st.Priorities, ps)
+		if byType {
+			un, err := c.unserved(ctx, part, cons)
+			if err != nil {
+				return st, err
+			}
+			st.Unserved = append(st.Unserved, un...)
+		}
 	}
 	// The places beside the task subjects (streams.Places), all in
 	// SPOOL_TASKS.
@@ -144,19 +166,19 @@ func (c *Client) streamMsgs(ctx context.Context, name string) (uint64, error) {
 	return s.CachedInfo().State.Msgs, nil
 }
 
-// addPriority adds priority p's consumer on one task partition to ps:
-// counts summed, paused when any partition's consumer is, the oldest wait
-// the longest.
-func (c *Client) addPriority(ctx context.Context, part jetstream.Stream, p spool.Priority, ps *PriorityStatus) error {
-	names := c.names
-	cons, err := part.Consumer(ctx, names.Consumer(p))
+// consumerError reports a priority consumer that cannot be read, a missing
+// one as not provisioned.
+func consumerError(name string, err error) error {
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return &spool.NotProvisionedError{Kind: "consumer", Name: names.Consumer(p), Err: err}
+		return &spool.NotProvisionedError{Kind: "consumer", Name: name, Err: err}
 	}
-	if err != nil {
-		return fmt.Errorf("reading consumer %q: %w", names.Consumer(p), err)
-	}
-	info := cons.CachedInfo()
+	return fmt.Errorf("reading consumer %q: %w", name, err)
+}
+
+// addConsumer adds one consumer of a priority on one task partition to
+// ps: counts summed, paused when any of them is, the oldest wait the
+// longest.
+func addConsumer(ctx context.Context, part jetstream.Stream, info *jetstream.ConsumerInfo, ps *PriorityStatus) error {
 	ps.Pending += info.NumPending
 	ps.InFlight += info.NumAckPending
 	ps.Redelivered += info.NumRedelivered

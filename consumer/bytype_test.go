@@ -1,0 +1,161 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spoolq/spool/consumer"
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/streamstest"
+)
+
+// byTypeEnv provisions a deployment whose workers pull by type.
+func byTypeEnv(t *testing.T) *env {
+	t.Helper()
+	return newEnv(t, streams.Settings{Consumers: streams.ConsumersByType})
+}
+
+// servedBy records which worker ran each task.
+type servedBy struct {
+	mu  sync.Mutex
+	ran map[string]string // task id -> worker
+}
+
+func (s *servedBy) handler(worker string) consumer.HandlerFunc {
+	return func(_ context.Context, tk *consumer.Task) ([]byte, error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if prev, ok := s.ran[tk.ID]; ok {
+			return nil, fmt.Errorf("task %s ran on %s and again on %s", tk.ID, prev, worker)
+		}
+		s.ran[tk.ID] = worker + ":" + tk.Type
+		return nil, nil
+	}
+}
+
+func (s *servedBy) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.ran)
+}
+
+// Workers that serve different types each receive only their own, none is
+// dead-lettered for want of a handler, and a type nobody serves stays
+// queued until a worker that serves it starts.
+func TestPullByTypeEachWorkerGetsItsOwn(t *testing.T) {
+	e := byTypeEnv(t)
+	s := &servedBy{ran: map[string]string{}}
+	muxA := consumer.NewMux()
+	muxA.Handle("fleet.a", s.handler("a"))
+	muxB := consumer.NewMux()
+	muxB.Handle("fleet.b", s.handler("b"))
+	e.worker(muxA, consumer.WithWorkerName("worker-a"))
+	e.worker(consumer.HandlerFunc(s.handler("b")), consumer.WithWorkerName("worker-b"), consumer.WithTypes("fleet.b"))
+
+	const n = 30
+	for i := range n {
+		for _, typ := range []string{"fleet.a", "fleet.b", "fleet.c"} {
+			e.publishID(spool.Priority(i%len(spool.Priorities)), typ, fmt.Sprintf("%s-%d", strings.ReplaceAll(typ, ".", "-"), i), nil, nil)
+		}
+	}
+	streamstest.WaitFor(t, 30*time.Second, func() error {
+		if got := s.count(); got != 2*n {
+			return fmt.Errorf("%d of %d tasks ran", got, 2*n)
+		}
+		return nil
+	})
+	s.mu.Lock()
+	for id, who := range s.ran {
+		worker, typ, _ := strings.Cut(who, ":")
+		if typ != "fleet."+worker {
+			t.Errorf("task %s of type %s ran on worker %s", id, typ, worker)
+		}
+	}
+	s.mu.Unlock()
+	if got := e.streamMsgs(e.names.DLQStream()); got != 0 {
+		t.Errorf("%d dead letters, want none", got)
+	}
+	// fleet.c has no worker: its tasks wait in the stream.
+	if got := e.taskMsgs(); got != n {
+		t.Errorf("%d tasks queued, want the %d of fleet.c", got, n)
+	}
+	e.worker(consumer.HandlerFunc(s.handler("c")), consumer.WithWorkerName("worker-c"), consumer.WithTypes("fleet.*.x", "fleet.c"))
+	streamstest.WaitFor(t, 30*time.Second, func() error {
+		if got := s.count(); got != 3*n {
+			return fmt.Errorf("%d of %d tasks ran", got, 3*n)
+		}
+		return nil
+	})
+	if got := e.taskMsgs(); got != 0 {
+		t.Errorf("%d tasks still queued", got)
+	}
+}
+
+// A worker that pulls by type makes one consumer per priority and pattern,
+// with the settings provisioning recorded, and none per priority exists.
+func TestPullByTypeConsumers(t *testing.T) {
+	e := newEnv(t, streams.Settings{Consumers: streams.ConsumersByType, AckWait: 7 * time.Second, MaxDeliver: 4})
+	mux := consumer.NewMux()
+	mux.HandleFunc("shop.order", func(context.Context, *consumer.Task) ([]byte, error) { return nil, nil })
+	e.worker(consumer.HandlerFunc(func(context.Context, *consumer.Task) ([]byte, error) { return nil, nil }),
+		consumer.WithTypes("shop.order", "shop.*", "mail.>"))
+	ctx := testCtx(t)
+	tasks, err := e.js.Stream(ctx, e.names.TaskStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range spool.Priorities {
+		if _, err := tasks.Consumer(ctx, e.names.Consumer(p)); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.Errorf("priority consumer %s: %v, want not found", e.names.Consumer(p), err)
+		}
+		for _, pattern := range []string{"shop.*", "mail.>"} {
+			c, err := tasks.Consumer(ctx, e.names.TypeConsumer(p, pattern))
+			if err != nil {
+				t.Fatalf("type consumer of %s %s: %v", p, pattern, err)
+			}
+			cfg := c.CachedInfo().Config
+			if cfg.FilterSubject != e.names.TypeFilter(p, pattern) || cfg.AckWait != 7*time.Second || cfg.MaxDeliver != 4 {
+				t.Errorf("consumer %s: filter %q ack wait %s max deliver %d", cfg.Durable, cfg.FilterSubject, cfg.AckWait, cfg.MaxDeliver)
+			}
+		}
+		// shop.order is covered by shop.*: no consumer of its own.
+		if _, err := tasks.Consumer(ctx, e.names.TypeConsumer(p, "shop.order")); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.Errorf("consumer of a covered pattern: %v, want not found", err)
+		}
+	}
+}
+
+// A worker whose pattern overlaps another worker's without covering it
+// the same way is refused at start with an error that says so, and a
+// handler that names no types cannot pull by type.
+func TestPullByTypeRefusals(t *testing.T) {
+	e := byTypeEnv(t)
+	nop := consumer.HandlerFunc(func(context.Context, *consumer.Task) ([]byte, error) { return nil, nil })
+	e.worker(nop, consumer.WithTypes("acct.*"))
+	w, err := consumer.New(e.connect(), nop, consumer.WithTypes("acct.open"), consumer.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = w.Start(testCtx(t))
+	if !errors.Is(err, consumer.ErrInvalidOption) || !strings.Contains(err.Error(), "overlapping") {
+		t.Errorf("start with an overlapping pattern: %v", err)
+	}
+	w, err = consumer.New(e.connect(), nop, consumer.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(testCtx(t)); !errors.Is(err, consumer.ErrInvalidOption) || !strings.Contains(err.Error(), "WithTypes") {
+		t.Errorf("start without types: %v", err)
+	}
+	if _, err := consumer.New(e.connect(), nop, consumer.WithTypes("a.*", "*.b")); !errors.Is(err, consumer.ErrInvalidOption) {
+		t.Errorf("WithTypes with partly overlapping patterns: %v", err)
+	}
+}

@@ -1,0 +1,89 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/jsproto"
+	"github.com/spoolq/spool/streams"
+)
+
+// errCodeFilterNotUnique is the server's refusal of a consumer whose
+// filter overlaps another's on a WorkQueue stream.
+const errCodeFilterNotUnique jetstream.ErrorCode = 10100
+
+// bindConsumer binds the consumer of priority p on stream: the priority's
+// own when pattern is empty, else the consumer of pattern, made from the
+// template SPOOL_TASKS records (taskCfg) when no worker has made it yet.
+func (d *dispatcher) bindConsumer(ctx context.Context, bind jsproto.Tries, stream jetstream.Stream, taskCfg jetstream.StreamConfig, p spool.Priority, pattern string) (jetstream.Consumer, error) {
+	streamName := stream.CachedInfo().Config.Name
+	if pattern == "" {
+		name := d.o.Names.Consumer(p)
+		var c jetstream.Consumer
+		err := bind.Do(ctx, "binding consumer "+name+" of "+streamName, func(ctx context.Context) (err error) {
+			c, err = stream.Consumer(ctx, name)
+			return err
+		})
+		if err != nil {
+			return nil, bindError("consumer", streamName+" "+name, err)
+		}
+		return c, nil
+	}
+	want := streams.TypeConsumerConfig(d.o.Names, taskCfg, p, pattern)
+	var c jetstream.Consumer
+	made := false
+	err := bind.Do(ctx, "binding consumer "+want.Durable+" of "+streamName, func(ctx context.Context) (err error) {
+		c, err = stream.Consumer(ctx, want.Durable)
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return err
+		}
+		c, err = stream.CreateConsumer(ctx, want)
+		if errors.Is(err, jetstream.ErrConsumerExists) {
+			c, err = stream.Consumer(ctx, want.Durable) // another worker made it meanwhile
+		}
+		made = err == nil
+		return err
+	})
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeFilterNotUnique {
+			return nil, fmt.Errorf("%w: serving %q: another worker pulls an overlapping type pattern from %s (%w); workers that serve the same types must declare the same patterns",
+				ErrInvalidOption, pattern, streamName, err)
+		}
+		return nil, bindError("consumer", streamName+" "+want.Durable, err)
+	}
+	if made {
+		d.log.InfoContext(ctx, "type consumer made", "stream", streamName, "consumer", want.Durable, "filter", want.FilterSubject)
+		if err := d.inheritPause(ctx, stream, c, p); err != nil {
+			d.log.WarnContext(ctx, "could not read whether the priority is paused", "priority", p.String(), "error", err)
+		}
+	}
+	return c, nil
+}
+
+// inheritPause pauses a type consumer just made when another consumer of
+// its priority on the stream is paused: a priority is paused by pausing
+// every consumer of it (admin.PausePriority), and one made afterwards
+// joins the pause until the same time.
+func (d *dispatcher) inheritPause(ctx context.Context, stream jetstream.Stream, c jetstream.Consumer, p spool.Priority) error {
+	var until time.Time
+	list := stream.ListConsumers(ctx)
+	for info := range list.Info() {
+		if q, _, ok := d.o.Names.ParseTypeConsumer(info.Name); ok && q == p && info.Paused && info.Config.PauseUntil != nil && info.Config.PauseUntil.After(until) {
+			until = *info.Config.PauseUntil
+		}
+	}
+	if err := list.Err(); err != nil {
+		return err
+	}
+	if until.IsZero() {
+		return nil
+	}
+	_, err := stream.PauseConsumer(ctx, c.CachedInfo().Name, until)
+	return err
+}

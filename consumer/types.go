@@ -1,0 +1,72 @@
+package consumer
+
+import (
+	"fmt"
+	"slices"
+
+	spool "github.com/spoolq/spool/shared"
+)
+
+// WithTypes declares the task types the worker serves: exact types
+// ("email.send") or patterns ("email.*", "email.>"). Where workers pull by
+// type (streams.ConsumersByType), Start makes or binds one consumer per
+// priority and pattern and the worker receives only tasks of these types;
+// a type no worker serves stays queued. Where workers pull by priority the
+// list changes nothing: every worker takes every type. Default: the
+// handler's Types method (a *Mux lists its registered types); a worker
+// whose handler has none must declare its types to pull by type.
+func WithTypes(patterns ...string) Option {
+	return func(o *config) error {
+		served, err := servedPatterns(patterns)
+		if err != nil {
+			return fmt.Errorf("%w: WithTypes: %w", ErrInvalidOption, err)
+		}
+		o.Types = served
+		return nil
+	}
+}
+
+// typeLister is a handler that knows the types it serves, as *Mux does.
+type typeLister interface{ Types() []string }
+
+// patternsFor returns the patterns a worker pulling by type serves: the
+// declared ones, else the handler's.
+func patternsFor(o *config, h Handler) ([]string, error) {
+	if o.Types != nil {
+		return o.Types, nil
+	}
+	l, ok := h.(typeLister)
+	if !ok || len(l.Types()) == 0 {
+		return nil, fmt.Errorf("%w: workers pull by type here (SPOOL_CONSUMERS=type) and the handler names no types: declare them with WithTypes or register them on a Mux", ErrInvalidOption)
+	}
+	return servedPatterns(l.Types())
+}
+
+// servedPatterns validates patterns and drops each one another covers
+// ("email.send" beside "email.*"): a task is pulled through the widest
+// pattern that matches it. Two patterns that only partly overlap
+// ("a.*" and "*.b") are refused, since consumers of one task stream may
+// not overlap.
+func servedPatterns(patterns []string) ([]string, error) {
+	if len(patterns) == 0 {
+		return nil, fmt.Errorf("%w: no type patterns", spool.ErrInvalidType)
+	}
+	for _, p := range patterns {
+		if err := spool.ValidateTypePattern(p); err != nil {
+			return nil, err
+		}
+	}
+	var out []string
+	for i, p := range patterns {
+		covered := slices.ContainsFunc(patterns, func(q string) bool { return q != p && spool.PatternCovers(q, p) }) ||
+			slices.Index(patterns, p) < i
+		if !covered {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	if err := spool.ValidateTypePatterns(out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1,0 +1,128 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
+)
+
+// UnservedType is a task type with queued tasks that no consumer
+// delivers: where workers pull by type, no worker serving it has started.
+// Its tasks wait until one does.
+type UnservedType struct {
+	Type     string         `json:"type"`
+	Priority spool.Priority `json:"priority"`
+	// Queued counts its tasks on the priority's task subject.
+	Queued uint64 `json:"queued"`
+	// OldestWait is the age of its oldest queued task.
+	OldestWait time.Duration `json:"oldest_wait_ns"`
+}
+
+// maxUnservedListed caps Status.Unserved: each entry costs a read of its
+// oldest task.
+const maxUnservedListed = 100
+
+// priorityConsumers returns the consumers of each priority on one task
+// stream: the priority's own, or where workers pull by type every type
+// consumer of it.
+func (c *Client) priorityConsumers(ctx context.Context, part jetstream.Stream, byType bool) ([len(spool.Priorities)][]*jetstream.ConsumerInfo, error) {
+	var out [len(spool.Priorities)][]*jetstream.ConsumerInfo
+	name := part.CachedInfo().Config.Name
+	if !byType {
+		for _, p := range spool.Priorities {
+			cons, err := part.Consumer(ctx, c.names.Consumer(p))
+			if err != nil {
+				return out, consumerError(c.names.Consumer(p), err)
+			}
+			out[p] = []*jetstream.ConsumerInfo{cons.CachedInfo()}
+		}
+		return out, nil
+	}
+	list := part.ListConsumers(ctx)
+	for info := range list.Info() {
+		if p, _, ok := c.names.ParseTypeConsumer(info.Name); ok {
+			out[p] = append(out[p], info)
+		}
+	}
+	if err := list.Err(); err != nil {
+		return out, fmt.Errorf("listing the consumers of stream %q: %w", name, err)
+	}
+	return out, nil
+}
+
+// unserved lists the task types queued on part that none of cons (every
+// consumer of the stream, by priority) delivers, oldest first, at most
+// maxUnservedListed.
+func (c *Client) unserved(ctx context.Context, part jetstream.Stream, cons [len(spool.Priorities)][]*jetstream.ConsumerInfo) ([]UnservedType, error) {
+	filter := c.names.Prefix() + ".tasks.>"
+	info, err := part.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return nil, fmt.Errorf("listing the task subjects of stream %q: %w", part.CachedInfo().Config.Name, err)
+	}
+	var out []UnservedType
+	for subject, n := range info.State.Subjects {
+		p, typ, err := c.names.ParseTaskSubject(subject)
+		if err != nil || n == 0 {
+			continue
+		}
+		served := slices.ContainsFunc(cons[p], func(ci *jetstream.ConsumerInfo) bool {
+			_, pattern, _ := c.names.ParseTypeConsumer(ci.Name)
+			return spool.MatchType(pattern, typ)
+		})
+		if !served {
+			out = append(out, UnservedType{Type: typ, Priority: p, Queued: n})
+		}
+	}
+	slices.SortFunc(out, func(a, b UnservedType) int {
+		if d := int(b.Queued) - int(a.Queued); d != 0 {
+			return d
+		}
+		return strings.Compare(a.Type, b.Type)
+	})
+	if len(out) > maxUnservedListed {
+		out = out[:maxUnservedListed]
+	}
+	for i := range out {
+		subject, _ := c.names.TaskSubject(out[i].Priority, out[i].Type)
+		msg, err := part.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+		if err != nil {
+			continue // taken meanwhile: the count stands as read
+		}
+		out[i].OldestWait = time.Since(msg.Time)
+	}
+	return out, nil
+}
+
+// pauseTargets names the consumers that pausing priority p pauses on one
+// task stream: the priority's own, or every type consumer of it.
+func (c *Client) pauseTargets(ctx context.Context, stream string, p spool.Priority) ([]string, error) {
+	tasks, err := c.js.Stream(ctx, c.names.TaskStream())
+	if err != nil {
+		return nil, fmt.Errorf("reading stream %q: %w", c.names.TaskStream(), err)
+	}
+	if streams.ConsumersOf(tasks.CachedInfo().Config) != streams.ConsumersByType {
+		return []string{c.names.Consumer(p)}, nil
+	}
+	s, err := c.js.Stream(ctx, stream)
+	if err != nil {
+		return nil, fmt.Errorf("reading stream %q: %w", stream, err)
+	}
+	var out []string
+	names := s.ConsumerNames(ctx)
+	for name := range names.Name() {
+		if q, _, ok := c.names.ParseTypeConsumer(name); ok && q == p {
+			out = append(out, name)
+		}
+	}
+	if err := names.Err(); err != nil {
+		return nil, fmt.Errorf("listing the consumers of stream %q: %w", stream, err)
+	}
+	return out, nil
+}
