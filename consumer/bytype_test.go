@@ -155,7 +155,14 @@ func TestPullByTypeRefusals(t *testing.T) {
 	if err := w.Start(testCtx(t)); !errors.Is(err, consumer.ErrInvalidOption) || !strings.Contains(err.Error(), "WithTypes") {
 		t.Errorf("start without types: %v", err)
 	}
-	if _, err := consumer.New(e.connect(), nop, consumer.WithTypes("a.*", "*.b")); !errors.Is(err, consumer.ErrInvalidOption) {
-		t.Errorf("WithTypes with partly overlapping patterns: %v", err)
+	w, err = consumer.New(e.connect(), nop, consumer.WithTypes("a.*", "*.b"), consumer.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(testCtx(t)); !errors.Is(err, consumer.ErrInvalidOption) || !strings.Contains(err.Error(), "both match") {
+		t.Errorf("start with partly overlapping patterns: %v", err)
+	}
+	if _, err := consumer.New(e.connect(), nop, consumer.WithTypes("a..b")); !errors.Is(err, consumer.ErrInvalidOption) {
+		t.Errorf("WithTypes with an invalid pattern: %v", err)
 	}
 }

@@ -17,11 +17,15 @@ import (
 // whose handler has none must declare its types to pull by type.
 func WithTypes(patterns ...string) Option {
 	return func(o *config) error {
-		served, err := servedPatterns(patterns)
-		if err != nil {
-			return fmt.Errorf("%w: WithTypes: %w", ErrInvalidOption, err)
+		if len(patterns) == 0 {
+			return fmt.Errorf("%w: WithTypes: no type patterns", ErrInvalidOption)
 		}
-		o.Types = served
+		for _, p := range patterns {
+			if err := spool.ValidateTypePattern(p); err != nil {
+				return fmt.Errorf("%w: WithTypes: %w", ErrInvalidOption, err)
+			}
+		}
+		o.Types = slices.Clone(patterns)
 		return nil
 	}
 }
@@ -32,14 +36,19 @@ type typeLister interface{ Types() []string }
 // patternsFor returns the patterns a worker pulling by type serves: the
 // declared ones, else the handler's.
 func patternsFor(o *config, h Handler) ([]string, error) {
-	if o.Types != nil {
-		return o.Types, nil
+	patterns := o.Types
+	if patterns == nil {
+		l, ok := h.(typeLister)
+		if !ok || len(l.Types()) == 0 {
+			return nil, fmt.Errorf("%w: workers pull by type here (SPOOL_CONSUMERS=type) and the handler names no types: declare them with WithTypes or register them on a Mux", ErrInvalidOption)
+		}
+		patterns = l.Types()
 	}
-	l, ok := h.(typeLister)
-	if !ok || len(l.Types()) == 0 {
-		return nil, fmt.Errorf("%w: workers pull by type here (SPOOL_CONSUMERS=type) and the handler names no types: declare them with WithTypes or register them on a Mux", ErrInvalidOption)
+	served, err := servedPatterns(patterns)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the served types: %w", ErrInvalidOption, err)
 	}
-	return servedPatterns(l.Types())
+	return served, nil
 }
 
 // servedPatterns validates patterns and drops each one another covers

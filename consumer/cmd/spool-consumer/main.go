@@ -142,7 +142,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(mux.Types()) == 0 && routes == nil {
 		logger.Warn("no handlers registered: every task will be dead-lettered with reason no_handler (run with --demo for the demo handlers, or set SPOOL_REMOTE_ROUTES)")
 	}
-	w, err := consumer.New(nc, handler, append(cfg.Options(), consumer.WithLogger(logger))...)
+	opts := append(cfg.Options(), consumer.WithLogger(logger))
+	if served := handled(mux, routes); len(served) > 0 {
+		// Where workers pull by type, the process pulls only these.
+		opts = append(opts, consumer.WithTypes(served...))
+	}
+	w, err := consumer.New(nc, handler, opts...)
 	if err != nil {
 		return err
 	}
