@@ -43,6 +43,7 @@ const (
 	ReasonMaxDeliver Reason = "max_deliver" // deliveries ran out without a verdict (worker crashes)
 	ReasonBadInput   Reason = "bad_input"   // headers or id could not be decoded
 	ReasonNoHandler  Reason = "no_handler"  // no handler is registered for the type
+	ReasonUnserved   Reason = "unserved"    // no worker served the type within the DLQ router's deadline
 )
 
 // Result encodings: the result_encoding of a document whose result is not

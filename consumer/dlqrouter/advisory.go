@@ -23,7 +23,14 @@ func (r *Router) loop(softCtx, hardCtx context.Context, b routerBinding) error {
 		r.logger.InfoContext(hardCtx, "dlq router stopped", "routed", st.Routed, "gone", st.Gone, "bad", st.Bad, "failed", st.Failed)
 	}()
 	failures := 0
+	var swept time.Time
 	for softCtx.Err() == nil {
+		if r.unservedAfter > 0 && time.Since(swept) >= min(time.Minute, r.unservedAfter/2) {
+			swept = time.Now()
+			if err := r.sweepUnserved(softCtx, b); err != nil && softCtx.Err() == nil {
+				r.logger.WarnContext(hardCtx, "looking for tasks nobody served failed", "error", err)
+			}
+		}
 		err := r.pull(softCtx, hardCtx, b)
 		switch {
 		case err == nil:

@@ -50,14 +50,26 @@ func (r *Router) route(ctx context.Context, b routerBinding, adv routerAdvisory,
 
 	attempts := int(adv.Deliveries)
 	m := dlq.MessageFromRaw(raw, spool.ReasonMaxDeliver, fmt.Sprintf(routerMaxDeliverError, attempts), attempts)
-	if adv.Stream != r.names.TaskStream() {
-		m.Stream = adv.Stream
-	}
 	// The advisory's time is the same for every router and every retry, so
 	// the dead letter and the result document agree whoever writes them.
 	m.FailedAt = adv.Time
 	if m.FailedAt.IsZero() {
 		m.FailedAt = time.Now()
+	}
+	if err := r.deadLetter(ctx, b, tasks, raw, m, log); err != nil {
+		return 0, err
+	}
+	log.InfoContext(ctx, "task dead-lettered after exhausting its deliveries", "dlq_subject", dlq.SubjectFor(r.names, raw.Subject))
+	return routerRouted, nil
+}
+
+// deadLetter moves raw, a task of the task stream tasks, to the dead-letter
+// stream as m: the dead letter, the dead result document, the failed
+// workflow step, the key's turn passed on, the task deleted. Every step is
+// idempotent.
+func (r *Router) deadLetter(ctx context.Context, b routerBinding, tasks jetstream.Stream, raw *jetstream.RawStreamMsg, m dlq.Message, log *slog.Logger) error {
+	if name := tasks.CachedInfo().Config.Name; name != r.names.TaskStream() {
+		m.Stream = name
 	}
 	// The dead letter loses Nats-Msg-Id; keep the task id in its own header.
 	id := spool.TaskID(raw.Header, raw.Sequence)
@@ -72,30 +84,29 @@ func (r *Router) route(ctx context.Context, b routerBinding, adv routerAdvisory,
 	log = log.With("task_id", id, "subject", raw.Subject)
 
 	if err := dlq.Publish(ctx, r.js, r.names, m); err != nil {
-		return 0, err
+		return err
 	}
 	if err := b.results.Dead(ctx, m); err != nil {
-		return 0, fmt.Errorf("recording dead task %s: %w", id, err)
+		return fmt.Errorf("recording dead task %s: %w", id, err)
 	}
 	// A workflow step is advanced as failed before its task goes, like a
 	// worker does before it terminates one.
 	if ref, ok := workflow.RefOf(raw.Header, id); ok && b.wf != nil {
-		o := workflow.Outcome{State: workflow.Failed, Error: m.Err, Reason: spool.ReasonMaxDeliver}
+		o := workflow.Outcome{State: workflow.Failed, Error: m.Err, Reason: m.Reason}
 		if err := b.wf.Finish(ctx, ref, o); err != nil {
-			return 0, err
+			return err
 		}
 	}
 	if err := r.passTurn(ctx, b, raw, log); err != nil {
-		return 0, err
+		return err
 	}
-	if err := tasks.DeleteMsg(ctx, adv.StreamSeq); err != nil {
+	if err := tasks.DeleteMsg(ctx, raw.Sequence); err != nil {
 		// Deleting a message that is already gone fails too; that is fine.
-		if _, gerr := tasks.GetMsg(ctx, adv.StreamSeq); !errors.Is(gerr, jetstream.ErrMsgNotFound) {
-			return 0, fmt.Errorf("deleting dead task %s (seq %d) from %s: %w", id, adv.StreamSeq, tasks.CachedInfo().Config.Name, err)
+		if _, gerr := tasks.GetMsg(ctx, raw.Sequence); !errors.Is(gerr, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("deleting dead task %s (seq %d) from %s: %w", id, raw.Sequence, tasks.CachedInfo().Config.Name, err)
 		}
 	}
-	log.InfoContext(ctx, "task dead-lettered after exhausting its deliveries", "dlq_subject", dlq.SubjectFor(r.names, raw.Subject))
-	return routerRouted, nil
+	return nil
 }
 
 // passTurn gives up the place in its key's turn that a dead task of an

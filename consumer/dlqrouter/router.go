@@ -84,6 +84,9 @@ type Router struct {
 	timeout    time.Duration
 	retryDelay time.Duration
 	quiet      bool // no dead events (WithEvents(false))
+	// unservedAfter is how long a task of a type nobody serves may wait
+	// before it is dead-lettered (WithUnservedDeadline); 0: for good.
+	unservedAfter time.Duration
 
 	life       lifecycle.Lifecycle
 	softCancel context.CancelFunc // stops pulling; set by start
@@ -115,6 +118,8 @@ func New(nc *nats.Conn, opts ...Option) (*Router, error) {
 		timeout:    DefaultTimeout,
 		retryDelay: DefaultRetryDelay,
 		done:       make(chan struct{}),
+
+		unservedAfter: DefaultUnservedDeadline,
 	}
 	for _, o := range opts {
 		if err := o(r); err != nil {

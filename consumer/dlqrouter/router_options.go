@@ -118,3 +118,27 @@ func WithRetryDelay(d time.Duration) Option {
 		return nil
 	}
 }
+
+// DefaultUnservedDeadline is how long a task may wait for a worker that
+// serves its type, where workers pull by type, before the router
+// dead-letters it with reason unserved: seven days, long enough for any
+// deploy order or outage of one service, short enough that a mistyped
+// task does not wait for good.
+const DefaultUnservedDeadline = 7 * 24 * time.Hour
+
+// WithUnservedDeadline sets how long a task of a type no worker serves
+// waits, where workers pull by type (streams.ConsumersByType), before the
+// router dead-letters it with reason unserved; 0 lets it wait for good.
+// The router looks every minute, or every half deadline when that is
+// shorter. Where workers pull by priority it
+// changes nothing: a worker without a handler for the type dead-letters
+// the task no_handler. Default: DefaultUnservedDeadline.
+func WithUnservedDeadline(d time.Duration) Option {
+	return func(r *Router) error {
+		if d < 0 || d > 0 && d < time.Second {
+			return fmt.Errorf("WithUnservedDeadline: %s must be 0 (never) or at least 1s", d)
+		}
+		r.unservedAfter = d
+		return nil
+	}
+}

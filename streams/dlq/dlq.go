@@ -171,7 +171,7 @@ func (f Filter) Validate() error {
 // Reasons lists the dead-letter reasons.
 var reasons = []spool.Reason{
 	spool.ReasonError, spool.ReasonPermanent, spool.ReasonTimeout, spool.ReasonPanic,
-	spool.ReasonMaxDeliver, spool.ReasonBadInput, spool.ReasonNoHandler,
+	spool.ReasonMaxDeliver, spool.ReasonBadInput, spool.ReasonNoHandler, spool.ReasonUnserved,
 }
 
 func validReason(r spool.Reason) bool {

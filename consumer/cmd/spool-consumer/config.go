@@ -90,6 +90,11 @@ type Config struct {
 	// dead-letter stream. Several routers may run at once; turn it off only
 	// where another process runs one. SPOOL_DLQ_ROUTER, default true.
 	DLQRouter bool `envconfig:"DLQ_ROUTER" default:"true" desc:"also run the DLQ router for tasks that ran out of deliveries"`
+	// UnservedDeadline is how long a task of a type no worker serves waits,
+	// where workers pull by type, before the DLQ router dead-letters it
+	// with reason unserved; 0 lets it wait for good.
+	// SPOOL_UNSERVED_DEADLINE, default 168h (seven days).
+	UnservedDeadline time.Duration `envconfig:"UNSERVED_DEADLINE" default:"168h" desc:"how long a task of a type no worker serves waits before the DLQ router dead-letters it (0: for good; pulling by type only)"`
 
 	// MetricsAddr is where /metrics, /healthz and /readyz are served. Port 0
 	// (the default) picks a free port, so several consumers on one host

@@ -229,6 +229,7 @@ func startRouter(ctx context.Context, nc *nats.Conn, cfg Config, worker string, 
 		dlqrouter.WithLogger(logger),
 		dlqrouter.WithWorker(worker+"/dlq-router"),
 		dlqrouter.WithEvents(cfg.Events),
+		dlqrouter.WithUnservedDeadline(cfg.UnservedDeadline),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("creating the dlq router: %w", err)

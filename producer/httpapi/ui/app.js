@@ -4,7 +4,7 @@
 
 (() => {
   const PRIORITIES = ["critical", "high", "normal", "low", "idle"];
-  const REASONS = ["error", "permanent", "timeout", "panic", "max_deliver", "bad_input", "no_handler"];
+  const REASONS = ["error", "permanent", "timeout", "panic", "max_deliver", "bad_input", "no_handler", "unserved"];
   const REFRESH_MS = 1000;
   const WINDOW_MS = 5 * 60 * 1000; // charts keep the last 5 minutes
   const RATE_SPAN_MS = 5000; // processed/s is averaged over about 5 s

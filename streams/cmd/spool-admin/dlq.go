@@ -31,7 +31,7 @@ commands:
 filters (combine freely):
   --priority P   critical, high, normal, low, idle
   --type T       exact task type (email.send)
-  --reason R     error, permanent, timeout, panic, max_deliver, bad_input, no_handler
+  --reason R     error, permanent, timeout, panic, max_deliver, bad_input, no_handler, unserved
   --since T      stored at or after T: RFC 3339 time, or a duration ago (1h)
   --until T      stored at or before T
 
