@@ -83,10 +83,14 @@ func TestPullByTypeEachWorkerGetsItsOwn(t *testing.T) {
 	if got := e.streamMsgs(e.names.DLQStream()); got != 0 {
 		t.Errorf("%d dead letters, want none", got)
 	}
-	// fleet.c has no worker: its tasks wait in the stream.
-	if got := e.taskMsgs(); got != n {
-		t.Errorf("%d tasks queued, want the %d of fleet.c", got, n)
-	}
+	// fleet.c has no worker: its tasks wait in the stream once the others
+	// are acknowledged.
+	streamstest.WaitFor(t, 30*time.Second, func() error {
+		if got := e.taskMsgs(); got != n {
+			return fmt.Errorf("%d tasks queued, want the %d of fleet.c", got, n)
+		}
+		return nil
+	})
 	e.worker(consumer.HandlerFunc(s.handler("c")), consumer.WithWorkerName("worker-c"), consumer.WithTypes("fleet.*.x", "fleet.c"))
 	streamstest.WaitFor(t, 30*time.Second, func() error {
 		if got := s.count(); got != 3*n {
@@ -94,9 +98,12 @@ func TestPullByTypeEachWorkerGetsItsOwn(t *testing.T) {
 		}
 		return nil
 	})
-	if got := e.taskMsgs(); got != 0 {
-		t.Errorf("%d tasks still queued", got)
-	}
+	streamstest.WaitFor(t, 30*time.Second, func() error {
+		if got := e.taskMsgs(); got != 0 {
+			return fmt.Errorf("%d tasks still queued", got)
+		}
+		return nil
+	})
 }
 
 // A worker that pulls by type makes one consumer per priority and pattern,
@@ -133,9 +140,9 @@ func TestPullByTypeConsumers(t *testing.T) {
 	}
 }
 
-// A worker whose pattern overlaps another worker's without covering it
-// the same way is refused at start with an error that says so, and a
-// handler that names no types cannot pull by type.
+// A worker whose pattern overlaps another worker's without being the same
+// pattern is refused at start with an error that says so; a handler that
+// names no types serves every type, which overlaps any other.
 func TestPullByTypeRefusals(t *testing.T) {
 	e := byTypeEnv(t)
 	nop := consumer.HandlerFunc(func(context.Context, *consumer.Task) ([]byte, error) { return nil, nil })
@@ -148,12 +155,13 @@ func TestPullByTypeRefusals(t *testing.T) {
 	if !errors.Is(err, consumer.ErrInvalidOption) || !strings.Contains(err.Error(), "overlapping") {
 		t.Errorf("start with an overlapping pattern: %v", err)
 	}
+	// A handler that names no types serves every type: it overlaps acct.*.
 	w, err = consumer.New(e.connect(), nop, consumer.WithLogger(testLogger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Start(testCtx(t)); !errors.Is(err, consumer.ErrInvalidOption) || !strings.Contains(err.Error(), "WithTypes") {
-		t.Errorf("start without types: %v", err)
+	if err := w.Start(testCtx(t)); !errors.Is(err, consumer.ErrInvalidOption) || !strings.Contains(err.Error(), "overlapping") {
+		t.Errorf("start of a catch-all beside acct.*: %v", err)
 	}
 	w, err = consumer.New(e.connect(), nop, consumer.WithTypes("a.*", "*.b"), consumer.WithLogger(testLogger(t)))
 	if err != nil {
@@ -164,5 +172,25 @@ func TestPullByTypeRefusals(t *testing.T) {
 	}
 	if _, err := consumer.New(e.connect(), nop, consumer.WithTypes("a..b")); !errors.Is(err, consumer.ErrInvalidOption) {
 		t.Errorf("WithTypes with an invalid pattern: %v", err)
+	}
+}
+
+// A handler that names no types serves every type through the pattern ">"
+// when it is the only worker.
+func TestPullByTypeCatchAll(t *testing.T) {
+	e := byTypeEnv(t)
+	s := &servedBy{ran: map[string]string{}}
+	e.worker(consumer.HandlerFunc(s.handler("all")))
+	for i, typ := range []string{"x.one", "y.two.three", "z"} {
+		e.publishID(spool.Priority(i), typ, fmt.Sprintf("catch-%d", i), nil, nil)
+	}
+	streamstest.WaitFor(t, 30*time.Second, func() error {
+		if got := s.count(); got != 3 {
+			return fmt.Errorf("%d of 3 tasks ran", got)
+		}
+		return nil
+	})
+	if _, err := e.js.Consumer(testCtx(t), e.names.TaskStream(), e.names.TypeConsumer(spool.Critical, ">")); err != nil {
+		t.Errorf("the catch-all consumer: %v", err)
 	}
 }

@@ -13,8 +13,8 @@ import (
 // priority and pattern and the worker receives only tasks of these types;
 // a type no worker serves stays queued. Where workers pull by priority the
 // list changes nothing: every worker takes every type. Default: the
-// handler's Types method (a *Mux lists its registered types); a worker
-// whose handler has none must declare its types to pull by type.
+// handler's Types method (a *Mux lists its registered types), else every
+// type (">"), which no other worker's types may then overlap.
 func WithTypes(patterns ...string) Option {
 	return func(o *config) error {
 		if len(patterns) == 0 {
@@ -34,15 +34,14 @@ func WithTypes(patterns ...string) Option {
 type typeLister interface{ Types() []string }
 
 // patternsFor returns the patterns a worker pulling by type serves: the
-// declared ones, else the handler's.
+// declared ones, else the handler's, else every type.
 func patternsFor(o *config, h Handler) ([]string, error) {
 	patterns := o.Types
 	if patterns == nil {
-		l, ok := h.(typeLister)
-		if !ok || len(l.Types()) == 0 {
-			return nil, fmt.Errorf("%w: workers pull by type here (SPOOL_CONSUMERS=type) and the handler names no types: declare them with WithTypes or register them on a Mux", ErrInvalidOption)
+		patterns = []string{">"}
+		if l, ok := h.(typeLister); ok && len(l.Types()) > 0 {
+			patterns = l.Types()
 		}
-		patterns = l.Types()
 	}
 	served, err := servedPatterns(patterns)
 	if err != nil {
