@@ -14,6 +14,7 @@ import (
 	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/streams/streamstest"
 )
 
@@ -193,4 +194,81 @@ func TestPullByTypeCatchAll(t *testing.T) {
 	if _, err := e.js.Consumer(testCtx(t), e.names.TaskStream(), e.names.TypeConsumer(spool.Critical, ">")); err != nil {
 		t.Errorf("the catch-all consumer: %v", err)
 	}
+}
+
+// Where workers pull by type, a paused type served through its own
+// consumers is held by the server: its tasks are neither run nor parked,
+// they wait on their task subject, and a worker that makes the type's
+// consumers after the pause joins it. They run after the resume.
+func TestPullByTypeNativeTypePause(t *testing.T) {
+	e := byTypeEnv(t)
+	adm, err := admin.New(e.nc, admin.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	if _, err := adm.PauseType(ctx, "np.held", admin.TypePauseOptions{Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.PausePriority(ctx, spool.Low, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	s := &servedBy{ran: map[string]string{}}
+	mux := consumer.NewMux()
+	mux.Handle("np.held", s.handler("w"))
+	mux.Handle("np.free", s.handler("w"))
+	e.worker(mux)
+	for _, p := range spool.Priorities {
+		for _, typ := range []string{"np.held", "np.free"} {
+			info, err := e.js.Consumer(ctx, e.names.TaskStream(), e.names.TypeConsumer(p, typ))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := typ == "np.held" || p == spool.Low
+			if got := info.CachedInfo().Paused; got != want {
+				t.Errorf("consumer %s made after the pauses: paused %v, want %v", info.CachedInfo().Name, got, want)
+			}
+		}
+	}
+	for i := range 5 {
+		e.publishID(spool.Normal, "np.held", fmt.Sprintf("held-%d", i), nil, nil)
+		e.publishID(spool.Normal, "np.free", fmt.Sprintf("free-%d", i), nil, nil)
+	}
+	streamstest.WaitFor(t, 30*time.Second, func() error {
+		if got := e.taskMsgs(); got != 5 {
+			return fmt.Errorf("%d tasks queued, want the 5 of the paused type", got)
+		}
+		return nil
+	})
+	if got := s.count(); got != 5 {
+		t.Errorf("%d tasks ran, want the 5 of np.free", got)
+	}
+	// Not pulled: still on the task subject, never delivered, none parked.
+	info, err := e.js.Stream(ctx, e.names.TaskStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	si, err := info.Info(ctx, jetstream.WithSubjectFilter(">"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := si.State.Subjects["spool.tasks.normal.np.held"]; n != 5 || len(si.State.Subjects) != 1 {
+		t.Errorf("subjects %v, want the 5 tasks on spool.tasks.normal.np.held only", si.State.Subjects)
+	}
+	held, err := e.js.Consumer(ctx, e.names.TaskStream(), e.names.TypeConsumer(spool.Normal, "np.held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci := held.CachedInfo(); ci.Delivered.Stream != 0 {
+		t.Errorf("the paused type's consumer delivered up to %d", ci.Delivered.Stream)
+	}
+	if err := adm.ResumeType(ctx, "np.held"); err != nil {
+		t.Fatal(err)
+	}
+	streamstest.WaitFor(t, 30*time.Second, func() error {
+		if got := s.count(); got != 10 {
+			return fmt.Errorf("%d of 10 tasks ran", got)
+		}
+		return nil
+	})
 }

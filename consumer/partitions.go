@@ -68,7 +68,7 @@ func (d *dispatcher) bindPartitions(ctx context.Context, js jetstream.JetStream,
 		}
 		for q, pattern := range patterns {
 			for _, p := range spool.Priorities {
-				c, err := d.bindConsumer(ctx, bind, stream, taskCfg, p, pattern)
+				c, err := d.bindConsumer(ctx, js, bind, stream, taskCfg, p, pattern)
 				if err != nil {
 					return err
 				}

@@ -20,7 +20,7 @@ const errCodeFilterNotUnique jetstream.ErrorCode = 10100
 // bindConsumer binds the consumer of priority p on stream: the priority's
 // own when pattern is empty, else the consumer of pattern, made from the
 // template SPOOL_TASKS records (taskCfg) when no worker has made it yet.
-func (d *dispatcher) bindConsumer(ctx context.Context, bind jsproto.Tries, stream jetstream.Stream, taskCfg jetstream.StreamConfig, p spool.Priority, pattern string) (jetstream.Consumer, error) {
+func (d *dispatcher) bindConsumer(ctx context.Context, js jetstream.JetStream, bind jsproto.Tries, stream jetstream.Stream, taskCfg jetstream.StreamConfig, p spool.Priority, pattern string) (jetstream.Consumer, error) {
 	streamName := stream.CachedInfo().Config.Name
 	if pattern == "" {
 		name := d.o.Names.Consumer(p)
@@ -59,31 +59,30 @@ func (d *dispatcher) bindConsumer(ctx context.Context, bind jsproto.Tries, strea
 	}
 	if made {
 		d.log.InfoContext(ctx, "type consumer made", "stream", streamName, "consumer", want.Durable, "filter", want.FilterSubject)
-		if err := d.inheritPause(ctx, stream, c, p); err != nil {
-			d.log.WarnContext(ctx, "could not read whether the priority is paused", "priority", p.String(), "error", err)
+		if err := d.inheritPause(ctx, js, stream, c, p, pattern); err != nil {
+			d.log.WarnContext(ctx, "could not read whether the priority or type is paused", "priority", p.String(), "pattern", pattern, "error", err)
 		}
 	}
 	return c, nil
 }
 
-// inheritPause pauses a type consumer just made when another consumer of
-// its priority on the stream is paused: a priority is paused by pausing
-// every consumer of it (admin.PausePriority), and one made afterwards
-// joins the pause until the same time.
-func (d *dispatcher) inheritPause(ctx context.Context, stream jetstream.Stream, c jetstream.Consumer, p spool.Priority) error {
-	var until time.Time
-	list := stream.ListConsumers(ctx)
-	for info := range list.Info() {
-		if q, _, ok := d.o.Names.ParseTypeConsumer(info.Name); ok && q == p && info.Paused && info.Config.PauseUntil != nil && info.Config.PauseUntil.After(until) {
-			until = *info.Config.PauseUntil
-		}
-	}
-	if err := list.Err(); err != nil {
-		return err
-	}
-	if until.IsZero() {
+// inheritPause pauses a type consumer just made when its priority or its
+// exact type is paused: where workers pull by type, a pause is a record in
+// the pause bucket that admin applies to the consumers that exist, and one
+// made afterwards reads it here (streams.TypeConsumerPause). A deployment
+// without the bucket has no pauses to join.
+func (d *dispatcher) inheritPause(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, c jetstream.Consumer, p spool.Priority, pattern string) error {
+	kv, err := js.KeyValue(ctx, d.o.Names.PausedBucket())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil
 	}
-	_, err := stream.PauseConsumer(ctx, c.CachedInfo().Name, until)
+	if err != nil {
+		return err
+	}
+	until, err := streams.TypeConsumerPause(ctx, kv, p, pattern, time.Now())
+	if err != nil || until.IsZero() {
+		return err
+	}
+	_, err = stream.PauseConsumer(ctx, c.CachedInfo().Name, until)
 	return err
 }

@@ -62,3 +62,12 @@ func (n Names) ParkedTypeFilter(typ string) (string, error) {
 	}
 	return n.prefix + ".parked.*." + typ, nil
 }
+
+// PriorityPauseKey is the key of a priority's pause in the pause bucket
+// where workers pull by type: priority=<priority>. The "=" keeps it apart
+// from every task type. Its value is a TypePause whose Type is the key.
+func PriorityPauseKey(p Priority) string { return "priority=" + p.String() }
+
+// IsTypePauseKey reports whether a key of the pause bucket is a task type's
+// pause, not a priority's.
+func IsTypePauseKey(key string) bool { return ValidateType(key) == nil }

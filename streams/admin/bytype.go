@@ -100,29 +100,59 @@ func (c *Client) unserved(ctx context.Context, part jetstream.Stream, cons [len(
 	return out, nil
 }
 
-// pauseTargets names the consumers that pausing priority p pauses on one
-// task stream: the priority's own, or every type consumer of it.
-func (c *Client) pauseTargets(ctx context.Context, stream string, p spool.Priority) ([]string, error) {
+// byType reports whether workers pull by type.
+func (c *Client) byType(ctx context.Context) (bool, error) {
 	tasks, err := c.js.Stream(ctx, c.names.TaskStream())
 	if err != nil {
-		return nil, fmt.Errorf("reading stream %q: %w", c.names.TaskStream(), err)
+		return false, fmt.Errorf("reading stream %q: %w", c.names.TaskStream(), err)
 	}
-	if streams.ConsumersOf(tasks.CachedInfo().Config) != streams.ConsumersByType {
-		return []string{c.names.Consumer(p)}, nil
-	}
-	s, err := c.js.Stream(ctx, stream)
+	return streams.ConsumersOf(tasks.CachedInfo().Config) == streams.ConsumersByType, nil
+}
+
+// syncPauses sets, where workers pull by type, the native pause of every
+// type consumer that match selects to what the pause bucket holds for it
+// (streams.TypeConsumerPause): paused until the later end of its
+// priority's pause and its exact type's, resumed when neither holds. The
+// records are written first, so a consumer a worker makes meanwhile reads
+// them itself.
+func (c *Client) syncPauses(ctx context.Context, match func(p spool.Priority, pattern string) bool) error {
+	kv, err := c.pausedKV(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("reading stream %q: %w", stream, err)
+		return err
 	}
-	var out []string
-	names := s.ConsumerNames(ctx)
-	for name := range names.Name() {
-		if q, _, ok := c.names.ParseTypeConsumer(name); ok && q == p {
-			out = append(out, name)
+	parts, err := c.partitions(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	for _, stream := range parts {
+		s, err := c.js.Stream(ctx, stream)
+		if err != nil {
+			return fmt.Errorf("reading stream %q: %w", stream, err)
+		}
+		list := s.ListConsumers(ctx)
+		for info := range list.Info() {
+			p, pattern, ok := c.names.ParseTypeConsumer(info.Name)
+			if !ok || !match(p, pattern) {
+				continue
+			}
+			until, err := streams.TypeConsumerPause(ctx, kv, p, pattern, now)
+			if err != nil {
+				return err
+			}
+			switch {
+			case !until.IsZero():
+				_, err = s.PauseConsumer(ctx, info.Name, until)
+			case info.Paused:
+				_, err = s.ResumeConsumer(ctx, info.Name)
+			}
+			if err != nil {
+				return fmt.Errorf("setting the pause of consumer %q on %s: %w", info.Name, stream, err)
+			}
+		}
+		if err := list.Err(); err != nil {
+			return fmt.Errorf("listing the consumers of stream %q: %w", stream, err)
 		}
 	}
-	if err := names.Err(); err != nil {
-		return nil, fmt.Errorf("listing the consumers of stream %q: %w", stream, err)
-	}
-	return out, nil
+	return nil
 }

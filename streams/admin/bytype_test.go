@@ -7,6 +7,7 @@ import (
 
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/streams/streamstest"
 )
 
@@ -79,9 +80,6 @@ func TestByTypeStatusAndPause(t *testing.T) {
 	if paused(spool.Normal) {
 		t.Error("normal still paused after resume")
 	}
-	if _, err := c.PausePriority(ctx, spool.Idle, time.Time{}); err == nil || !strings.Contains(err.Error(), "no consumer") {
-		t.Errorf("pausing a priority no worker serves: %v", err)
-	}
 }
 
 // Moving back to pulling by priority while type consumers exist is refused
@@ -136,5 +134,80 @@ func TestConsumersSwitch(t *testing.T) {
 	err = streams.Provision(ctx, e.JS, back, streamstest.Logger(t))
 	if err == nil || !strings.Contains(err.Error(), "nats consumer rm") {
 		t.Errorf("switch back with a type consumer: %v", err)
+	}
+}
+
+// Where workers pull by type, a type served through consumers of its own is
+// paused by the server, and the two pauses of a consumer (its priority's
+// and its type's) hold it until both are resumed.
+func TestByTypeNativeTypePause(t *testing.T) {
+	t.Parallel()
+	e := streamstest.Start(t, streams.Settings{Consumers: streams.ConsumersByType})
+	c := newClient(t, e)
+	ctx := streamstest.Context(t)
+	tasks := e.Stream(t, e.Names.TaskStream())
+	for _, p := range spool.Priorities {
+		for _, pattern := range []string{"np.exact", "np.wide.*"} {
+			cfg := streams.TypeConsumerConfig(e.Names, tasks.CachedInfo().Config, p, pattern)
+			if _, err := tasks.CreateConsumer(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	paused := func(p spool.Priority, pattern string) bool {
+		t.Helper()
+		cons, err := tasks.Consumer(ctx, e.Names.TypeConsumer(p, pattern))
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.Paused
+	}
+	if _, err := c.PauseType(ctx, "np.exact", admin.TypePauseOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range spool.Priorities {
+		if !paused(p, "np.exact") || paused(p, "np.wide.*") {
+			t.Errorf("%s after pausing np.exact: exact paused %v, wide paused %v", p, paused(p, "np.exact"), paused(p, "np.wide.*"))
+		}
+	}
+	if _, err := c.PausePriority(ctx, spool.High, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if !paused(spool.High, "np.wide.*") {
+		t.Error("a priority pause left a type consumer of the priority running")
+	}
+	// The type resumes; high's consumer of it stays paused for its
+	// priority, the others run.
+	if err := c.ResumeType(ctx, "np.exact"); err != nil {
+		t.Fatal(err)
+	}
+	if !paused(spool.High, "np.exact") || paused(spool.Normal, "np.exact") {
+		t.Errorf("after resuming the type: high paused %v (want true), normal paused %v (want false)", paused(spool.High, "np.exact"), paused(spool.Normal, "np.exact"))
+	}
+	if _, err := c.PauseType(ctx, "np.exact", admin.TypePauseOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ResumePriority(ctx, spool.High); err != nil {
+		t.Fatal(err)
+	}
+	if !paused(spool.High, "np.exact") || paused(spool.High, "np.wide.*") {
+		t.Errorf("after resuming high: its np.exact paused %v (want true: the type is), np.wide.* paused %v", paused(spool.High, "np.exact"), paused(spool.High, "np.wide.*"))
+	}
+	// The priority's record is no task type: the type listing skips it.
+	if _, err := c.PausePriority(ctx, spool.Idle, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	types, err := c.Types(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ts := range types {
+		if ts.Type != "np.exact" {
+			t.Errorf("listed type %q", ts.Type)
+		}
 	}
 }

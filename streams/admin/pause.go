@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -13,16 +14,18 @@ import (
 
 // Forever is the pause-until time of a pause without an end: the year
 // 9999. A priority paused until then stays paused until resumed.
-var Forever = time.Date(9999, time.December, 31, 0, 0, 0, 0, time.UTC)
+var Forever = streams.PauseForever
 
 // PausePriority pauses priority p for the whole fleet until until (zero:
 // Forever) with JetStream's native consumer pause: the priority's consumer
-// (where workers pull by type, each of its type consumers; one a worker
-// makes later joins the pause) delivers nothing, its queued tasks stay queued and no delivery is
+// delivers nothing, its queued tasks stay queued and no delivery is
 // counted; workers stop pulling it within their refresh interval and other
 // priorities are not affected. The pause is stored in the consumer's
 // configuration, so it survives worker and server restarts (and a
-// re-provision). It returns the pause's end as the server holds it.
+// re-provision). Where workers pull by type, the pause is also a record in
+// the pause bucket (spool.PriorityPauseKey) and every type consumer of the
+// priority is paused, one a worker makes later included. It returns the
+// pause's end.
 func (c *Client) PausePriority(ctx context.Context, p spool.Priority, until time.Time) (time.Time, error) {
 	if !p.Valid() {
 		return time.Time{}, fmt.Errorf("%w: %q", spool.ErrInvalidPriority, p.String())
@@ -33,67 +36,96 @@ func (c *Client) PausePriority(ctx context.Context, p spool.Priority, until time
 	if !until.After(time.Now()) {
 		return time.Time{}, fmt.Errorf("pause until %s: the time is past, give a later one", until.Format(time.RFC3339))
 	}
+	byType, err := call(ctx, c, "reading how workers pull", c.byType)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if byType {
+		u := until.UTC()
+		rec := spool.TypePause{Type: spool.PriorityPauseKey(p), At: time.Now().UTC(), Until: &u}
+		if err := c.setPriorityPause(ctx, p, &rec); err != nil {
+			return time.Time{}, err
+		}
+		c.logger.InfoContext(ctx, "priority paused", "priority", p.String(), "until", u)
+		return u, nil
+	}
 	parts, err := c.partitions(ctx)
 	if err != nil {
 		return time.Time{}, err
 	}
 	var resp *jetstream.ConsumerPauseResponse
-	// Two passes: a type consumer a worker makes during the first is
-	// paused by the second, or, made after the second listing, sees its
-	// paused siblings and joins the pause itself.
-	for range 2 {
-		for _, stream := range parts {
-			targets, err := call(ctx, c, "listing the consumers of "+stream, func(ctx context.Context) ([]string, error) {
-				return c.pauseTargets(ctx, stream, p)
-			})
-			if err != nil {
-				return time.Time{}, err
-			}
-			for _, name := range targets {
-				resp, err = call(ctx, c, "pausing consumer "+name, func(ctx context.Context) (*jetstream.ConsumerPauseResponse, error) {
-					return c.js.PauseConsumer(ctx, stream, name, until)
-				})
-				if err != nil {
-					return time.Time{}, fmt.Errorf("pausing priority %s (consumer %q on %s): %w", p, name, stream, err)
-				}
-			}
+	for _, stream := range parts {
+		resp, err = call(ctx, c, "pausing consumer "+c.names.Consumer(p), func(ctx context.Context) (*jetstream.ConsumerPauseResponse, error) {
+			return c.js.PauseConsumer(ctx, stream, c.names.Consumer(p), until)
+		})
+		if err != nil {
+			return time.Time{}, fmt.Errorf("pausing priority %s (consumer %q on %s): %w", p, c.names.Consumer(p), stream, err)
 		}
-	}
-	if resp == nil {
-		return time.Time{}, fmt.Errorf("pausing priority %s: workers pull by type and none has started yet, so no consumer of the priority exists to pause: start the workers, then pause", p)
 	}
 	c.logger.InfoContext(ctx, "priority paused", "priority", p.String(), "until", resp.PauseUntil)
 	return resp.PauseUntil, nil
 }
 
-// ResumePriority resumes priority p: its consumer delivers again at once.
-// Resuming a priority that is not paused does nothing.
+// ResumePriority resumes priority p: its consumer delivers again at once
+// (where workers pull by type, each type consumer of it whose own type is
+// not paused). Resuming a priority that is not paused does nothing.
 func (c *Client) ResumePriority(ctx context.Context, p spool.Priority) error {
 	if !p.Valid() {
 		return fmt.Errorf("%w: %q", spool.ErrInvalidPriority, p.String())
+	}
+	byType, err := call(ctx, c, "reading how workers pull", c.byType)
+	if err != nil {
+		return err
+	}
+	if byType {
+		if err := c.setPriorityPause(ctx, p, nil); err != nil {
+			return err
+		}
+		c.logger.InfoContext(ctx, "priority resumed", "priority", p.String())
+		return nil
 	}
 	parts, err := c.partitions(ctx)
 	if err != nil {
 		return err
 	}
 	for _, stream := range parts {
-		targets, err := call(ctx, c, "listing the consumers of "+stream, func(ctx context.Context) ([]string, error) {
-			return c.pauseTargets(ctx, stream, p)
+		_, err := call(ctx, c, "resuming consumer "+c.names.Consumer(p), func(ctx context.Context) (*jetstream.ConsumerPauseResponse, error) {
+			return c.js.ResumeConsumer(ctx, stream, c.names.Consumer(p))
 		})
 		if err != nil {
-			return err
-		}
-		for _, name := range targets {
-			_, err := call(ctx, c, "resuming consumer "+name, func(ctx context.Context) (*jetstream.ConsumerPauseResponse, error) {
-				return c.js.ResumeConsumer(ctx, stream, name)
-			})
-			if err != nil {
-				return fmt.Errorf("resuming priority %s (consumer %q on %s): %w", p, name, stream, err)
-			}
+			return fmt.Errorf("resuming priority %s (consumer %q on %s): %w", p, c.names.Consumer(p), stream, err)
 		}
 	}
 	c.logger.InfoContext(ctx, "priority resumed", "priority", p.String())
 	return nil
+}
+
+// setPriorityPause stores (rec) or deletes (nil) priority p's pause record,
+// then sets the native pause of its type consumers to match.
+func (c *Client) setPriorityPause(ctx context.Context, p spool.Priority, rec *spool.TypePause) error {
+	key := spool.PriorityPauseKey(p)
+	_, err := call(ctx, c, "recording the pause of priority "+p.String(), func(ctx context.Context) (struct{}, error) {
+		kv, err := c.pausedKV(ctx)
+		if err != nil {
+			return struct{}{}, err
+		}
+		if rec == nil {
+			return struct{}{}, kv.Delete(ctx, key)
+		}
+		doc, err := json.Marshal(rec)
+		if err != nil {
+			return struct{}{}, err
+		}
+		_, err = kv.Put(ctx, key, doc)
+		return struct{}{}, err
+	})
+	if err != nil {
+		return fmt.Errorf("recording the pause of priority %s: %w", p, err)
+	}
+	_, err = call(ctx, c, "pausing the consumers of priority "+p.String(), func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, c.syncPauses(ctx, func(q spool.Priority, _ string) bool { return q == p })
+	})
+	return err
 }
 
 // partitions returns the task streams: SPOOL_TASKS, then the partitions

@@ -44,7 +44,10 @@ var ErrTypePauseNotProvisioned = errors.New("type pauses are not provisioned: ru
 // spool.parked.<priority>.<type> without running it or counting an
 // attempt; queued tasks of the type stay queued or parked, and other types
 // and priorities run on. The pause is a KV record, so it survives worker
-// and server restarts. Pausing a paused type replaces its record.
+// and server restarts. Pausing a paused type replaces its record. Where
+// workers pull by type and serve typ through consumers of its own, those
+// consumers are paused by the server as well: its tasks are not pulled at
+// all and wait on their task subjects.
 func (c *Client) PauseType(ctx context.Context, typ string, o TypePauseOptions) (spool.TypePause, error) {
 	if err := spool.ValidateType(typ); err != nil {
 		return spool.TypePause{}, fmt.Errorf("pause type: %w", err)
@@ -72,8 +75,27 @@ func (c *Client) PauseType(ctx context.Context, typ string, o TypePauseOptions) 
 	if err != nil {
 		return spool.TypePause{}, fmt.Errorf("pausing type %q: %w", typ, err)
 	}
+	if err := c.syncTypeConsumers(ctx, typ); err != nil {
+		return spool.TypePause{}, fmt.Errorf("pausing type %q: %w", typ, err)
+	}
 	c.logger.InfoContext(ctx, "task type paused", "type", typ, "by", o.By, "reason", o.Reason, "until", tp.Until)
 	return tp, nil
+}
+
+// syncTypeConsumers sets, where workers pull by type, the native pause of
+// the consumers of exactly typ to what the pause bucket holds: a type
+// served through its own consumers is then paused by the server and its
+// tasks stay on their task subjects; one served through a wider pattern
+// is parked by the workers as before.
+func (c *Client) syncTypeConsumers(ctx context.Context, typ string) error {
+	byType, err := call(ctx, c, "reading how workers pull", c.byType)
+	if err != nil || !byType {
+		return err
+	}
+	_, err = call(ctx, c, "setting the pause of the consumers of "+typ, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, c.syncPauses(ctx, func(_ spool.Priority, pattern string) bool { return pattern == typ })
+	})
+	return err
 }
 
 // ResumeType resumes task type typ: it deletes its pause record. The
@@ -93,6 +115,9 @@ func (c *Client) ResumeType(ctx context.Context, typ string) error {
 		return struct{}{}, kv.Delete(ctx, typ)
 	})
 	if err != nil {
+		return fmt.Errorf("resuming type %q: %w", typ, err)
+	}
+	if err := c.syncTypeConsumers(ctx, typ); err != nil {
 		return fmt.Errorf("resuming type %q: %w", typ, err)
 	}
 	c.logger.InfoContext(ctx, "task type resumed", "type", typ)
@@ -133,6 +158,9 @@ func (c *Client) types(ctx context.Context) ([]TypeStatus, error) {
 	_ = lister.Stop()
 	now := time.Now()
 	for _, k := range keys {
+		if !spool.IsTypePauseKey(k) {
+			continue // a priority's pause (spool.PriorityPauseKey)
+		}
 		e, err := kv.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
