@@ -177,13 +177,19 @@ func TestRolesDenyByConstruction(t *testing.T) {
 		// A worker publishes tasks and schedules: the steps of a workflow
 		// that became ready, and a task waiting for a flow-control limit,
 		// handed back as a schedule.
+		// Where workers pull by type it makes, lists and pauses task
+		// consumers of any name, with a filter under spool.tasks.> only.
 		"spool-consumer": append([]string{
 			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_DLQ.x", "$JS.API.DIRECT.GET.SPOOL_DLQ",
 			"$JS.API.CONSUMER.CREATE.KV_spool_results.x",
 			"$KV.spool_cancel.task-1", "spool.cron.nightly",
 			// It reads type pauses, never writes them.
 			"$KV.spool_paused.email",
-		}, changeTopology...),
+			"$JS.API.CONSUMER.CREATE.SPOOL_TASKS.x.spool.held.>", "$JS.API.CONSUMER.CREATE.SPOOL_TASKS.x.spool.sched.x",
+			"$JS.API.CONSUMER.CREATE.SPOOL_TASKS.x.spool.parked.high.x",
+		}, slices.DeleteFunc(slices.Clone(changeTopology), func(s string) bool {
+			return s == "$JS.API.CONSUMER.CREATE.SPOOL_TASKS.x.spool.tasks.high.x" || s == "$JS.API.CONSUMER.PAUSE.SPOOL_TASKS.spool-high"
+		})...),
 		"spool-handler": {"spool.tasks.high.x", "$JS.API.INFO", "spool.remote.x", "_INBOX.x"},
 		// The broker purges the DLQ and pauses priorities; nothing else of
 		// the topology.

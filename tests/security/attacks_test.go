@@ -142,15 +142,14 @@ func attacks() []attack {
 			map[string]any{"stream_name": "SPOOL_TASKS", "config": map[string]any{"deliver_subject": "spool.remote.x", "ack_policy": "none"}})},
 		{name: "a durable consumer on the task stream", do: apiRequest("$JS.API.CONSUMER.DURABLE.CREATE.SPOOL_TASKS.mine",
 			map[string]any{"stream_name": "SPOOL_TASKS", "config": map[string]any{"durable_name": "mine", "ack_policy": "explicit"}})},
-		// A bucket a role may watch: the consumer is created (the watch
-		// needs the right), bounded in life by the stream's limit, and a
-		// longer life is refused.
-		{name: "a durable consumer on spool_results outliving its use",
-			want: map[string]outcome{"spool-producer": refused, "spool-broker": refused},
-			do: apiRequest("$JS.API.CONSUMER.CREATE.KV_spool_results.mine.$KV.spool_results.>",
-				map[string]any{"stream_name": "KV_spool_results", "config": map[string]any{
-					"durable_name": "mine", "name": "mine", "filter_subject": "$KV.spool_results.>", "ack_policy": "explicit",
-					"inactive_threshold": int64(time.Hour)}})},
+		{name: "a consumer of held tasks", do: apiRequest("$JS.API.CONSUMER.CREATE.SPOOL_TASKS.mine.spool.held.>",
+			map[string]any{"stream_name": "SPOOL_TASKS", "config": map[string]any{"durable_name": "mine", "filter_subject": "spool.held.>", "ack_policy": "explicit"}})},
+		// The generic worker role may make a task consumer of any name
+		// (by type, workers make theirs); the stream refuses one whose
+		// filter overlaps another consumer's, here spool-high's.
+		{name: "a task consumer of any name", want: map[string]outcome{"spool-consumer": refused},
+			do: apiRequest("$JS.API.CONSUMER.CREATE.SPOOL_TASKS.mine.spool.tasks.high.x",
+				map[string]any{"stream_name": "SPOOL_TASKS", "config": map[string]any{"durable_name": "mine", "filter_subject": "spool.tasks.high.x", "ack_policy": "explicit"}})},
 		{name: "direct get of a queued task", want: map[string]outcome{"spool-broker": allowed, "spool-consumer": allowed},
 			do: func(ctx context.Context, f *fixture, c *client) error {
 				seq, err := f.seedTask(ctx, "spool.tasks.idle.seeded", []byte(`{}`))
@@ -288,20 +287,9 @@ func TestRepeatingScheduleOnSched(t *testing.T) {
 		return nil, nil
 	})
 	cons := f.srv.connect(t, "spool-consumer")
-	w, err := consumer.New(cons.nc, mux, consumer.WithWorkerName("sec-worker"), consumer.WithLogger(testLogger(t)))
-	if err != nil {
+	if err := startWorker(ctx, t, cons, mux); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := w.Stop(ctx); err != nil {
-			t.Errorf("stopping the worker: %v", err)
-		}
-	})
 
 	prod := f.srv.connect(t, "spool-producer")
 	m := nats.NewMsg("spool.sched.evil-1")
