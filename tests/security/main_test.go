@@ -42,6 +42,8 @@ var roleVars = map[string]string{
 	"spool-broker":   "SPOOL_BROKER_PASSWORD",
 	"spool-consumer": "SPOOL_CONSUMER_PASSWORD",
 	"spool-handler":  "SPOOL_HANDLER_PASSWORD",
+	// The example of a worker role per service.
+	"spool-worker-billing": "SPOOL_WORKER_BILLING_PASSWORD",
 }
 
 // waitTimeout bounds every wait for a server reply or an async error.

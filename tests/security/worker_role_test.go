@@ -3,10 +3,12 @@ package security_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spoolq/spool/consumer"
@@ -16,6 +18,12 @@ import (
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/streamstest"
 )
+
+// billing is the example worker role of one service in auth.conf: it
+// serves billing.* and invoice.send.
+const billing = "spool-worker-billing"
+
+var billingTypes = []string{"billing.*", "invoice.send"}
 
 // newByTypeFixture provisions a deployment where workers pull by type.
 func newByTypeFixture(t *testing.T) *fixture {
@@ -129,15 +137,174 @@ func runTypes(patterns []string, tasks ...byTypeTask) func(ctx context.Context, 
 	}
 }
 
-// TestConsumerRoleByType: where workers pull by type, the spool-consumer
-// role runs a worker of any types, which makes its own consumers.
-func TestConsumerRoleByType(t *testing.T) {
+// TestWorkerRoleByType: where workers pull by type, the worker role of one
+// service runs its own types' tasks and cannot pull, settle, make or pause
+// the consumers of other types; the generic spool-consumer role runs a
+// worker of any types.
+func TestWorkerRoleByType(t *testing.T) {
 	t.Parallel()
 	f := newByTypeFixture(t)
+	ctx := testContext(t)
+	// Another service's consumer, made as its workers would.
+	shop, err := f.typeConsumer(ctx, spool.Normal, "shop.order")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.admin.js.CreateConsumer(ctx, names.TaskStream(), shop); err != nil {
+		t.Fatal(err)
+	}
+	const shopConsumer = "spool-normal-shop~order"
+	if shop.Durable != shopConsumer {
+		t.Fatalf("the shop.order consumer is %s, want %s as auth.conf spells such names", shop.Durable, shopConsumer)
+	}
 	run(t, f, []step{
+		{name: "run its own types' tasks", user: billing, do: runTypes(billingTypes,
+			byTypeTask{"billing.charge", spool.High}, byTypeTask{"billing.refund", spool.Critical},
+			byTypeTask{"invoice.send", spool.Normal})},
 		{name: "run a worker of any types", user: "spool-consumer", do: runTypes([]string{"report.*"},
 			byTypeTask{"report.daily", spool.High}, byTypeTask{"report.weekly", spool.Idle})},
+		{name: "make, pause and resume its own consumer", user: billing,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				cfg, err := f.typeConsumer(ctx, spool.Low, "invoice.send")
+				if err != nil {
+					return err
+				}
+				if _, err := c.js.CreateConsumer(ctx, names.TaskStream(), cfg); err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
+					return err
+				}
+				if _, err := c.js.PauseConsumer(ctx, names.TaskStream(), cfg.Durable, time.Now().Add(time.Hour)); err != nil {
+					return err
+				}
+				_, err = c.js.ResumeConsumer(ctx, names.TaskStream(), cfg.Durable)
+				return err
+			}},
+		{name: "call its own remote handler", user: billing,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				return callRemote(ctx, t, f, c, "spool.remote.billing.charge")
+			}},
+
+		{name: "pull another type's tasks", user: billing, denied: `Publish to "$JS.API.CONSUMER.MSG.NEXT.SPOOL_TASKS.` + shopConsumer + `"`,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				if _, err := f.seedTask(ctx, "spool.tasks.normal.shop.order", []byte(`{}`)); err != nil {
+					return err
+				}
+				_, err := c.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.MSG.NEXT.SPOOL_TASKS."+shopConsumer,
+					fmt.Appendf(nil, `{"batch":1,"expires":%d}`, waitTimeout))
+				return err
+			}},
+		{name: "look up another type's consumer", user: billing, denied: `Publish to "$JS.API.CONSUMER.INFO.SPOOL_TASKS.` + shopConsumer + `"`,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				_, err := c.js.Consumer(ctx, names.TaskStream(), shopConsumer)
+				return err
+			}},
+		{name: "make a consumer for another type", user: billing,
+			denied: `Publish to "$JS.API.CONSUMER.CREATE.SPOOL_TASKS.spool-normal-stock~+.spool.tasks.normal.stock.*"`,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				cfg, err := f.typeConsumer(ctx, spool.Normal, "stock.*")
+				if err != nil {
+					return err
+				}
+				_, err = c.js.CreateConsumer(ctx, names.TaskStream(), cfg)
+				return err
+			}},
+		{name: "make its own consumer with another filter", user: billing,
+			denied: `Publish to "$JS.API.CONSUMER.CREATE.SPOOL_TASKS.spool-high-billing~+.spool.tasks.high.shop.order"`,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				cfg, err := f.typeConsumer(ctx, spool.High, "billing.*")
+				if err != nil {
+					return err
+				}
+				cfg.FilterSubject = "spool.tasks.high.shop.order"
+				_, err = c.js.CreateConsumer(ctx, names.TaskStream(), cfg)
+				return err
+			}},
+		{name: "make its own consumer with the filter in the body only", user: billing,
+			denied: `Publish to "$JS.API.CONSUMER.CREATE.SPOOL_TASKS.spool-high-billing~+"`,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				cfg, err := f.typeConsumer(ctx, spool.High, "billing.*")
+				if err != nil {
+					return err
+				}
+				cfg.FilterSubject, cfg.FilterSubjects = "", []string{"spool.tasks.high.shop.order"}
+				_, err = c.js.CreateConsumer(ctx, names.TaskStream(), cfg)
+				return err
+			}},
+		{name: "ack another consumer's task", user: billing, denied: `Publish to "$JS.ACK.SPOOL_TASKS.` + shopConsumer + `.`,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				if _, err := f.seedTask(ctx, "spool.tasks.normal.shop.order", []byte(`{}`)); err != nil {
+					return err
+				}
+				cn, err := f.admin.js.Consumer(ctx, names.TaskStream(), shopConsumer)
+				if err != nil {
+					return err
+				}
+				m, err := cn.Next(jetstream.FetchMaxWait(waitTimeout))
+				if err != nil {
+					return fmt.Errorf("admin pulling a shop task: %w", err)
+				}
+				// A double ack: the server answers an ack that arrives.
+				_, err = c.nc.RequestWithContext(ctx, m.Reply(), []byte("+ACK"))
+				return err
+			}},
+		{name: "pause another type's consumer", user: billing, denied: `Publish to "$JS.API.CONSUMER.PAUSE.SPOOL_TASKS.` + shopConsumer + `"`,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				_, err := c.js.PauseConsumer(ctx, names.TaskStream(), shopConsumer, time.Now().Add(time.Hour))
+				return err
+			}},
+		{name: "call another service's remote handler", user: billing, denied: `Publish to "spool.remote.shop.order"`,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				_, err := c.nc.RequestWithContext(ctx, "spool.remote.shop.order", nil)
+				return err
+			}},
+		{name: "run the DLQ router", user: billing, denied: `Publish to "$JS.API.CONSUMER.INFO.SPOOL_ADVISORIES.spool-dlq-router"`,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				_, err := c.js.Consumer(ctx, names.AdvisoryStream(), names.RouterConsumer())
+				return err
+			}},
 	})
+}
+
+// callRemote answers subject as spool-handler and calls it as c.
+func callRemote(ctx context.Context, t *testing.T, f *fixture, c *client, subject string) error {
+	h := f.srv.connect(t, "spool-handler")
+	sub, err := h.nc.Subscribe(subject, func(m *nats.Msg) {
+		if err := m.Respond([]byte("done")); err != nil {
+			t.Errorf("responding: %v", err)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	h.noViolation(t) // the subscription is registered on the server
+	reply, err := c.nc.RequestWithContext(ctx, subject, nil)
+	if err != nil {
+		return err
+	}
+	if string(reply.Data) != "done" {
+		return fmt.Errorf("reply %q", reply.Data)
+	}
+	return nil
+}
+
+// TestWorkerRoleWildcardFilter pins what auth.conf says a subject
+// permission cannot narrow: a "*" of a served pattern is a wildcard in the
+// create subject, and it matches a published ">", so the billing role may
+// make its billing.* consumer with the filter billing.> (deeper types).
+func TestWorkerRoleWildcardFilter(t *testing.T) {
+	t.Parallel()
+	f := newByTypeFixture(t)
+	ctx := testContext(t)
+	c := f.srv.connect(t, billing)
+	cfg, err := f.typeConsumer(ctx, spool.Idle, "billing.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.FilterSubject = "spool.tasks.idle.billing.>"
+	if _, err := c.js.CreateConsumer(ctx, names.TaskStream(), cfg); err != nil {
+		t.Fatalf("%v: if the permission now refuses it, correct auth.conf and deploy/README.md", err)
+	}
+	c.noViolation(t)
 }
 
 // TestConsumerRoleRouterByType: the DLQ router runs as spool-consumer where
