@@ -190,6 +190,8 @@ func TestRolesDenyByConstruction(t *testing.T) {
 			"$KV.spool_paused.email",
 			"$JS.API.CONSUMER.CREATE.SPOOL_TASKS.x.spool.held.>", "$JS.API.CONSUMER.CREATE.SPOOL_TASKS.x.spool.sched.x",
 			"$JS.API.CONSUMER.CREATE.SPOOL_TASKS.x.spool.parked.high.x",
+			// It reads pauses from spool_paused; only the broker lists.
+			"$JS.API.CONSUMER.LIST.SPOOL_TASKS",
 		}, slices.DeleteFunc(slices.Clone(changeTopology), func(s string) bool {
 			return s == "$JS.API.CONSUMER.CREATE.SPOOL_TASKS.x.spool.tasks.high.x" || s == "$JS.API.CONSUMER.PAUSE.SPOOL_TASKS.spool-high"
 		})...),
@@ -207,6 +209,7 @@ func TestRolesDenyByConstruction(t *testing.T) {
 			"$JS.API.CONSUMER.CREATE.SPOOL_TASKS.spool-high-invoice~send.spool.tasks.high.invoice.*",
 			"$JS.ACK.SPOOL_TASKS.spool-normal-shop~order.1.1.1.1.0", "$JS.ACK.SPOOL_TASKS.spool-high.1.1.1.1.0",
 			"$JS.API.STREAM.INFO.SPOOL_ADVISORIES", "$JS.API.CONSUMER.NAMES.SPOOL_TASKS",
+			"$JS.API.CONSUMER.LIST.SPOOL_TASKS",
 			"$JS.API.CONSUMER.INFO.SPOOL_ADVISORIES.spool-dlq-router",
 			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_ADVISORIES.spool-dlq-router",
 			"$JS.ACK.SPOOL_ADVISORIES.spool-dlq-router.1.1.1.1.0",
