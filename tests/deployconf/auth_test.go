@@ -18,6 +18,7 @@ var deployDir = filepath.Join("..", "..", "deploy", "nats")
 var secretVars = []string{
 	"SPOOL_SYS_PASSWORD", "SPOOL_ADMIN_PASSWORD", "SPOOL_PRODUCER_PASSWORD",
 	"SPOOL_BROKER_PASSWORD", "SPOOL_CONSUMER_PASSWORD", "SPOOL_HANDLER_PASSWORD",
+	"SPOOL_WORKER_BILLING_PASSWORD",
 }
 
 // copyConfigs copies deploy/nats/*.conf, without any local
@@ -99,6 +100,7 @@ func TestAuthConfigs(t *testing.T) {
 	wantUsers := map[string]string{
 		"sys": "SYS", "spool-admin": "SPOOL", "spool-producer": "SPOOL",
 		"spool-broker": "SPOOL", "spool-consumer": "SPOOL", "spool-handler": "SPOOL",
+		"spool-worker-billing": "SPOOL",
 	}
 	for _, f := range authConfigs {
 		t.Run(f, func(t *testing.T) {
@@ -122,7 +124,8 @@ func TestAuthConfigs(t *testing.T) {
 			got := map[string]string{}
 			for _, u := range o.Users {
 				got[u.Username] = u.Account.Name
-				if want := strings.ToLower("SPOOL_" + strings.ToUpper(strings.TrimPrefix(u.Username, "spool-")) + "_PASSWORD"); u.Password != want {
+				role := strings.ReplaceAll(strings.TrimPrefix(u.Username, "spool-"), "-", "_")
+				if want := strings.ToLower("SPOOL_" + role + "_PASSWORD"); u.Password != want {
 					t.Errorf("user %s: password %q, want the value of its variable (%q)", u.Username, u.Password, want)
 				}
 			}
@@ -177,12 +180,43 @@ func TestRolesDenyByConstruction(t *testing.T) {
 		// A worker publishes tasks and schedules: the steps of a workflow
 		// that became ready, and a task waiting for a flow-control limit,
 		// handed back as a schedule.
+		// Where workers pull by type it makes, lists and pauses task
+		// consumers of any name, with a filter under spool.tasks.> only.
 		"spool-consumer": append([]string{
 			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_DLQ.x", "$JS.API.DIRECT.GET.SPOOL_DLQ",
 			"$JS.API.CONSUMER.CREATE.KV_spool_results.x",
 			"$KV.spool_cancel.task-1", "spool.cron.nightly",
 			// It reads type pauses, never writes them.
 			"$KV.spool_paused.email",
+			"$JS.API.CONSUMER.CREATE.SPOOL_TASKS.x.spool.held.>", "$JS.API.CONSUMER.CREATE.SPOOL_TASKS.x.spool.sched.x",
+			"$JS.API.CONSUMER.CREATE.SPOOL_TASKS.x.spool.parked.high.x",
+			// It reads pauses from spool_paused; only the broker lists.
+			"$JS.API.CONSUMER.LIST.SPOOL_TASKS",
+		}, slices.DeleteFunc(slices.Clone(changeTopology), func(s string) bool {
+			return s == "$JS.API.CONSUMER.CREATE.SPOOL_TASKS.x.spool.tasks.high.x" || s == "$JS.API.CONSUMER.PAUSE.SPOOL_TASKS.spool-high"
+		})...),
+		// A worker of billing.* and invoice.send reaches only the
+		// consumers of these patterns, and has no DLQ router rights.
+		"spool-worker-billing": append([]string{
+			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_TASKS.spool-high",
+			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_TASKS.spool-normal-shop~order",
+			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_TASKS.spool-high-billing~charge",
+			"$JS.API.CONSUMER.INFO.SPOOL_TASKS.spool-normal-shop~order",
+			"$JS.API.CONSUMER.PAUSE.SPOOL_TASKS.spool-normal-shop~order",
+			"$JS.API.CONSUMER.CREATE.SPOOL_TASKS.spool-normal-shop~+.spool.tasks.normal.shop.*",
+			"$JS.API.CONSUMER.CREATE.SPOOL_TASKS.spool-high-billing~+.spool.tasks.high.shop.order",
+			"$JS.API.CONSUMER.CREATE.SPOOL_TASKS.spool-high-billing~+",
+			"$JS.API.CONSUMER.CREATE.SPOOL_TASKS.spool-high-invoice~send.spool.tasks.high.invoice.*",
+			"$JS.ACK.SPOOL_TASKS.spool-normal-shop~order.1.1.1.1.0", "$JS.ACK.SPOOL_TASKS.spool-high.1.1.1.1.0",
+			"$JS.API.STREAM.INFO.SPOOL_ADVISORIES", "$JS.API.CONSUMER.NAMES.SPOOL_TASKS",
+			"$JS.API.CONSUMER.LIST.SPOOL_TASKS",
+			"$JS.API.CONSUMER.INFO.SPOOL_ADVISORIES.spool-dlq-router",
+			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_ADVISORIES.spool-dlq-router",
+			"$JS.ACK.SPOOL_ADVISORIES.spool-dlq-router.1.1.1.1.0",
+			"spool.remote.shop.order", "spool.remote.billing.a.b",
+			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_DLQ.x", "$JS.API.DIRECT.GET.SPOOL_DLQ",
+			"$JS.API.CONSUMER.CREATE.KV_spool_results.x",
+			"$KV.spool_cancel.task-1", "spool.cron.nightly", "$KV.spool_paused.email",
 		}, changeTopology...),
 		"spool-handler": {"spool.tasks.high.x", "$JS.API.INFO", "spool.remote.x", "_INBOX.x"},
 		// The broker purges the DLQ and pauses priorities; nothing else of
@@ -237,6 +271,9 @@ func TestRolesDenyByConstruction(t *testing.T) {
 	}
 	if p := perms["spool-consumer"]; p == nil || p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, consumerSubs) || p.Response == nil {
 		t.Errorf("spool-consumer subscribe permissions %+v, want %v and responses", p, consumerSubs)
+	}
+	if p := perms["spool-worker-billing"]; p == nil || p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, consumerSubs) || p.Response == nil {
+		t.Errorf("spool-worker-billing subscribe permissions %+v, want spool-consumer's: %v and responses", p, consumerSubs)
 	}
 	if p := perms["spool-handler"]; p == nil || p.Response == nil {
 		t.Errorf("spool-handler cannot reply: %+v", p)

@@ -42,7 +42,7 @@ func (o outcome) String() string { return [...]string{"denied", "refused", "allo
 
 // attackRoles are the roles of auth.conf other than spool-admin, who may do
 // everything in SPOOL.
-var attackRoles = []string{"spool-producer", "spool-broker", "spool-consumer", "spool-handler", "sys"}
+var attackRoles = []string{"spool-producer", "spool-broker", "spool-consumer", "spool-worker-billing", "spool-handler", "sys"}
 
 // attack is one raw operation; want maps a role to its outcome (denied when
 // the role is absent).
@@ -91,13 +91,13 @@ func apiRequest(subject string, body any) func(ctx context.Context, f *fixture, 
 
 // bucketWriters are the roles that may write each bucket (auth.conf).
 var bucketWriters = map[string][]string{
-	"results":   {"spool-broker", "spool-consumer"},
-	"unique":    {"spool-producer", "spool-broker", "spool-consumer"},
+	"results":   {"spool-broker", "spool-consumer", "spool-worker-billing"},
+	"unique":    {"spool-producer", "spool-broker", "spool-consumer", "spool-worker-billing"},
 	"cancel":    {"spool-broker"},
 	"paused":    {"spool-broker"},
 	"limits":    {"spool-broker"},
-	"leases":    {"spool-consumer"},
-	"workflows": {"spool-producer", "spool-broker", "spool-consumer"},
+	"leases":    {"spool-consumer", "spool-worker-billing"},
+	"workflows": {"spool-producer", "spool-broker", "spool-consumer", "spool-worker-billing"},
 }
 
 // rollupAttacks: a roll-up on a bucket is refused by the bucket's stream for
@@ -122,7 +122,8 @@ func rollupAttacks() []attack {
 }
 
 func attacks() []attack {
-	taskWriters := map[string]outcome{"spool-producer": allowed, "spool-broker": allowed, "spool-consumer": allowed}
+	taskWriters := map[string]outcome{"spool-producer": allowed, "spool-broker": allowed, "spool-consumer": allowed, "spool-worker-billing": allowed}
+	workers := map[string]outcome{"spool-consumer": allowed, "spool-worker-billing": allowed}
 	every := func(ctx context.Context, f *fixture, c *client) error {
 		m := nats.NewMsg("spool.cron.every")
 		m.Header.Set(spool.HeaderSchedule, "@every 1h")
@@ -142,6 +143,21 @@ func attacks() []attack {
 			map[string]any{"stream_name": "SPOOL_TASKS", "config": map[string]any{"deliver_subject": "spool.remote.x", "ack_policy": "none"}})},
 		{name: "a durable consumer on the task stream", do: apiRequest("$JS.API.CONSUMER.DURABLE.CREATE.SPOOL_TASKS.mine",
 			map[string]any{"stream_name": "SPOOL_TASKS", "config": map[string]any{"durable_name": "mine", "ack_policy": "explicit"}})},
+		{name: "a consumer of held tasks", do: apiRequest("$JS.API.CONSUMER.CREATE.SPOOL_TASKS.mine.spool.held.>",
+			map[string]any{"stream_name": "SPOOL_TASKS", "config": map[string]any{"durable_name": "mine", "filter_subject": "spool.held.>", "ack_policy": "explicit"}})},
+		// The generic worker role may make a task consumer of any name
+		// (by type, workers make theirs); the stream refuses one whose
+		// filter overlaps another consumer's, here spool-high's.
+		{name: "a task consumer of any name", want: map[string]outcome{"spool-consumer": refused},
+			do: apiRequest("$JS.API.CONSUMER.CREATE.SPOOL_TASKS.mine.spool.tasks.high.x",
+				map[string]any{"stream_name": "SPOOL_TASKS", "config": map[string]any{"durable_name": "mine", "filter_subject": "spool.tasks.high.x", "ack_policy": "explicit"}})},
+		// A worker role per service makes its own consumers only, but with
+		// any settings in the body, a push consumer's deliver subject too;
+		// here the stream refuses it for overlapping spool-high's filter.
+		{name: "a push consumer under a billing worker's name", want: map[string]outcome{"spool-consumer": refused, "spool-worker-billing": refused},
+			do: apiRequest("$JS.API.CONSUMER.CREATE.SPOOL_TASKS.spool-high-billing~+.spool.tasks.high.billing.*",
+				map[string]any{"stream_name": "SPOOL_TASKS", "config": map[string]any{"durable_name": "spool-high-billing~+",
+					"filter_subject": "spool.tasks.high.billing.*", "deliver_subject": "spool.remote.x", "ack_policy": "explicit"}})},
 		// A bucket a role may watch: the consumer is created (the watch
 		// needs the right), bounded in life by the stream's limit, and a
 		// longer life is refused.
@@ -151,7 +167,7 @@ func attacks() []attack {
 				map[string]any{"stream_name": "KV_spool_results", "config": map[string]any{
 					"durable_name": "mine", "name": "mine", "filter_subject": "$KV.spool_results.>", "ack_policy": "explicit",
 					"inactive_threshold": int64(time.Hour)}})},
-		{name: "direct get of a queued task", want: map[string]outcome{"spool-broker": allowed, "spool-consumer": allowed},
+		{name: "direct get of a queued task", want: map[string]outcome{"spool-broker": allowed, "spool-consumer": allowed, "spool-worker-billing": allowed},
 			do: func(ctx context.Context, f *fixture, c *client) error {
 				seq, err := f.seedTask(ctx, "spool.tasks.idle.seeded", []byte(`{}`))
 				if err != nil {
@@ -166,7 +182,7 @@ func attacks() []attack {
 				}
 				return nil
 			}},
-		{name: "delete a queued task", want: map[string]outcome{"spool-broker": allowed, "spool-consumer": allowed},
+		{name: "delete a queued task", want: map[string]outcome{"spool-broker": allowed, "spool-consumer": allowed, "spool-worker-billing": allowed},
 			do: func(ctx context.Context, f *fixture, c *client) error {
 				seq, err := f.seedTask(ctx, "spool.tasks.idle.seeded", []byte(`{}`))
 				if err != nil {
@@ -174,7 +190,7 @@ func attacks() []attack {
 				}
 				return apiRequest("$JS.API.STREAM.MSG.DELETE.SPOOL_TASKS", map[string]any{"seq": seq, "no_erase": true})(ctx, f, c)
 			}},
-		{name: "write a lease", want: map[string]outcome{"spool-consumer": allowed},
+		{name: "write a lease", want: workers,
 			do: func(ctx context.Context, f *fixture, c *client) error {
 				_, err := c.js.Publish(ctx, "$KV.spool_leases.c.x.1", []byte(`{}`))
 				return err
@@ -288,20 +304,9 @@ func TestRepeatingScheduleOnSched(t *testing.T) {
 		return nil, nil
 	})
 	cons := f.srv.connect(t, "spool-consumer")
-	w, err := consumer.New(cons.nc, mux, consumer.WithWorkerName("sec-worker"), consumer.WithLogger(testLogger(t)))
-	if err != nil {
+	if err := startWorker(ctx, t, cons, mux); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := w.Stop(ctx); err != nil {
-			t.Errorf("stopping the worker: %v", err)
-		}
-	})
 
 	prod := f.srv.connect(t, "spool-producer")
 	m := nats.NewMsg("spool.sched.evil-1")

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -107,4 +108,68 @@ func TestBrokerRole(t *testing.T) {
 	check("POST", "/v1/types/report/resume", "", 200, `"paused":false`)
 	b.noViolation(t)
 	cons.noViolation(t)
+}
+
+// TestBrokerRoleByType: where workers pull by type, the broker's status
+// and its pauses of priorities and types list the task consumers and
+// pause and resume those they concern, as spool-broker.
+func TestBrokerRoleByType(t *testing.T) {
+	t.Parallel()
+	f := newByTypeFixture(t)
+	ctx := testContext(t)
+	for _, pattern := range []string{"shop.order", "mail.*"} {
+		cfg, err := f.typeConsumer(ctx, spool.High, pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.admin.js.CreateConsumer(ctx, names.TaskStream(), cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// paused reports, as admin sees it, whether each consumer is paused.
+	paused := func() (shop, mail bool) {
+		t.Helper()
+		for _, pattern := range []string{"shop.order", "mail.*"} {
+			cn, err := f.admin.js.Consumer(ctx, names.TaskStream(), names.TypeConsumer(spool.High, pattern))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pattern == "shop.order" {
+				shop = cn.CachedInfo().Paused
+			} else {
+				mail = cn.CachedInfo().Paused
+			}
+		}
+		return shop, mail
+	}
+	b := f.srv.connect(t, "spool-broker")
+	adm, err := admin.New(b.nc, admin.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.Status(ctx); err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	if _, err := adm.PausePriority(ctx, spool.High, time.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("pausing a priority: %v", err)
+	}
+	if shop, mail := paused(); !shop || !mail {
+		t.Fatalf("after the priority's pause: shop.order paused %v, mail.* paused %v, want both", shop, mail)
+	}
+	if err := adm.ResumePriority(ctx, spool.High); err != nil {
+		t.Fatalf("resuming a priority: %v", err)
+	}
+	if _, err := adm.PauseType(ctx, "shop.order", admin.TypePauseOptions{By: "ops"}); err != nil {
+		t.Fatalf("pausing a type: %v", err)
+	}
+	if shop, mail := paused(); !shop || mail {
+		t.Fatalf("after the type's pause: shop.order paused %v, mail.* paused %v, want shop.order only", shop, mail)
+	}
+	if err := adm.ResumeType(ctx, "shop.order"); err != nil {
+		t.Fatalf("resuming a type: %v", err)
+	}
+	if shop, mail := paused(); shop || mail {
+		t.Fatalf("after the resumes: shop.order paused %v, mail.* paused %v, want neither", shop, mail)
+	}
+	b.noViolation(t)
 }

@@ -257,9 +257,15 @@ func TestConsumerRole(t *testing.T) {
 				}
 				return wantStream(ack, names.TaskStream())
 			}},
-		{name: "pause a priority", user: cons, denied: `Publish to "$JS.API.CONSUMER.PAUSE.SPOOL_TASKS.spool-high"`,
+		// A worker that makes a type consumer while its priority is
+		// paused pauses it too. Consumer names are not narrowed, so this
+		// broad role may pause and resume every consumer of SPOOL_TASKS.
+		{name: "pause and resume a task consumer", user: cons,
 			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
-				_, err := c.js.PauseConsumer(ctx, names.TaskStream(), names.Consumer(spool.High), time.Now().Add(time.Hour))
+				if _, err := c.js.PauseConsumer(ctx, names.TaskStream(), names.Consumer(spool.Idle), time.Now().Add(time.Hour)); err != nil {
+					return err
+				}
+				_, err := c.js.ResumeConsumer(ctx, names.TaskStream(), names.Consumer(spool.Idle))
 				return err
 			}},
 		// A worker that finishes a workflow step enqueues the steps that
@@ -294,9 +300,16 @@ func TestConsumerRole(t *testing.T) {
 				}
 				return s.Purge(ctx)
 			}},
-		{name: "create a consumer", user: cons, denied: `Publish to "$JS.API.CONSUMER.CREATE.SPOOL_TASKS.evil`,
+		// Task consumers only: held, parked and scheduled tasks are no
+		// consumer's to take.
+		{name: "create a consumer of held tasks", user: cons, denied: `Publish to "$JS.API.CONSUMER.CREATE.SPOOL_TASKS.evil.spool.held.>"`,
 			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
-				_, err := c.js.CreateConsumer(ctx, names.TaskStream(), jetstream.ConsumerConfig{Durable: "evil", FilterSubject: "spool.tasks.high.x"})
+				_, err := c.js.CreateConsumer(ctx, names.TaskStream(), jetstream.ConsumerConfig{Durable: "evil", FilterSubject: "spool.held.>"})
+				return err
+			}},
+		{name: "create a consumer without a filter subject", user: cons, denied: `Publish to "$JS.API.CONSUMER.CREATE.SPOOL_TASKS.evil"`,
+			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+				_, err := c.js.CreateConsumer(ctx, names.TaskStream(), jetstream.ConsumerConfig{Durable: "evil"})
 				return err
 			}},
 		{name: "delete a consumer", user: cons, denied: `Publish to "$JS.API.CONSUMER.DELETE.SPOOL_TASKS.spool-high"`,

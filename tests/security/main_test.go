@@ -42,6 +42,8 @@ var roleVars = map[string]string{
 	"spool-broker":   "SPOOL_BROKER_PASSWORD",
 	"spool-consumer": "SPOOL_CONSUMER_PASSWORD",
 	"spool-handler":  "SPOOL_HANDLER_PASSWORD",
+	// The example of a worker role per service.
+	"spool-worker-billing": "SPOOL_WORKER_BILLING_PASSWORD",
 }
 
 // waitTimeout bounds every wait for a server reply or an async error.
@@ -133,26 +135,36 @@ type authServer struct {
 }
 
 // startAuth starts deploy/nats/single-auth.conf with generated secrets.
-// With provision, the topology is provisioned as spool-admin.
+// With provision, the default topology is provisioned as spool-admin.
 func startAuth(t *testing.T, provision bool) authServer {
 	t.Helper()
 	dir := copyConfigs(t)
 	a := authServer{passwords: writeSecrets(t, dir)}
 	a.url = startFromConfig(t, filepath.Join(dir, "single-auth.conf")).ClientURL()
 	if provision {
-		admin := a.connect(t, "spool-admin")
-		ctx := testContext(t)
-		if err := streams.Provision(ctx, admin.js, topology(t), testLogger(t)); err != nil {
-			t.Fatalf("provisioning as spool-admin: %v", err)
-		}
+		a.provision(t, streams.Settings{})
 	}
 	return a
+}
+
+// provision provisions the topology of settings as spool-admin.
+func (a authServer) provision(t *testing.T, settings streams.Settings) {
+	t.Helper()
+	admin := a.connect(t, "spool-admin")
+	if err := streams.Provision(testContext(t), admin.js, topologyOf(t, settings), testLogger(t)); err != nil {
+		t.Fatalf("provisioning as spool-admin: %v", err)
+	}
 }
 
 // topology is the default topology, as spool-admin provisions it.
 func topology(t *testing.T) streams.Topology {
 	t.Helper()
-	topo, err := streams.New(spool.DefaultNames(), streams.Settings{})
+	return topologyOf(t, streams.Settings{})
+}
+
+func topologyOf(t *testing.T, settings streams.Settings) streams.Topology {
+	t.Helper()
+	topo, err := streams.New(spool.DefaultNames(), settings)
 	if err != nil {
 		t.Fatal(err)
 	}
