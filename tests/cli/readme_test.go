@@ -30,6 +30,7 @@ var readmeExcluded = map[string]string{
 	"go get github.com/spoolq/spool/producer@v0.1.0 github.com/spoolq/spool/consumer@v0.1.0":                                  "adds the modules to the reader's own module and talks to no stack; make release-check resolves them",
 	"go run ./tests/cmd/spool-dev --worker=false                 # server and broker on 127.0.0.1, no worker":                 "starts a stack of its own and background services, and needs Node.js and npm; tests/nodeexample runs the same fleet",
 	"SPOOL_REMOTE_ROUTES='billing.>=spool.remote.billing;concurrency=8;timeout=30s,img.*=spool.remote.{type}' spool-consumer": "runs a consumer until stopped; the routes are tested in consumer/remote and spool-consumer's configuration tests",
+	"SPOOL_CONSUMERS=type go run ./streams/cmd/spool-admin provision    # removes the priority consumers":                     "switches the stack's workers to pulling by type and runs a consumer until stopped; tests/faults TestTypeFleet runs both commands on a stack of its own",
 	"spool-producer load --count 100000 --mix critical=1,high=2,normal=4 --size 256   # load generator":                       "runs until stopped (serve) or for 100,000 tasks (load); producer's tests cover both",
 }
 

@@ -1,6 +1,7 @@
 // Package faults holds Spool's fault-injection suite: real nats-servers
 // (embedded, one node or a 3-node cluster), real worker processes
-// (tests/cmd/spool-faultworker, built once per run) that are killed with
+// (tests/cmd/spool-faultworker, built once per run; the type fleet also
+// runs the released spool-consumer and spool-admin) that are killed with
 // SIGKILL, paused with SIGSTOP and restarted, servers stopped and restarted
 // on their stores, and poison input from every entry point. Every scenario
 // ends with the checker (tests/checker): nothing acknowledged may be lost

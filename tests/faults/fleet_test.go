@@ -89,6 +89,13 @@ func twoWorkers(t testing.TB, url string, nc *nats.Conn, chk *checker.Checker) (
 // start starts one more worker process.
 func (f *fleet) start() *proc {
 	f.t.Helper()
+	return f.startBin(workerBin)
+}
+
+// startBin starts one more process of bin with the fleet's environment
+// plus extra; the fault worker also gets its execution log.
+func (f *fleet) startBin(bin string, extra ...string) *proc {
+	f.t.Helper()
 	f.mu.Lock()
 	n := len(f.procs)
 	f.mu.Unlock()
@@ -102,11 +109,14 @@ func (f *fleet) start() *proc {
 		f.t.Fatal(err)
 	}
 	defer errFile.Close() // the child keeps its own descriptor
-	p.cmd = exec.Command(workerBin)
-	p.cmd.Env = append(append([]string(nil), f.env...), "SPOOL_FAULT_LOG="+p.log)
+	p.cmd = exec.Command(bin)
+	p.cmd.Env = append(append([]string(nil), f.env...), extra...)
+	if bin == workerBin {
+		p.cmd.Env = append(p.cmd.Env, "SPOOL_FAULT_LOG="+p.log)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = errFile, errFile
 	if err := p.cmd.Start(); err != nil {
-		f.t.Fatalf("starting spool-faultworker: %v", err)
+		f.t.Fatalf("starting %s: %v", filepath.Base(bin), err)
 	}
 	p.pid = strconv.Itoa(p.cmd.Process.Pid)
 	go func() {

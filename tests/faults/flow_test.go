@@ -123,15 +123,7 @@ func TestFlowControlUnderCrash(t *testing.T) {
 	collect(t, js, chk)
 	lines, torn := fl.readLogs()
 	t.Logf("%d execution lines, %d torn by SIGKILL, %d workers started", lines, torn, workers+fl.kills)
-	f, err := os.Open(spanLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	spans, tornSpans, err := checker.ReadSpanLog(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	spans, tornSpans := readSpans(t, spanLog)
 	unfinished := 0
 	var (
 		paced     []time.Time
@@ -147,12 +139,7 @@ func TestFlowControlUnderCrash(t *testing.T) {
 		}
 	}
 	t.Logf("%d runs in the span log (%d cut by a kill, %d torn lines)", len(spans), unfinished, tornSpans)
-	byType, err := checker.MaxConcurrent(spans, killedAt, func(s checker.Span) string {
-		if s.Type == "fault.limited" {
-			return s.Type
-		}
-		return ""
-	})
+	byType, err := checker.MaxConcurrent(spans, killedAt, ofType("fault.limited"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,4 +266,30 @@ func idleFlow(ctx context.Context, js jetstream.JetStream) error {
 		return fmt.Errorf("tasks of %d ordered keys still waiting for their turn", n)
 	}
 	return idle(ctx, js)
+}
+
+// readSpans reads a span log: the runs, and the lines a kill tore.
+func readSpans(t testing.TB, path string) ([]checker.Span, int) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	spans, torn, err := checker.ReadSpanLog(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spans, torn
+}
+
+// ofType groups the runs of typ together for checker.MaxConcurrent and
+// leaves the others out.
+func ofType(typ string) func(checker.Span) string {
+	return func(s checker.Span) string {
+		if s.Type == typ {
+			return s.Type
+		}
+		return ""
+	}
 }

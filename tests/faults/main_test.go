@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -13,8 +14,10 @@ import (
 	"github.com/spoolq/spool/tests/checker"
 )
 
-// workerBin is the spool-faultworker binary built for this run.
-var workerBin string
+// workerBin is the spool-faultworker binary built for this run, in binDir,
+// where the other binaries a scenario needs are built when it first asks
+// (spoolBinaries).
+var workerBin, binDir string
 
 // summary collects one row per scenario; TestMain prints it at the end.
 var summary checker.Table
@@ -34,6 +37,7 @@ func (s suite) Run() int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	binDir = dir
 	workerBin = filepath.Join(dir, "spool-faultworker")
 	build := exec.Command("go", "build", "-o", workerBin, "github.com/spoolq/spool/tests/cmd/spool-faultworker")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
@@ -57,6 +61,19 @@ func (s suite) Run() int {
 	}
 	return code
 }
+
+// spoolBinaries builds spool-consumer and spool-admin into binDir, once
+// per run, for the scenarios that run the released binaries.
+var spoolBinaries = sync.OnceValue(func() error {
+	build := exec.Command("go", "build", "-o", binDir+string(filepath.Separator),
+		"github.com/spoolq/spool/consumer/cmd/spool-consumer",
+		"github.com/spoolq/spool/streams/cmd/spool-admin")
+	out, err := build.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("building spool-consumer and spool-admin: %w\n%s", err, out)
+	}
+	return nil
+})
 
 // soak reports whether the long soak sizes are asked for (make soak).
 func soak() bool { return os.Getenv("SPOOL_SOAK") != "" }

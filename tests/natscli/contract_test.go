@@ -158,6 +158,24 @@ func waitOutput(t *testing.T, what string, out *streamstest.SyncBuffer, want ...
 	})
 }
 
+// startWorker starts a worker of mux on nc, stopped when the test ends.
+func startWorker(ctx context.Context, t *testing.T, nc *natsgo.Conn, mux *consumer.Mux) {
+	t.Helper()
+	w, err := consumer.New(nc, mux, consumer.WithLogger(streamstest.Logger(t)), consumer.WithWorkerName("contract"),
+		consumer.WithPolling(100*time.Millisecond, 50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Stop(context.WithoutCancel(ctx)); err != nil {
+			t.Errorf("stopping the worker: %v", err)
+		}
+	})
+}
+
 // TestContractExamples runs the `nats` CLI examples of docs/contract.md
 // for type pauses, cancel, events, progress, priority pauses and periodic
 // schedules, read from the doc itself, and asserts the effect of each.
@@ -194,19 +212,7 @@ func TestContractExamples(t *testing.T) {
 	}
 	mux.HandleFunc("report.build", count)
 	mux.HandleFunc("heartbeat", count)
-	w, err := consumer.New(wnc, mux, consumer.WithLogger(streamstest.Logger(t)), consumer.WithWorkerName("contract"),
-		consumer.WithPolling(100*time.Millisecond, 50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := w.Stop(context.WithoutCancel(ctx)); err != nil {
-			t.Errorf("stopping the worker: %v", err)
-		}
-	}()
+	startWorker(ctx, t, wnc, mux)
 	publish := func(subject, id string) {
 		t.Helper()
 		m := natsgo.NewMsg(subject)

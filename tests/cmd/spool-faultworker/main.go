@@ -5,7 +5,7 @@
 // survives SIGKILL. The tests in tests/faults build it, run several, and
 // kill, pause and restart them.
 //
-// Task types:
+// Task types (SPOOL_FAULT_TYPES serves some of them only):
 //
 //   - fault.task: payload {"v":"<unique value>","sleep_ms":N,
 //     "ignore_deadline":bool,"panic_attempts":N,"fail_attempts":N}. Logs the
@@ -30,6 +30,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -80,6 +81,10 @@ type Config struct {
 	ProcessingDelay time.Duration `envconfig:"PROCESSING_DELAY" default:"1s" desc:"write processing only for attempts running longer"`
 	// DLQRouter also runs the DLQ router. SPOOL_DLQ_ROUTER, default true.
 	DLQRouter bool `envconfig:"DLQ_ROUTER" default:"true" desc:"also run the DLQ router"`
+	// Types are the task types served, each one of the types above.
+	// SPOOL_FAULT_TYPES, comma-separated, default all of them. Where
+	// workers pull by type the worker pulls only these.
+	Types []string `envconfig:"FAULT_TYPES" desc:"task types served (comma-separated; default all)"`
 }
 
 // Validate checks the settings.
@@ -97,8 +102,16 @@ func (c *Config) Validate() error {
 	case c.ProcessingDelay < 0:
 		return fmt.Errorf("SPOOL_PROCESSING_DELAY: %s is negative", c.ProcessingDelay)
 	}
+	for _, typ := range c.Types {
+		if !slices.Contains(allTypes, typ) {
+			return fmt.Errorf("SPOOL_FAULT_TYPES: %q is not one of %v", typ, allTypes)
+		}
+	}
 	return nil
 }
+
+// allTypes are the task types the fault worker can serve.
+var allTypes = []string{TypeTask, TypeEcho, TypeStep, TypeLimited, TypePaced, TypeOrdered}
 
 func main() {
 	// First: the fault suite takes a worker ended by SIGTERM's default
@@ -155,13 +168,18 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer nc.Close()
 
 	pid := strconv.Itoa(os.Getpid())
+	handlers := map[string]consumer.HandlerFunc{
+		TypeTask: log.task, TypeEcho: log.echo, TypeStep: log.step,
+		TypeLimited: log.spanned, TypePaced: log.spanned, TypeOrdered: log.spanned,
+	}
+	served := cfg.Types
+	if len(served) == 0 {
+		served = allTypes
+	}
 	mux := consumer.NewMux()
-	mux.HandleFunc(TypeTask, log.task)
-	mux.HandleFunc(TypeEcho, log.echo)
-	mux.HandleFunc(TypeStep, log.step)
-	mux.HandleFunc(TypeLimited, log.spanned)
-	mux.HandleFunc(TypePaced, log.spanned)
-	mux.HandleFunc(TypeOrdered, log.spanned)
+	for _, typ := range served {
+		mux.HandleFunc(typ, handlers[typ])
+	}
 	w, err := consumer.New(nc, mux,
 		consumer.WithNames(cfg.Names()),
 		consumer.WithLogger(logger),
