@@ -42,6 +42,14 @@ func (d *dispatcher) bindConsumer(ctx context.Context, js jetstream.JetStream, b
 		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return err
 		}
+		// Made paused when a pause holds already, so no worker binding
+		// it meanwhile pulls during the pause; a pause recorded while it
+		// is being made is joined after (inheritPause).
+		if until, err := d.pauseOf(ctx, js, p, pattern); err != nil {
+			return err
+		} else if !until.IsZero() {
+			want.PauseUntil = &until
+		}
 		c, err = stream.CreateConsumer(ctx, want)
 		if errors.Is(err, jetstream.ErrConsumerExists) {
 			c, err = stream.Consumer(ctx, want.Durable) // another worker made it meanwhile
@@ -69,20 +77,27 @@ func (d *dispatcher) bindConsumer(ctx context.Context, js jetstream.JetStream, b
 // inheritPause pauses a type consumer just made when its priority or its
 // exact type is paused: where workers pull by type, a pause is a record in
 // the pause bucket that admin applies to the consumers that exist, and one
-// made afterwards reads it here (streams.TypeConsumerPause). A deployment
-// without the bucket has no pauses to join.
+// made afterwards reads it. Read once more after the consumer is made, a
+// record admin wrote while it was being made is joined too.
 func (d *dispatcher) inheritPause(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, c jetstream.Consumer, p spool.Priority, pattern string) error {
-	kv, err := js.KeyValue(ctx, d.o.Names.PausedBucket())
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	until, err := streams.TypeConsumerPause(ctx, kv, p, pattern, time.Now())
+	until, err := d.pauseOf(ctx, js, p, pattern)
 	if err != nil || until.IsZero() {
 		return err
 	}
 	_, err = stream.PauseConsumer(ctx, c.CachedInfo().Name, until)
 	return err
+}
+
+// pauseOf is how long the type consumer of p and pattern is to stay
+// paused (streams.TypeConsumerPause); zero when no pause holds or the
+// deployment has no pause bucket.
+func (d *dispatcher) pauseOf(ctx context.Context, js jetstream.JetStream, p spool.Priority, pattern string) (time.Time, error) {
+	kv, err := js.KeyValue(ctx, d.o.Names.PausedBucket())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	return streams.TypeConsumerPause(ctx, kv, p, pattern, time.Now())
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/workflow"
 )
 
 // WithTypes declares the task types the worker serves: exact types
@@ -14,7 +15,9 @@ import (
 // a type no worker serves stays queued. Where workers pull by priority the
 // list changes nothing: every worker takes every type. Default: the
 // handler's Types method (a *Mux lists its registered types), else every
-// type (">"), which no other worker's types may then overlap.
+// type (">"), which no other worker's types may then overlap. A worker
+// pulling by type also serves workflow submissions (workflow.SubmitType),
+// which every Go worker runs itself.
 func WithTypes(patterns ...string) Option {
 	return func(o *config) error {
 		if len(patterns) == 0 {
@@ -34,7 +37,8 @@ func WithTypes(patterns ...string) Option {
 type typeLister interface{ Types() []string }
 
 // patternsFor returns the patterns a worker pulling by type serves: the
-// declared ones, else the handler's, else every type.
+// declared ones, else the handler's, else every type; and the workflow
+// submissions.
 func patternsFor(o *config, h Handler) ([]string, error) {
 	patterns := o.Types
 	if patterns == nil {
@@ -43,6 +47,10 @@ func patternsFor(o *config, h Handler) ([]string, error) {
 			patterns = l.Types()
 		}
 	}
+	// Every Go worker runs workflow submissions itself (steps.handler),
+	// so it serves their reserved type too; a declared pattern that
+	// covers it (">") absorbs it.
+	patterns = append(slices.Clone(patterns), workflow.SubmitType)
 	served, err := servedPatterns(patterns)
 	if err != nil {
 		return nil, fmt.Errorf("%w: the served types: %w", ErrInvalidOption, err)

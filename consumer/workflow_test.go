@@ -33,7 +33,12 @@ type wfEnv struct {
 
 func newWFEnv(t *testing.T, mux *consumer.Mux, opts ...consumer.Option) *wfEnv {
 	t.Helper()
-	e := &wfEnv{env: newEnv(t, streams.Settings{}), runs: map[string]int{}}
+	return newWFEnvWith(t, streams.Settings{}, mux, opts...)
+}
+
+func newWFEnvWith(t *testing.T, s streams.Settings, mux *consumer.Mux, opts ...consumer.Option) *wfEnv {
+	t.Helper()
+	e := &wfEnv{env: newEnv(t, s), runs: map[string]int{}}
 	var err error
 	if e.store, err = workflow.Open(testCtx(t), e.js, e.names, testLogger(t)); err != nil {
 		t.Fatal(err)
@@ -340,6 +345,23 @@ func TestWorkflowSubmitOverNATS(t *testing.T) {
 	res := e.waitResult("bad-doc", spool.StateDead, 10*time.Second)
 	if !strings.Contains(res.Error, "after names the step itself") {
 		t.Errorf("dead submission error %q", res.Error)
+	}
+}
+
+// Where workers pull by type, a worker that declares only its own types
+// still serves workflow submissions, which every Go worker runs itself.
+func TestWorkflowSubmitOverNATSByType(t *testing.T) {
+	t.Parallel()
+	e := newWFEnvWith(t, streams.Settings{Consumers: streams.ConsumersByType}, arithmetic(), consumer.WithTypes("add1"))
+	msg := nats.NewMsg("spool.tasks.high." + workflow.SubmitType)
+	msg.Data = []byte(`{"version":1,"steps":[{"name":"a","type":"add1","payload":1}]}`)
+	msg.Header.Set(spool.HeaderTaskID, "by-type")
+	if _, err := e.js.PublishMsg(testCtx(t), msg); err != nil {
+		t.Fatal(err)
+	}
+	waitForWorkflow(t, e, "by-type")
+	if a := stepOf(t, e.wait("by-type", workflow.Completed), "a"); string(a.Task.Result) != "2" {
+		t.Errorf("a %+v", a)
 	}
 }
 

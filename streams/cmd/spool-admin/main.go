@@ -151,8 +151,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "provisioned %s, %s, %s, 5 priority consumers, KV %s, %s, %s, %s, %s and %s\n",
-			names.TaskStream(), names.DLQStream(), names.AdvisoryStream(), names.ResultsBucket(), names.UniqueBucket(),
+		consumers := "5 priority consumers"
+		if tasks, err := js.Stream(ctx, names.TaskStream()); err == nil && streams.ConsumersOf(tasks.CachedInfo().Config) == streams.ConsumersByType {
+			consumers = "workers pulling by type (each makes the consumers of its types)"
+		}
+		fmt.Fprintf(stdout, "provisioned %s, %s, %s, %s, KV %s, %s, %s, %s, %s and %s\n",
+			names.TaskStream(), names.DLQStream(), names.AdvisoryStream(), consumers, names.ResultsBucket(), names.UniqueBucket(),
 			names.CancelBucket(), names.LimitsBucket(), names.LeasesBucket(), names.WorkflowsBucket())
 		return nil
 	default: // status
