@@ -2,12 +2,15 @@ package consumer
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/jsproto"
+	"github.com/spoolq/spool/shared/workflow"
 	"github.com/spoolq/spool/streams"
 )
 
@@ -48,6 +51,9 @@ func (d *dispatcher) bindPartitions(ctx context.Context, js jetstream.JetStream,
 		if d.patterns, err = patternsFor(d.o, h); err != nil {
 			return err
 		}
+		if d.patterns, err = d.dropDeniedSubmissions(ctx, js, bind, taskCfg, d.patterns); err != nil {
+			return err
+		}
 		patterns = d.patterns
 	}
 	d.groups = len(d.parts) * len(patterns)
@@ -81,6 +87,23 @@ func (d *dispatcher) bindPartitions(ctx context.Context, js jetstream.JetStream,
 		}
 	}
 	return nil
+}
+
+// dropDeniedSubmissions leaves workflow submissions out of the patterns
+// served when the worker's role may not pull them: a role narrowed to one
+// service's types (deploy/nats/auth.conf) runs that service's tasks, and
+// the workers of another role take the submissions.
+func (d *dispatcher) dropDeniedSubmissions(ctx context.Context, js jetstream.JetStream, bind jsproto.Tries, taskCfg jetstream.StreamConfig, patterns []string) ([]string, error) {
+	i := slices.Index(patterns, workflow.SubmitType)
+	if i < 0 {
+		return patterns, nil
+	}
+	_, err := d.bindConsumer(ctx, js, bind, d.tasks, taskCfg, spool.Critical, workflow.SubmitType)
+	if errors.Is(err, jsproto.ErrDenied) {
+		d.log.WarnContext(ctx, "this worker's role may not pull workflow submissions: it leaves them to other workers", "error", err)
+		return slices.Delete(slices.Clone(patterns), i, i+1), nil
+	}
+	return patterns, err
 }
 
 // lowest is the lower of two limits where zero or less means none.
