@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"reflect"
-	"strings"
 
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
@@ -109,82 +107,15 @@ func (tr TaskRequest) task(r *http.Request) (producer.Task, error) {
 }
 
 // decodeJSON decodes exactly one JSON value from data into v, rejecting
-// unknown fields, and names the field at fault.
+// unknown fields, with the check spool.DecodeJSON makes for every JSON
+// Spool reads, and answers invalid_json naming the field at fault.
 func decodeJSON(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
+	err := spool.DecodeJSON("the body", data, v)
+	var je *spool.JSONError
+	if errors.As(err, &je) {
+		return newError(http.StatusBadRequest, CodeInvalidJSON, je.Field, je.Msg)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return newError(http.StatusBadRequest, CodeInvalidJSON, "", "the body holds more than one JSON value")
-	}
-	return nil
-}
-
-func jsonError(err error) error {
-	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
-	switch {
-	case errors.As(err, &typeErr):
-		if typeErr.Field == "" {
-			return newError(http.StatusBadRequest, CodeInvalidJSON, "",
-				fmt.Sprintf("the body must be a JSON object, not %s", article(typeErr.Value)))
-		}
-		return newError(http.StatusBadRequest, CodeInvalidJSON, typeErr.Field,
-			fmt.Sprintf("%s: must be %s, not %s", typeErr.Field, jsonKind(typeErr.Type), article(typeErr.Value)))
-	case errors.As(err, &syntaxErr):
-		return newError(http.StatusBadRequest, CodeInvalidJSON, "",
-			fmt.Sprintf("malformed JSON at byte %d: %s", syntaxErr.Offset, strings.TrimPrefix(syntaxErr.Error(), "json: ")))
-	case errors.Is(err, io.EOF):
-		return newError(http.StatusBadRequest, CodeInvalidJSON, "", "empty body")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return newError(http.StatusBadRequest, CodeInvalidJSON, "", "the body ends in the middle of a JSON value")
-	}
-	msg := err.Error()
-	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		field := strings.Trim(name, `"`)
-		return newError(http.StatusBadRequest, CodeInvalidJSON, field, fmt.Sprintf("unknown field %q", field))
-	}
-	return newError(http.StatusBadRequest, CodeInvalidJSON, "", msg)
-}
-
-// jsonKind says which JSON value a Go type takes, in JSON's words.
-func jsonKind(t reflect.Type) string {
-	if t == nil {
-		return "another JSON value"
-	}
-	switch t.Kind() {
-	case reflect.Pointer:
-		return jsonKind(t.Elem())
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "a whole number"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "true or false"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	case reflect.Map, reflect.Struct:
-		return "an object"
-	}
-	return "another JSON value"
-}
-
-// article puts "a" or "an" before the JSON kind encoding/json reports
-// ("string", "number -1.5", "array", "object").
-func article(v string) string {
-	kind, _, _ := strings.Cut(v, " ")
-	switch kind {
-	case "array", "object":
-		return "an " + kind
-	case "bool":
-		return "true or false"
-	}
-	return "a " + kind
+	return err
 }
 
 // readBody reads the whole body within the size limit.

@@ -54,7 +54,7 @@ type Options struct {
 	// Logger for the stack; the NATS server logs only warnings and errors.
 	Logger *slog.Logger
 	// Worker runs a worker with the demo handlers (demo.echo, demo.sleep,
-	// demo.fail) and the DLQ router.
+	// demo.fail, demo.progress) and the DLQ router.
 	Worker bool
 	// WorkerOptions are extra options for that worker.
 	WorkerOptions []consumer.Option

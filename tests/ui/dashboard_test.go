@@ -166,6 +166,26 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 
+	// 4a. A running task's lookup shows the progress its handler last
+	// reported, as it moves: demo.progress reports after each of 8 steps
+	// of 1s (12.5% each), so the page, polling every second, sees two.
+	post(t, ctx, st.BrokerURL+"/v1/tasks", `{"type":"demo.progress","priority":"critical","id":"ui-progress-1","payload":{"steps":8,"ms":1000}}`)
+	b.do("looking the running task up", 10*time.Second,
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("#lookup-id").value = ""`),
+		chromedp.SendKeys(chromedp.CSS("#lookup-id"), "ui-progress-1"),
+		press("#lookup-go"),
+	)
+	// shownStep is the step of the progress the lookup shows while the
+	// task runs, with its percentage; 0 when it shows none.
+	shownStep := `(() => { const m = document.querySelector("#lookup-state").textContent === "processing" && /progress ([0-9.]+)% \{"step":(\d),"steps":8\}/.exec(document.querySelector("#lookup-summary").textContent); return m && Number(m[1]) === 12.5 * Number(m[2]) ? Number(m[2]) : 0; })()`
+	b.waitJS("a progress report", shownStep+" > 0", 15*time.Second)
+	first := eval[int](b, shownStep)
+	if first == 0 || first == 8 {
+		t.Fatalf("the lookup shows step %d: too late to see the progress move (summary %q)", first, eval[string](b, `document.querySelector("#lookup-summary").textContent`))
+	}
+	b.waitJS("a later progress report", fmt.Sprintf("%s > %d", shownStep, first), 15*time.Second)
+	b.waitJS("the task completed, its progress gone", `document.querySelector("#lookup-state").textContent === "completed" && !/progress [0-9.]+%/.test(document.querySelector("#lookup-summary").textContent)`, 15*time.Second)
+
 	// 4b. Pause a priority from its row, cancel a task queued behind the
 	// pause from the lookup, resume: the cancelled task never runs.
 	b.do("asking to pause normal", 10*time.Second, press("#prio-normal .pause-toggle"))

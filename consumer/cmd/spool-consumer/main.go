@@ -3,8 +3,8 @@
 // results, until SIGINT or SIGTERM stop it gracefully.
 //
 // It is configured by SPOOL_* environment variables (run with -h for the
-// list). With --demo it registers the demo handlers demo.echo, demo.sleep
-// and demo.fail.
+// list). With --demo it registers the demo handlers demo.echo, demo.sleep,
+// demo.fail and demo.progress.
 package main
 
 import (
@@ -61,7 +61,9 @@ flags:
 
 const demoUsage = `register the demo handlers: demo.echo returns its payload; demo.sleep sleeps {"ms":N}
                          (at most 1h) and returns {"slept_ms":N}; demo.fail fails the first
-                         {"fail_times":N} attempts, then returns {"attempts":A}`
+                         {"fail_times":N} attempts, then returns {"attempts":A}; demo.progress
+                         runs {"steps":N,"ms":M} steps of M ms (default 5 of 1000), reports
+                         progress after each (percent, {"step":I,"steps":N}), returns {"steps":N}`
 
 // run loads the configuration from the environment, connects, and runs a
 // worker until ctx ends, then stops it gracefully. -h prints the usage on

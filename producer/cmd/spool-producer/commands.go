@@ -196,13 +196,14 @@ func (f *durationFlag) Set(s string) error {
 }
 
 func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) error {
-	fs := newFlags("enqueue", "spool-producer enqueue --type TYPE [--priority P] [--payload DATA | --payload-file FILE] [flags]", env)
+	fs := newFlags("enqueue", "spool-producer enqueue --type TYPE [--priority P] [--payload JSON | --payload-text TEXT | --payload-file FILE] [flags]", env)
 	pri := &priorityFlag{p: spool.Normal}
 	headers := headerFlags{}
 	var (
 		typ         = fs.String("type", "", "the task `type`, e.g. email.send (required)")
-		payload     = fs.String("payload", "", "the payload `data`, sent as given (any bytes; JSON for the demo handlers)")
-		payloadFile = fs.String("payload-file", "", "read the payload from this `file`; - reads stdin")
+		payload     = fs.String("payload", "", "the payload, one `JSON` value (RFC 8259), checked as the HTTP broker checks it")
+		payloadText = fs.String("payload-text", "", "the payload, this `text` as given, not checked as JSON")
+		payloadFile = fs.String("payload-file", "", "the payload, this `file`'s bytes as they are; - reads stdin")
 		id          = fs.String("id", "", "the task `id`, 1 to 128 of A-Z a-z 0-9 _ - = (default: a new time-ordered id)")
 		maxRetries  = &optionalInt{}
 		uniqueKey   = fs.String("unique-key", "", "refuse the task while another task with this `key` lives")
@@ -245,9 +246,10 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 	if task.ProcessAt, err = spool.ParseProcessAt(*processAt); err != nil {
 		return flagError(err)
 	}
+	if n := countSet(*payload, *payloadText, *payloadFile); n > 1 {
+		return errors.New("--payload, --payload-text and --payload-file: set at most one")
+	}
 	switch {
-	case *payload != "" && *payloadFile != "":
-		return errors.New("--payload and --payload-file: set at most one")
 	case *payloadFile == "-":
 		if task.Payload, err = io.ReadAll(env.stdin); err != nil {
 			return fmt.Errorf("reading the payload from stdin: %w", err)
@@ -257,7 +259,11 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 			return fmt.Errorf("--payload-file: %w", err)
 		}
 	case *payload != "":
-		task.Payload = []byte(*payload)
+		if task.Payload, err = payloadJSON(*payload); err != nil {
+			return err
+		}
+	case *payloadText != "":
+		task.Payload = []byte(*payloadText)
 	}
 	s, err := connect(ctx, cfg, fs, true)
 	if err != nil {
@@ -280,6 +286,29 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 		fmt.Fprintf(env.stdout, "enqueued %s on %s (seq %d)\n", res.ID, res.Subject, res.Sequence)
 	}
 	return nil
+}
+
+// payloadJSON checks --payload as the broker checks a request's payload
+// and returns the JSON value without the whitespace around it, so every
+// reader stores and shows it as JSON. The error says what is wrong and
+// names the flags for input that is not JSON.
+func payloadJSON(s string) ([]byte, error) {
+	raw, err := spool.CheckJSON("the payload", []byte(s))
+	if err != nil {
+		return nil, fmt.Errorf("--payload: %w (--payload takes JSON; --payload-text sends text as given, --payload-file a file's bytes)", err)
+	}
+	return raw, nil
+}
+
+// countSet counts the non-empty values.
+func countSet(values ...string) int {
+	n := 0
+	for _, v := range values {
+		if v != "" {
+			n++
+		}
+	}
+	return n
 }
 
 // flagError names the flag behind a task validation error: the flag of

@@ -117,8 +117,9 @@ const usage = `usage: spool-dev [flags]
 
 Runs the development stack in the foreground: an embedded JetStream server, the
 topology provisioned, a worker with the demo handlers (demo.echo returns its payload,
-demo.sleep sleeps {"ms":N}, demo.fail fails the first {"fail_times":N} attempts) and
-the DLQ router, and the HTTP broker with the dashboard at /ui. Ctrl-C stops it.
+demo.sleep sleeps {"ms":N}, demo.fail fails the first {"fail_times":N} attempts,
+demo.progress reports progress over {"steps":N,"ms":M} steps of M ms) and the DLQ
+router, and the HTTP broker with the dashboard at /ui. Ctrl-C stops it.
 
 It reads the SPOOL_ variables the other binaries read, so one environment moves the
 stack and points the CLIs at it:
@@ -229,7 +230,7 @@ func printBanner(w io.Writer, st *devstack.Stack, store string) {
 	fmt.Fprintf(w, "  topology          %s, %s, %s, KV %s and %s\n", st.Names.TaskStream(), st.Names.DLQStream(),
 		st.Names.AdvisoryStream(), st.Names.ResultsBucket(), st.Names.UniqueBucket())
 	if st.Worker != nil {
-		fmt.Fprintf(w, "  worker            demo.echo, demo.sleep, demo.fail; DLQ router; NATS service spool-consumer\n")
+		fmt.Fprintf(w, "  worker            demo.echo, demo.sleep, demo.fail, demo.progress; DLQ router; NATS service spool-consumer\n")
 	}
 	if st.MetricsURL != "" {
 		base := strings.TrimSuffix(st.MetricsURL, "/metrics")
@@ -241,6 +242,8 @@ func printBanner(w io.Writer, st *devstack.Stack, store string) {
   Enqueue:  curl -s %[1]s/v1/tasks -d '{"type":"demo.echo","priority":"high","payload":{"hello":"world"}}'
   Result:   curl -s '%[1]s/v1/tasks/<id>?wait=5s'
   Failing:  curl -s %[1]s/v1/tasks -d '{"type":"demo.fail","payload":{"fail_times":9},"max_retries":1}'
+  Progress: curl -s %[1]s/v1/tasks -d '{"id":"progress-1","type":"demo.progress","payload":{"steps":10}}'
+            and watch it at %[1]s/ui/#task=progress-1
 `, st.BrokerURL)
 	}
 	fmt.Fprintf(w, `  Raw:      nats -s %[1]s pub spool.tasks.normal.demo.echo 'hello' -H Spool-Task-Id:t1
