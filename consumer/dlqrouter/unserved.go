@@ -95,6 +95,18 @@ func (r *Router) sweepSubject(ctx context.Context, b routerBinding, part jetstre
 		if !raw.Time.Before(cutoff) {
 			return nil
 		}
+		// A task cancelled while it waited ends as cancelled: it goes
+		// without a dead letter, as a worker drops it.
+		id := spool.TaskID(raw.Header, raw.Sequence)
+		if doc, found, err := b.results.GetFromLeader(ctx, id); err != nil {
+			return fmt.Errorf("reading the result of task %s: %w", id, err)
+		} else if found && doc.State.Terminal() {
+			if err := part.DeleteMsg(ctx, raw.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+				return fmt.Errorf("deleting finished task %s: %w", id, err)
+			}
+			seq = raw.Sequence + 1
+			continue
+		}
 		waited := time.Since(raw.Time).Round(time.Second)
 		m := dlq.MessageFromRaw(raw, spool.ReasonUnserved,
 			fmt.Sprintf("no worker served the type for %s (the DLQ router's unserved deadline is %s)", waited, r.unservedAfter), 0)

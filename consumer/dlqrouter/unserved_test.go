@@ -32,6 +32,19 @@ func TestUnservedDeadline(t *testing.T) {
 	h.Set(spool.HeaderTaskID, "served-1")
 	e.publishTask(t, "spool.tasks.normal.us.served", h, []byte(`{"n":2}`))
 
+	// Cancelled while it waited: it goes without a dead letter.
+	h = nats.Header{}
+	h.Set(spool.HeaderTaskID, "cancelled-1")
+	e.publishTask(t, "spool.tasks.normal.us.nobody", h, []byte(`{"n":3}`))
+	// What a canceller writes last (docs/contract.md, cancelling a task).
+	kv, err := env.JS.KeyValue(ctx, env.Names.ResultsBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "cancelled-1", []byte(`{"id":"cancelled-1","state":"cancelled","priority":"normal","type":"us.nobody","attempts":0,"cancelled_by":"test"}`)); err != nil {
+		t.Fatal(err)
+	}
+
 	e.startRouter(t, dlqrouter.WithUnservedDeadline(time.Second))
 	routerWaitFor(t, 20*time.Second, "the unserved task's dead letter", func() (bool, string) {
 		res, err := e.result(t, "unserved-1")
@@ -44,8 +57,12 @@ func TestUnservedDeadline(t *testing.T) {
 	if len(dead) != 1 || dead[0].Subject != "spool.dlq.normal.us.nobody" || dead[0].Header.Get(spool.HeaderReason) != string(spool.ReasonUnserved) {
 		t.Fatalf("dead letters %d, want the one unserved task with its reason", len(dead))
 	}
-	if n := e.msgCount(t, env.Names.TaskStream()); n != 1 {
-		t.Errorf("%d tasks left, want the served one", n)
+	routerWaitFor(t, 20*time.Second, "the cancelled task's removal", func() (bool, string) {
+		n := e.msgCount(t, env.Names.TaskStream())
+		return n == 1, fmt.Sprintf("%d tasks left, want the served one", n)
+	})
+	if res, err := e.result(t, "cancelled-1"); err != nil || res.State != spool.StateCancelled {
+		t.Errorf("the cancelled task's result: %v %v, want cancelled", res.State, err)
 	}
 	if _, err := e.result(t, "served-1"); err == nil {
 		t.Error("the served task has a result: it was swept")
