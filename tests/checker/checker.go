@@ -291,10 +291,17 @@ func (c *Checker) Check() Report {
 
 // cause explains the extra executions of task id: the fault of a worker
 // that ran it before the last run, else a retried enqueue, else the
-// unfaulted cause.
+// unfaulted cause. The executions come in the order the logs were read,
+// worker by worker, so the last run is the one of the highest attempt.
 func (c *Checker) cause(id string, execs []Execution) string {
-	for _, e := range execs[:len(execs)-1] {
-		if f, ok := c.faulted[e.Worker]; ok {
+	last := 0
+	for i, e := range execs {
+		if e.Attempt >= execs[last].Attempt {
+			last = i
+		}
+	}
+	for i, e := range execs {
+		if f, ok := c.faulted[e.Worker]; ok && i != last {
 			return f
 		}
 	}

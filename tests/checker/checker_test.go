@@ -131,6 +131,24 @@ func TestCheck(t *testing.T) {
 			},
 		},
 		{
+			// The logs are read worker by worker: the run of the killed
+			// worker can come after the later run of another.
+			name: "duplicate explained by a fault, read out of order",
+			h: history{
+				enqueued: map[string]string{"a": "va"},
+				execs: map[string][]checker.Execution{
+					"a": {{Value: "va", Worker: "w2", Attempt: 2}, {Value: "va", Worker: "w1", Attempt: 1}},
+				},
+				results: []spool.Result{completed("a", "va")},
+				faulted: map[string]string{"w1": "SIGKILL"},
+			},
+			check: func(t *testing.T, r checker.Report) {
+				if r.DuplicateExecutions != 1 || r.DupCauses["SIGKILL"] != 1 {
+					t.Errorf("%d duplicate executions, causes %v; want 1 of SIGKILL", r.DuplicateExecutions, r.DupCauses)
+				}
+			},
+		},
+		{
 			name: "duplicate after a retried enqueue, and a named unfaulted cause",
 			h: history{
 				enqueued:  map[string]string{"b": "vb"},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -202,41 +203,44 @@ func noneParked(ctx context.Context, js jetstream.JetStream) error {
 	return nil
 }
 
+// holdBucket is the fault worker's bucket of holds: a fault.task with
+// Hold runs until the test puts its key there.
+const holdBucket = "fault_holds"
+
 // TestControlsCancelEveryPlaceUnderKills cancels, in each round, a task
 // in every place it can wait or run while worker processes are killed
 // with SIGKILL and replaced: in retry backoff, delayed, parked by a type
 // pause, held for its ordered key's turn, in a concurrency limit's waiting
 // room, handed back by a rate limit, and running. (Queued tasks of a
-// paused priority are cancelled by TestControlsUnderKills.) Every cancel
-// is acknowledged, every cancelled task ends cancelled and never runs
-// (the retried and the running one are not run again to completion), the
-// blocking tasks complete, and no key's turn or limit's slot is left
-// stuck: every task ends.
+// paused priority are cancelled by TestControlsUnderKills.) The tasks
+// that take the limit's slot and the key's turn, and the running one,
+// hold them until the test lets them go, so each waiting task is seen in
+// its place before its cancel however slow the machine. Every cancel is
+// acknowledged, every cancelled task ends cancelled and never runs (the
+// retried and the running one never run to completion), the holding tasks
+// complete once let go, and no key's turn or limit's slot is left stuck:
+// a task enqueued behind the cancelled ones on the same limit and key
+// completes.
 func TestControlsCancelEveryPlaceUnderKills(t *testing.T) {
-	if !soak() {
-		// Its set-up still races the blockers' run time on a loaded
-		// machine (a waiting task can find its slot or turn free and run),
-		// so it runs under make soak only until the set-up holds the
-		// places without a deadline. TestCancelInEveryPlace (tests/control)
-		// proves a cancel in each place in every make test.
-		t.Skip("runs under SPOOL_SOAK=1 (make soak): its set-up races the blockers on a loaded machine")
-	}
-	const block = 10_000 // ms a blocking task runs: the waiting ones wait that long
 	rounds := scale(3)
 	start := time.Now()
 	srv := startServer(t, t.TempDir(), 0, soak())
 	nc := connect(t, srv.url, "faults-cancel-places")
 	js := provision(t, nc, settings(1))
 	ctx := ctxFor(t, time.Duration(scale(3))*time.Minute)
+	holds, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: holdBucket})
+	if err != nil {
+		t.Fatal(err)
+	}
 	store, err := limits.Open(ctx, js, names)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range []limits.Rule{
 		{Type: "fault.limited", Concurrency: 1},
-		// Each round's key has its own rate: its second task waits about
-		// a minute as a schedule.
-		{Type: "fault.paced", KeyRate: &limits.Rate{Limit: 1, Period: limits.Duration(time.Minute)}},
+		// Each round's key has its own rate: its second task is handed
+		// back for an hour, far past the round.
+		{Type: "fault.paced", KeyRate: &limits.Rate{Limit: 1, Period: limits.Duration(time.Hour)}},
 		{Type: "fault.ordered", Ordered: limits.OrderHold},
 	} {
 		if err := store.Put(ctx, r); err != nil {
@@ -244,7 +248,7 @@ func TestControlsCancelEveryPlaceUnderKills(t *testing.T) {
 		}
 	}
 	chk := checker.New()
-	fl := newFleet(t, srv.url, chk, "SPOOL_CONCURRENCY=4", "SPOOL_RETRY_BASE=3s",
+	fl := newFleet(t, srv.url, chk, "SPOOL_CONCURRENCY=4", "SPOOL_RETRY_BASE=5s",
 		"SPOOL_FAULT_SPAN_LOG="+filepath.Join(t.TempDir(), "spans.log"))
 	for range 3 {
 		fl.start()
@@ -278,7 +282,7 @@ func TestControlsCancelEveryPlaceUnderKills(t *testing.T) {
 	waitFor := func(what string, cond func() error) {
 		t.Helper()
 		if err := poll(ctx, time.Minute, 100*time.Millisecond, cond); err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
+			t.Fatalf("waiting for %s: %v\n%s", what, err, fl.tails())
 		}
 	}
 	in := func(id string, place streams.Place) func() error {
@@ -293,70 +297,129 @@ func TestControlsCancelEveryPlaceUnderKills(t *testing.T) {
 			return nil
 		}
 	}
-	state := func(id string, want spool.State) func() error {
+	gone := func(id string) func() error {
 		return func() error {
-			doc, err := result(ctx, kv, id)
-			if err != nil || doc.State != want {
-				return fmt.Errorf("task %s is %s, want %s (%v)", id, doc.State, want, err)
+			f, err := streams.FindTask(ctx, tasks, names, id)
+			if err != nil {
+				return err
+			}
+			if f != nil {
+				return fmt.Errorf("task %s is still %s on %s", id, f.Place, f.Msg.Subject)
 			}
 			return nil
 		}
 	}
-	kill := func() {
-		running := fl.running()
-		fl.kill(running[rand.IntN(len(running))])
+	// reach waits until task id's result is in state want, and returns it.
+	reach := func(id string, want spool.State) spool.Result {
+		t.Helper()
+		var doc spool.Result
+		waitFor(id+" "+string(want), func() (err error) {
+			doc, err = result(ctx, kv, id)
+			if err != nil || doc.State != want {
+				return fmt.Errorf("task %s is %s, want %s (%v)", id, doc.State, want, err)
+			}
+			return nil
+		})
+		return doc
+	}
+	kill := func(p *proc) {
+		fl.kill(p)
 		fl.start()
+	}
+	// worker returns the running worker process of pid, or any running
+	// one but those of skip when pid is empty.
+	worker := func(pid string, skip ...string) *proc {
+		t.Helper()
+		var fits []*proc
+		for _, p := range fl.running() {
+			if p.pid == pid || pid == "" && !slices.Contains(skip, p.pid) {
+				fits = append(fits, p)
+			}
+		}
+		if len(fits) == 0 {
+			t.Fatalf("no running worker is %q, or other than %v", pid, skip)
+		}
+		return fits[rand.IntN(len(fits))]
 	}
 	ran := map[string]bool{} // cancelled tasks that ran before their cancel
 	var cancelled []string
 	for r := range rounds {
 		key := fmt.Sprintf("r%02d", r)
 		id := func(what string) string { return "cp-" + key + "-" + what }
-		// In retry backoff: its first attempt fails, the next is ~3s away.
-		enqueue("fault.task", id("retry"), "", faultTask{FailAttempts: 1}, 0)
-		waitFor(id("retry")+" retrying", state(id("retry"), spool.StateRetrying))
-		ran[id("retry")] = true
-		if _, err := adm.PauseType(ctx, "fault.task", admin.TypePauseOptions{By: "faults", Until: time.Now().Add(time.Minute)}); err != nil {
+		hold := faultTask{Hold: "cp-" + key}
+		// The type pause comes first: the workers have heard of it long
+		// before the task to park is enqueued, after the holders run.
+		if _, err := adm.PauseType(ctx, "fault.echo", admin.TypePauseOptions{By: "faults"}); err != nil {
 			t.Fatal(err)
 		}
-		// The tasks that hold the places, then those that wait in them.
-		enqueue("fault.limited", id("slot"), "", faultTask{SleepMS: block}, 0)
-		enqueue("fault.ordered", id("turn"), key, faultTask{SleepMS: block}, 0)
-		enqueue("fault.paced", id("rate"), key, faultTask{}, 0)
-		enqueue("fault.ordered", id("running"), key+"-run", faultTask{SleepMS: 60_000}, 0)
+		// The tasks that take a limit's slot, a key's turn and a running
+		// place, and hold them until let go; one that spends its key's
+		// rate; one delayed far past the round.
+		enqueue("fault.limited", id("slot"), "", hold, 0)
+		enqueue("fault.ordered", id("turn"), key, hold, 0)
+		enqueue("fault.task", id("running"), "", hold, 0)
 		ran[id("running")] = true
-		enqueue("fault.task", id("delayed"), "", faultTask{}, time.Minute)
-		enqueue("fault.task", id("parked"), "", faultTask{}, 0)
-		// The waiting tasks follow as soon as their blockers run, so
-		// they find the slot and the turn taken however slow the machine.
-		waitFor(id("slot")+" running", state(id("slot"), spool.StateProcessing))
+		enqueue("fault.paced", id("rate"), key, faultTask{}, 0)
+		enqueue("fault.task", id("delayed"), "", faultTask{}, time.Hour)
+		slot := reach(id("slot"), spool.StateProcessing)
+		turn := reach(id("turn"), spool.StateProcessing)
+		reach(id("running"), spool.StateProcessing)
+		reach(id("rate"), spool.StateCompleted)
+		// The tasks that wait behind them.
 		enqueue("fault.limited", id("room"), "", faultTask{}, 0)
-		waitFor(id("turn")+" running", state(id("turn"), spool.StateProcessing))
 		enqueue("fault.ordered", id("held"), key, faultTask{}, 0)
-		waitFor(id("rate")+" completed", state(id("rate"), spool.StateCompleted))
 		enqueue("fault.paced", id("handback"), key, faultTask{}, 0)
+		enqueue("fault.echo", id("parked"), "", faultTask{}, 0)
 		waitFor(id("room")+" in the waiting room", in(id("room"), streams.PlaceWaitingRoom))
 		waitFor(id("held")+" held", in(id("held"), streams.PlaceHeld))
 		waitFor(id("handback")+" handed back", in(id("handback"), streams.PlaceScheduled))
 		waitFor(id("delayed")+" delayed", in(id("delayed"), streams.PlaceScheduled))
 		waitFor(id("parked")+" parked", in(id("parked"), streams.PlaceParked))
-		waitFor(id("running")+" running", state(id("running"), spool.StateProcessing))
+		// In retry backoff, cancelled first: its first attempt fails, the
+		// next is 5s away, and would hold if it came before the cancel.
+		enqueue("fault.task", id("retry"), "", faultTask{FailAttempts: 1, Hold: hold.Hold}, 0)
+		ran[id("retry")] = true
+		reach(id("retry"), spool.StateRetrying)
 		for _, what := range []string{"retry", "delayed", "parked", "held", "room", "handback", "running"} {
-			if _, err := client.Cancel(ctx, id(what), producer.CancelBy("faults")); err != nil {
+			doc, err := client.Cancel(ctx, id(what), producer.CancelBy("faults"))
+			if err != nil {
 				t.Fatalf("cancelling %s: %v", id(what), err)
+			}
+			if doc.State != spool.StateCancelled {
+				t.Fatalf("cancelling %s answered %+v", id(what), doc)
 			}
 			cancelled = append(cancelled, id(what))
 			if what == "parked" {
-				kill() // while the cancelled tasks wait and run
+				// While the cancelled tasks wait and run: a worker that
+				// holds neither the slot nor the turn, which the tasks
+				// still to cancel wait for.
+				kill(worker("", slot.Worker, turn.Worker))
 			}
 		}
-		kill()
-		if err := adm.ResumeType(ctx, "fault.task"); err != nil {
+		// Cancel deleted the schedules, and ended the running attempt
+		// before its hold lets it go.
+		for _, what := range []string{"delayed", "handback", "running"} {
+			waitFor(id(what)+" gone", gone(id(what)))
+		}
+		// Then the worker that holds the slot, the one that holds the
+		// turn, or any: the limit's lease expires, the turn stays with
+		// the holder's task, which runs again.
+		kill(worker([]string{slot.Worker, turn.Worker, ""}[r%3]))
+		if err := adm.ResumeType(ctx, "fault.echo"); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := holds.Put(ctx, hold.Hold, []byte("go")); err != nil {
+			t.Fatal(err)
+		}
+		// The slot and the turn go on past the cancelled tasks.
+		enqueue("fault.limited", id("slot-next"), "", faultTask{}, 0)
+		enqueue("fault.ordered", id("turn-next"), key, faultTask{}, 0)
+		for _, what := range []string{"slot", "turn", "slot-next", "turn-next"} {
+			reach(id(what), spool.StateCompleted)
+		}
 	}
-	// Every place drains: the blocking tasks complete, the cancelled ones
-	// are dropped as they come back to a worker.
+	// Every place drains: the cancelled tasks are dropped as they come
+	// back to a worker.
 	waitFor("every place to drain", func() error {
 		if err := idle(ctx, js); err != nil {
 			return err

@@ -23,6 +23,9 @@ type faultTask struct {
 	IgnoreDeadline bool   `json:"ignore_deadline,omitempty"`
 	PanicAttempts  int    `json:"panic_attempts,omitempty"`
 	FailAttempts   int    `json:"fail_attempts,omitempty"`
+	// Hold makes the run wait, after its failing attempts, until the
+	// test puts this key in the bucket fault_holds (holdBucket).
+	Hold string `json:"hold,omitempty"`
 }
 
 // newTask builds a fault.task with a unique value derived from id.

@@ -8,11 +8,13 @@
 // Task types (SPOOL_FAULT_TYPES serves some of them only):
 //
 //   - fault.task: payload {"v":"<unique value>","sleep_ms":N,
-//     "ignore_deadline":bool,"panic_attempts":N,"fail_attempts":N}. Logs the
-//     execution, sleeps (honouring the attempt's deadline unless
-//     ignore_deadline), panics on the first panic_attempts attempts, fails
-//     on the first fail_attempts, and returns the value as a JSON string. A
-//     payload that is not this JSON is a permanent error.
+//     "ignore_deadline":bool,"panic_attempts":N,"fail_attempts":N,
+//     "hold":"<key>"}. Logs the execution, sleeps (honouring the attempt's
+//     deadline unless ignore_deadline), panics on the first panic_attempts
+//     attempts, fails on the first fail_attempts, then, with hold, waits
+//     until the key exists in the KV bucket fault_holds or the attempt's
+//     context ends, and returns the value as a JSON string. A payload that
+//     is not this JSON is a permanent error.
 //   - fault.echo: logs the execution with the payload as value and returns
 //     the payload (any bytes, empty included).
 //   - fault.step: a workflow step. Logs the execution with the task id as
@@ -35,6 +37,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spoolq/spool/consumer"
 	"github.com/spoolq/spool/consumer/dlqrouter"
@@ -166,6 +170,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	log.holds = &holds{js: js}
 
 	pid := strconv.Itoa(os.Getpid())
 	handlers := map[string]consumer.HandlerFunc{
@@ -247,6 +256,7 @@ type execLog struct {
 	f     *os.File
 	pid   string
 	spans *execLog // the span log, or nil
+	holds *holds   // where runs with a hold wait
 }
 
 func openLog(path string) (*execLog, error) {
@@ -282,6 +292,7 @@ type taskPayload struct {
 	IgnoreDeadline bool   `json:"ignore_deadline"`
 	PanicAttempts  int    `json:"panic_attempts"`
 	FailAttempts   int    `json:"fail_attempts"`
+	Hold           string `json:"hold"`
 }
 
 func (l *execLog) task(ctx context.Context, t *consumer.Task) ([]byte, error) {
@@ -313,6 +324,11 @@ func (l *execLog) task(ctx context.Context, t *consumer.Task) ([]byte, error) {
 	}
 	if t.Attempt <= p.FailAttempts {
 		return nil, fmt.Errorf("fault.task %s: failing attempt %d of the first %d", t.ID, t.Attempt, p.FailAttempts)
+	}
+	if p.Hold != "" {
+		if err := l.holds.wait(ctx, p.Hold); err != nil {
+			return nil, err
+		}
 	}
 	return json.Marshal(p.V)
 }
