@@ -35,7 +35,8 @@ func (p *Pending) ID() string { return p.id }
 // published (invalid, a unique-key conflict, no room in time, ctx ended).
 // The returned Pending gives the outcome; EnqueueAsyncComplete tells when
 // no publish awaits its acknowledgement. EnqueueBatch is EnqueueAsync for
-// each task, then Wait for each.
+// each task, then Wait for each. The outcome's Warning comes from the last
+// check of the types the workers serve: EnqueueAsync never waits for one.
 func (c *Client) EnqueueAsync(ctx context.Context, task Task, opts ...EnqueueOption) (*Pending, error) {
 	for _, o := range opts {
 		o(&task)
@@ -50,7 +51,9 @@ func (c *Client) EnqueueAsync(ctx context.Context, task Task, opts ...EnqueueOpt
 		}
 		limit = l
 	}
-	return c.enqueueAsync(ctx, task, time.Now(), limit, nil, nil)
+	now := time.Now()
+	c.served.refresh(ctx, now)
+	return c.enqueueAsync(ctx, task, now, limit, nil, nil)
 }
 
 // enqueueAsync is EnqueueAsync for a task whose stream limit is known;
@@ -80,6 +83,7 @@ func (c *Client) enqueueAsync(ctx context.Context, t Task, now time.Time, limit 
 			if err != nil {
 				return &Pending{id: p.id}, err
 			}
+			res.Warning = c.served.warning(p.typ)
 			return &Pending{id: p.id, done: true, res: res}, nil
 		}
 		if window > 0 {
@@ -161,7 +165,9 @@ func (c *Client) settleFlight(ctx context.Context, b *batch) (EnqueueResult, err
 	}
 	switch f.state {
 	case acked:
-		return f.p.result(f.seq, f.dup), nil
+		res := f.p.result(f.seq, f.dup)
+		res.Warning = c.served.warning(f.p.typ)
+		return res, nil
 	case lost:
 		return EnqueueResult{ID: f.p.id}, fmt.Errorf("waiting for the ack of task %q (it may be stored; enqueue it again with the same id): %w",
 			f.p.id, f.err)

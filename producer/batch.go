@@ -53,6 +53,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []Task) ([]BatchResult,
 	}
 
 	now := time.Now()
+	c.served.refresh(ctx, now)
 	var last lastSubject
 	pending := make([]*Pending, len(tasks))
 	// Tasks of ordered or fair keys are parked on their key's held
@@ -70,6 +71,9 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []Task) ([]BatchResult,
 		}
 		pending[i] = p
 	}
+	// A client's first batch waits for the first check of the types the
+	// workers serve, as its first Enqueue does; each type is checked once.
+	c.served.settle(ctx)
 	for i, p := range pending {
 		if p != nil {
 			results[i].EnqueueResult, results[i].Err = p.Wait(ctx)

@@ -15,6 +15,7 @@ import (
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/shared/workflow"
+	"github.com/spoolq/spool/streams/admin"
 )
 
 // Client enqueues tasks, cancels scheduled ones and reads results. It is
@@ -28,6 +29,7 @@ type Client struct {
 	acks    *acks // EnqueueBatch's publishes
 	quiet   bool  // no enqueued events (WithEnqueuedEvents)
 	retry   jsproto.Tries
+	served  *served // the types the workers serve (WithUnservedWarnings)
 
 	mu      sync.Mutex
 	tasks   jetstream.Stream // task stream, looked up once
@@ -70,6 +72,14 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 		timeout: o.timeout,
 		acks:    newAcks(nc, o.timeout, o.window),
 		retry:   jsproto.Tries{PerTry: min(jsproto.DefaultPerTry, o.timeout), Conn: nc},
+		served:  &served{logger: o.logger},
+	}
+	if !o.unchecked {
+		adm, err := admin.New(nc, admin.WithNames(o.names), admin.WithLogger(o.logger), admin.WithTimeout(ServedCheckTimeout))
+		if err != nil {
+			return nil, fmt.Errorf("opening the check of task types: %w", err)
+		}
+		c.served.adm = adm
 	}
 	c.quiet = o.quiet
 	if !c.quiet {
@@ -81,12 +91,14 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 }
 
 // Close releases what the client holds on the connection (the reply
-// subscription of EnqueueBatch's publishes); it does not close the
-// connection. Acks still pending are lost: those tasks may be stored, and
-// their batch reports them so. The client stays usable.
+// subscription of EnqueueBatch's publishes, a reading of the types the
+// workers serve); it does not close the connection. Acks still pending
+// are lost: those tasks may be stored, and their batch reports them so.
+// The client stays usable.
 func (c *Client) Close() {
 	c.acks.close()
 	c.js.CleanupPublisher()
+	c.served.close()
 }
 
 // Names returns the names the client publishes under.

@@ -31,6 +31,14 @@
 //		...
 //	}
 //
+// A task whose type no worker serves is stored all the same, with
+// EnqueueResult.Warning saying so: where workers pull by type it waits
+// until a worker serving its type starts, where they pull by priority it
+// is dead-lettered with reason no_handler. The client reads which types
+// the workers serve (admin.Client.Serving) in the background at most every
+// ServedCheckEvery; a reading that fails gives no warning, and
+// WithUnservedWarnings(false) turns the check off.
+//
 // Everything the client adds is optional for other publishers: any NATS
 // client publishing to spool.tasks.<priority>.<type> enqueues a task.
 //

@@ -28,11 +28,18 @@ type EnqueueResult struct {
 	Scheduled bool `json:"scheduled"`
 	// ProcessAt is when a scheduled task becomes deliverable; zero otherwise.
 	ProcessAt time.Time `json:"process_at,omitzero"`
+	// Warning, when set, says in a sentence why the stored task may never
+	// run: no worker serves its type (see WithUnservedWarnings). The task
+	// is stored all the same. The client does not log it.
+	Warning string `json:"warning,omitempty"`
 }
 
 // Enqueue validates task (after applying opts), claims its unique key if it
 // has one, and publishes it, waiting for JetStream's ack. A context without
-// a deadline gets the client's default timeout.
+// a deadline gets the client's default timeout. The result's Warning says
+// when no worker serves the task's type; the client's first enqueue waits
+// up to ServedCheckTimeout for the first check, run while the task is
+// published.
 //
 // Errors: validation errors (*spool.FieldError, naming the field and its
 // code, wrapping ErrInvalidType, ErrInvalidPriority, ...) before anything
@@ -51,11 +58,19 @@ func (c *Client) Enqueue(ctx context.Context, task Task, opts ...EnqueueOption) 
 	if err != nil {
 		return EnqueueResult{}, err
 	}
-	p, err := c.prepare(task, time.Now(), limit, nil)
+	now := time.Now()
+	p, err := c.prepare(task, now, limit, nil)
 	if err != nil {
 		return EnqueueResult{}, err
 	}
-	return c.enqueuePrepared(ctx, task, p)
+	// The type is checked while the task is published.
+	c.served.refresh(ctx, now)
+	res, err := c.enqueuePrepared(ctx, task, p)
+	if err == nil {
+		c.served.settle(ctx)
+		res.Warning = c.served.warning(task.Type)
+	}
+	return res, err
 }
 
 // enqueuePrepared claims a prepared task's unique key and publishes it (or

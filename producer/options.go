@@ -32,6 +32,8 @@ type options struct {
 	window  int
 	// quiet: no enqueued events (WithEnqueuedEvents(false)).
 	quiet bool
+	// unchecked: no check of task types (WithUnservedWarnings(false)).
+	unchecked bool
 }
 
 func defaultOptions() options {
@@ -113,6 +115,22 @@ func WithPublishWindow(n int) Option {
 func WithEnqueuedEvents(on bool) Option {
 	return func(o *options) error {
 		o.quiet = !on
+		return nil
+	}
+}
+
+// WithUnservedWarnings sets whether the client checks each task's type
+// against the types the workers serve and warns, in
+// EnqueueResult.Warning, of a type no worker serves. Default true. The
+// check reads the deployment (admin.Client.Serving) at most every
+// ServedCheckEvery in the background and never fails or holds back an
+// enqueue; turn it off where the client may not read it: it lists the
+// consumers of the task streams ($JS.API.CONSUMER.NAMES) where workers
+// pull by type, and pings the consumer processes ($SRV.PING.spool-consumer)
+// where they pull by priority.
+func WithUnservedWarnings(on bool) Option {
+	return func(o *options) error {
+		o.unchecked = !on
 		return nil
 	}
 }

@@ -82,6 +82,9 @@ func end(span trace.Span, res EnqueueResult, err error) {
 		span.SetAttributes(attribute.String("messaging.destination.name", res.Subject),
 			attribute.Bool("spool.task.duplicate", res.Duplicate))
 	}
+	if res.Warning != "" {
+		span.AddEvent("spool.warning", trace.WithAttributes(attribute.String("message", res.Warning)))
+	}
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())

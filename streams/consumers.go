@@ -1,6 +1,8 @@
 package streams
 
 import (
+	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -85,4 +87,21 @@ func TypeConsumerConfig(names spool.Names, taskStream jetstream.StreamConfig, p 
 		MaxWaiting:    512,
 		ReplayPolicy:  jetstream.ReplayInstantPolicy,
 	}
+}
+
+// TypePatterns lists by priority the type patterns of the type consumers
+// (Names.TypeConsumer) on one task stream; other consumers are left out.
+// It reads the consumer names only.
+func TypePatterns(ctx context.Context, stream jetstream.Stream, names spool.Names) ([len(spool.Priorities)][]string, error) {
+	var patterns [len(spool.Priorities)][]string
+	list := stream.ConsumerNames(ctx)
+	for c := range list.Name() {
+		if p, pattern, ok := names.ParseTypeConsumer(c); ok {
+			patterns[p] = append(patterns[p], pattern)
+		}
+	}
+	if err := list.Err(); err != nil {
+		return patterns, fmt.Errorf("listing the consumers of %s: %w", stream.CachedInfo().Config.Name, err)
+	}
+	return patterns, nil
 }

@@ -49,15 +49,9 @@ func (r *Router) sweepPartition(ctx context.Context, b routerBinding, part jetst
 	if err != nil {
 		return fmt.Errorf("listing the task subjects of %s: %w", name, err)
 	}
-	var patterns [len(spool.Priorities)][]string
-	list := part.ConsumerNames(ctx)
-	for c := range list.Name() {
-		if p, pattern, ok := r.names.ParseTypeConsumer(c); ok {
-			patterns[p] = append(patterns[p], pattern)
-		}
-	}
-	if err := list.Err(); err != nil {
-		return fmt.Errorf("listing the consumers of %s: %w", name, err)
+	patterns, err := streams.TypePatterns(ctx, part, r.names)
+	if err != nil {
+		return err
 	}
 	cutoff := time.Now().Add(-r.unservedAfter)
 	for subject := range info.State.Subjects {

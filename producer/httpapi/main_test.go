@@ -42,7 +42,13 @@ func ctxFor(t testing.TB) context.Context { return streamstest.Context(t) }
 // embedded server.
 func startBroker(t *testing.T, so embedded.Options, opts httpapi.Options) *broker {
 	t.Helper()
-	e := streamstest.StartWith(t, so, streams.Settings{})
+	return startBrokerWith(t, so, streams.Settings{}, opts)
+}
+
+// startBrokerWith is startBroker on a topology provisioned with settings.
+func startBrokerWith(t *testing.T, so embedded.Options, settings streams.Settings, opts httpapi.Options) *broker {
+	t.Helper()
+	e := streamstest.StartWith(t, so, settings)
 	nc, js := e.NC, e.JS
 	tasks := e.Stream(t, e.Names.TaskStream())
 	client, err := producer.New(nc, producer.WithLogger(testLogger(t)))

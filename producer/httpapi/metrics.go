@@ -88,11 +88,15 @@ var (
 	queueResultsDesc  = prometheus.NewDesc("spool_results", "Result documents kept.", nil, nil)
 	queueBytesDesc    = prometheus.NewDesc("spool_task_store_bytes", "Size of the task stream on the server.", nil, nil)
 	queueUpDesc       = prometheus.NewDesc("spool_queue_status_up", "Whether the last read of the queue's status succeeded (1) or not (0).", nil, nil)
+	// Where workers pull by type: the queued task types no worker serves
+	// (at most 100, the most queued).
+	queueUnservedDesc       = prometheus.NewDesc("spool_queue_unserved", "Tasks queued of a type no worker serves (where workers pull by type), by task type and priority.", []string{"type", "priority"}, nil)
+	queueUnservedOldestDesc = prometheus.NewDesc("spool_queue_unserved_oldest_wait_seconds", "Age of the oldest queued task of a type no worker serves (where workers pull by type), by task type and priority.", []string{"type", "priority"}, nil)
 )
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{queuePendingDesc, queueInFlightDesc, queueRedelivDesc, queueOldestDesc,
-		queueSchedDesc, queueDLQDesc, queueResultsDesc, queueBytesDesc, queueUpDesc} {
+		queueSchedDesc, queueDLQDesc, queueResultsDesc, queueBytesDesc, queueUpDesc, queueUnservedDesc, queueUnservedOldestDesc} {
 		ch <- d
 	}
 }
@@ -114,6 +118,10 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(queueInFlightDesc, float64(p.InFlight), name)
 		gauge(queueRedelivDesc, float64(p.Redelivered), name)
 		gauge(queueOldestDesc, p.OldestWait.Seconds(), name)
+	}
+	for _, u := range st.Unserved {
+		gauge(queueUnservedDesc, float64(u.Queued), u.Type, u.Priority.String())
+		gauge(queueUnservedOldestDesc, u.OldestWait.Seconds(), u.Type, u.Priority.String())
 	}
 	gauge(queueSchedDesc, float64(st.Scheduled))
 	gauge(queueDLQDesc, float64(st.DeadLetters))

@@ -3,11 +3,13 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	spool "github.com/spoolq/spool/shared"
@@ -100,41 +102,64 @@ func (c *Client) Fleet(ctx context.Context) (Fleet, error) {
 // workers sends $SRV.STATS.<service> and collects every answer that comes
 // within the fleet wait.
 func (c *Client) workers(ctx context.Context) ([]Worker, error) {
-	subject, err := micro.ControlSubject(micro.StatsVerb, fleet.ServiceName, "")
-	if err != nil {
-		return nil, fmt.Errorf("stats subject of %q: %w", fleet.ServiceName, err)
-	}
-	inbox := c.nc.NewRespInbox()
-	sub, err := c.nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, fmt.Errorf("subscribing to %s: %w", inbox, err)
-	}
-	defer func() { _ = sub.Unsubscribe() }() // the connection may be gone; nothing to do then
-	if err := c.nc.PublishRequest(subject, inbox, nil); err != nil {
-		return nil, fmt.Errorf("requesting %s: %w", subject, err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.fleetWait)
-	defer cancel()
 	var workers []Worker
-	for {
-		msg, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			break // the wait is over (or the connection went away)
-		}
-		if msg.Header.Get("Status") == "503" {
-			break // no responders: no consumer registered the service
-		}
+	_, err := c.ask(ctx, micro.StatsVerb, 0, func(data []byte) {
 		var st micro.Stats
-		if err := json.Unmarshal(msg.Data, &st); err != nil {
+		if err := json.Unmarshal(data, &st); err != nil {
 			c.logger.DebugContext(ctx, "leaving out a fleet answer that is not service stats", "error", err)
-			continue
+			return
 		}
 		workers = append(workers, worker(st))
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(workers, func(a, b Worker) int {
 		return strings.Compare(a.Name+a.WorkerName()+a.ID, b.Name+b.WorkerName()+b.ID)
 	})
 	return workers, nil
+}
+
+// ask sends the $SRV request verb to every consumer process and hands each
+// answer's body to each, until the fleet wait or ctx ends, or, when quiet
+// is positive, until quiet passes after an answer without another one.
+// none reports that no process listens: the server answered no responders
+// at once.
+func (c *Client) ask(ctx context.Context, verb micro.Verb, quiet time.Duration, each func(data []byte)) (none bool, err error) {
+	subject, err := micro.ControlSubject(verb, fleet.ServiceName, "")
+	if err != nil {
+		return false, fmt.Errorf("%s subject of %q: %w", verb, fleet.ServiceName, err)
+	}
+	inbox := c.nc.NewRespInbox()
+	sub, err := c.nc.SubscribeSync(inbox)
+	if err != nil {
+		return false, fmt.Errorf("subscribing to %s: %w", inbox, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }() // the connection may be gone; nothing to do then
+	if err := c.nc.PublishRequest(subject, inbox, nil); err != nil {
+		return false, fmt.Errorf("requesting %s: %w", subject, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.fleetWait)
+	defer cancel()
+	answered := false
+	for {
+		next, stop := ctx, context.CancelFunc(func() {})
+		if quiet > 0 && answered {
+			next, stop = context.WithTimeout(ctx, quiet)
+		}
+		msg, err := sub.NextMsgWithContext(next)
+		stop()
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			return true, nil // no consumer registered the service
+		case err != nil:
+			return false, nil // the wait is over (or the connection went away)
+		case msg.Header.Get("Status") == "503":
+			return true, nil // no responders, as older clients pass it on
+		}
+		each(msg.Data)
+		answered = true
+	}
 }
 
 func worker(st micro.Stats) Worker {

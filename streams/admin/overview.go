@@ -51,7 +51,8 @@ func (c *Client) overview(ctx context.Context) (Overview, error) {
 	return ov, nil
 }
 
-// MarshalJSON writes the dashboard's document: the status's fields, each
+// MarshalJSON writes the dashboard's document: the status's fields (with
+// how workers pull and the unserved task types), each
 // priority with the fleet's processed count and busy slots for it (absent
 // when no worker reports the priority), "fleet" with one member per worker
 // and its figures, "fleet_error", and "totals" whose pickup and run carry
@@ -66,6 +67,8 @@ func (o Overview) MarshalJSON() ([]byte, error) {
 		DeadLetters: o.Status.DeadLetters,
 		Results:     o.Status.Results,
 		StoreBytes:  o.Status.StoreBytes,
+		Consumers:   o.Status.Consumers,
+		Unserved:    o.Status.Unserved,
 		Types:       o.Status.Types,
 		Fleet:       make([]memberDoc, 0, len(o.Fleet.Workers)),
 		FleetError:  o.FleetError,
@@ -92,19 +95,21 @@ func (o Overview) MarshalJSON() ([]byte, error) {
 // (pointers), so the page tells "0" from "unknown".
 type (
 	overviewDoc struct {
-		Time        time.Time     `json:"time"`
-		Priorities  []priorityDoc `json:"priorities"`
-		Scheduled   uint64        `json:"scheduled"`
-		Parked      uint64        `json:"parked"`
-		Held        uint64        `json:"held"`
-		WaitingRoom uint64        `json:"waiting_room"`
-		DeadLetters uint64        `json:"dead_letters"`
-		Results     uint64        `json:"results"`
-		StoreBytes  uint64        `json:"store_bytes"`
-		Types       []TypeStatus  `json:"types,omitempty"`
-		Fleet       []memberDoc   `json:"fleet"`
-		FleetError  string        `json:"fleet_error,omitempty"`
-		Totals      totalsDoc     `json:"totals"`
+		Time        time.Time      `json:"time"`
+		Priorities  []priorityDoc  `json:"priorities"`
+		Scheduled   uint64         `json:"scheduled"`
+		Parked      uint64         `json:"parked"`
+		Held        uint64         `json:"held"`
+		WaitingRoom uint64         `json:"waiting_room"`
+		DeadLetters uint64         `json:"dead_letters"`
+		Results     uint64         `json:"results"`
+		StoreBytes  uint64         `json:"store_bytes"`
+		Consumers   string         `json:"consumers"`
+		Unserved    []UnservedType `json:"unserved,omitempty"`
+		Types       []TypeStatus   `json:"types,omitempty"`
+		Fleet       []memberDoc    `json:"fleet"`
+		FleetError  string         `json:"fleet_error,omitempty"`
+		Totals      totalsDoc      `json:"totals"`
 	}
 	priorityDoc struct {
 		PriorityStatus

@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
 )
 
@@ -69,6 +71,42 @@ func TestProducerRole(t *testing.T) {
 				_, err := c.js.PauseConsumer(ctx, names.TaskStream(), names.Consumer(spool.High), time.Now().Add(time.Hour))
 				return err
 			}},
+		// The client checks a task's type against the types the workers
+		// serve: the consumer names where they pull by type, the
+		// processes' metadata where they pull by priority (none runs here).
+		{name: "list the task consumers", user: p, do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+			s, err := c.js.Stream(ctx, names.TaskStream())
+			if err != nil {
+				return err
+			}
+			list := s.ConsumerNames(ctx)
+			n := 0
+			for range list.Name() {
+				n++
+			}
+			if err := list.Err(); err != nil {
+				return err
+			}
+			if n != len(spool.Priorities) {
+				return fmt.Errorf("%d consumers listed, want the %d priority consumers", n, len(spool.Priorities))
+			}
+			return nil
+		}},
+		{name: "be warned of a type no worker serves", user: p, do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
+			pc, err := producer.New(c.nc, producer.WithLogger(testLogger(t)))
+			if err != nil {
+				return err
+			}
+			defer pc.Close()
+			res, err := pc.Enqueue(ctx, producer.NewTask("email.send", nil))
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(res.Warning, "no worker is running") {
+				return fmt.Errorf("warning %q, want that no worker is running", res.Warning)
+			}
+			return nil
+		}},
 		{name: "read a result", user: p, do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
 			doc := []byte(`{"id":"task-read","state":"completed"}`)
 			if err := adminPutResult(ctx, f, "task-read", doc); err != nil {

@@ -274,6 +274,11 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 	if err != nil {
 		return flagError(err)
 	}
+	// The task is stored: a type no worker serves is a warning, not an
+	// error.
+	if res.Warning != "" {
+		fmt.Fprintf(env.stderr, "warning: %s\n", res.Warning)
+	}
 	if *asJSON {
 		return printJSON(env.stdout, res)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
-	"github.com/spoolq/spool/shared/fleet"
 	"github.com/spoolq/spool/streams/admin"
 )
 
@@ -33,40 +32,22 @@ type loadSpec struct {
 // `spool-consumer --demo` completes instead of filling the DLQ.
 const demoEcho = "demo.echo"
 
-// warnUnserved warns when the fleet is known and no consumer serves typ:
-// every task would wait, or be dead-lettered with no_handler. Consumers
-// list what they serve in their service metadata (fleet.MetadataHandlers);
-// one that does not (an older version) counts as serving everything.
+// warnUnserved warns when no worker serves typ (admin.Serving): every
+// task would wait in the queue, or be dead-lettered with reason
+// no_handler. A fleet that cannot be read gives no warning.
 func warnUnserved(ctx context.Context, s *session, cfg Config, typ string, w io.Writer) {
 	adm, err := admin.New(s.nc, admin.WithNames(cfg.Names()), admin.WithLogger(s.logger))
 	if err != nil {
 		return
 	}
-	f, err := adm.Fleet(ctx)
+	sv, err := adm.Serving(ctx)
 	if err != nil {
-		s.logger.Debug("reading the fleet to check the task type", "error", err)
+		s.logger.Debug("reading which task types the workers serve", "error", err)
 		return
 	}
-	if len(f.Workers) == 0 {
-		fmt.Fprintf(w, "warning: no spool-consumer is running: the %s tasks will wait in the queue until one serves them\n", typ)
-		return
+	if msg := sv.Unserved(typ); msg != "" {
+		fmt.Fprintf(w, "warning: %s; pick a served type with --type\n", msg)
 	}
-	var all []string
-	for _, wk := range f.Workers {
-		handlers, ok := wk.Metadata[fleet.MetadataHandlers]
-		if !ok {
-			return
-		}
-		for p := range strings.SplitSeq(handlers, ",") {
-			if p != "" && spool.MatchType(p, typ) {
-				return
-			}
-			all = append(all, p)
-		}
-	}
-	slices.Sort(all)
-	fmt.Fprintf(w, "warning: no consumer of the %d running serves type %q (they serve: %s): its tasks will be dead-lettered with reason no_handler; pick one with --type\n",
-		len(f.Workers), typ, strings.Join(slices.Compact(all), ", "))
 }
 
 // parseMix parses "critical=1,high=2,normal=4" into one cycle of priorities

@@ -429,7 +429,7 @@ func TestLoadWarnsWhenNoHandler(t *testing.T) {
 		}
 		return stderr.String()
 	}
-	if errOut := load(); !strings.Contains(errOut, "no spool-consumer is running") {
+	if errOut := load(); !strings.Contains(errOut, "no worker is running") {
 		t.Errorf("no fleet: stderr %q", errOut)
 	}
 	info, err := s.tasks.Info(ctxFor(t), jetstream.WithSubjectFilter("spool.tasks.normal.demo.echo"))
@@ -464,7 +464,60 @@ func TestLoadWarnsWhenNoHandler(t *testing.T) {
 	if errOut := load("--type", "billing.charge.eu"); strings.Contains(errOut, "warning") {
 		t.Errorf("type served by a pattern: stderr %q", errOut)
 	}
-	if errOut := load("--type", "load.test"); !strings.Contains(errOut, `serves type "load.test" (they serve: billing.>, demo.echo, demo.fail)`) {
+	if errOut := load("--type", "load.test"); !strings.Contains(errOut, `no worker serves type "load.test" (the 1 running serve billing.>, demo.echo, demo.fail)`) {
 		t.Errorf("unserved type: stderr %q", errOut)
+	}
+}
+
+// enqueue stores a task whose type no worker serves, exits 0 and warns on
+// stderr; a served type gets no warning.
+func TestEnqueueWarnsOfUnservedType(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	enqueue := func(args ...string) (string, string) {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		args = append([]string{"enqueue", "--url", s.url}, args...)
+		if err := run(ctxFor(t), args, strings.NewReader(""), &stdout, &stderr); err != nil {
+			t.Fatalf("enqueue %v: %v\n%s", args, err, stderr.String())
+		}
+		return stdout.String(), stderr.String()
+	}
+	out, errOut := enqueue("--type", "mail.send", "--id", "w-1")
+	if !strings.HasPrefix(out, "enqueued w-1") || !strings.HasPrefix(errOut, `warning: no worker is running (no spool-consumer process answered): tasks of type "mail.send" wait in the queue until one starts`) {
+		t.Errorf("no fleet: stdout %q, stderr %q", out, errOut)
+	}
+
+	nc, err := nats.Connect(s.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	svc, err := micro.AddService(nc, micro.Config{Name: fleet.ServiceName, Version: "1.0.0",
+		Metadata: map[string]string{fleet.MetadataHandlers: "demo.echo,billing.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut := enqueue("--type", "billing.charge", "--id", "w-2"); !strings.HasPrefix(out, "enqueued w-2") || errOut != "" {
+		t.Errorf("served type: stdout %q, stderr %q", out, errOut)
+	}
+	out, errOut = enqueue("--type", "mail.send", "--id", "w-3", "--json")
+	want := `no worker serves type "mail.send" (the 1 running serve billing.>, demo.echo): its tasks will be dead-lettered with reason no_handler`
+	if errOut != "warning: "+want+"\n" {
+		t.Errorf("unserved type: stderr %q", errOut)
+	}
+	var res struct {
+		ID      string `json:"id"`
+		Warning string `json:"warning"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.ID != "w-3" || res.Warning != want {
+		t.Errorf("--json: %s (%v)", out, err)
+	}
+	if n := s.streamMsgs(t); n != 3 {
+		t.Errorf("%d tasks stored, want all 3", n)
 	}
 }

@@ -186,6 +186,19 @@
     $("#types-empty").hidden = types.length > 0;
   }
 
+  // renderUnserved shows, where workers pull by type, the queued task
+  // types no worker serves, with their tasks and oldest wait.
+  function renderUnserved(consumers, unserved) {
+    $("#unserved").hidden = consumers !== "type";
+    const tbody = $("#unserved-table tbody");
+    tbody.replaceChildren(...unserved.map((x) => el("tr", { "data-type": x.type, "data-priority": x.priority, class: x.oldest_wait_ns > 60e9 ? "waiting" : "" },
+      el("th", {}, x.type),
+      el("td", {}, x.priority),
+      el("td", { class: "queued num" }, fmtInt(x.queued)),
+      el("td", { class: "oldest num" }, x.oldest_wait_ns ? fmtDur(x.oldest_wait_ns) : "—"))));
+    $("#unserved-empty").hidden = unserved.length > 0;
+  }
+
   async function resumeType(typ) {
     if (!(await confirmAction("Resume task type " + typ + "? The workers run its tasks again and move its parked tasks back."))) return;
     try {
@@ -336,6 +349,7 @@
       spark(row.querySelector(".rate-chart"), samples.map((x) => ({ t: x.t, v: x.rates[p.priority] })), now);
     }
     renderTypes(ov.types || []);
+    renderUnserved(ov.consumers, ov.unserved || []);
     $("#total-rate").textContent = fmtRate(last.totalRate);
     spark($("#total-chart"), samples.map((x) => ({ t: x.t, v: x.totalRate })), now);
     $("#rate-source").textContent = !last.rateFromFleet

@@ -263,6 +263,9 @@ func printStatus(w io.Writer, st admin.Status) error {
 		st.Scheduled, st.Parked, st.Held, st.WaitingRoom, st.DeadLetters, st.Results, st.StoreBytes); err != nil {
 		return err
 	}
+	if err := printUnserved(w, st.Unserved); err != nil {
+		return err
+	}
 	if len(st.Types) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
@@ -291,6 +294,26 @@ func printStatus(w io.Writer, st admin.Status) error {
 	}
 	fmt.Fprintln(w, "\nflow-control limits (tasks handed back wait among the scheduled):")
 	return printUsage(w, st.Limits)
+}
+
+// printUnserved lists the queued task types no worker serves, where
+// workers pull by type: their tasks wait until a worker serving them
+// starts.
+func printUnserved(w io.Writer, unserved []admin.UnservedType) error {
+	if len(unserved) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\ntask types no worker serves (their tasks wait until a worker serving them starts):")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "type\tpriority\tqueued\toldest wait\t")
+	for _, u := range unserved {
+		wait := "-"
+		if u.OldestWait > 0 {
+			wait = u.OldestWait.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t\n", u.Type, u.Priority, u.Queued, wait)
+	}
+	return tw.Flush()
 }
 
 func orDash(s string) string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +12,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/config"
+	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/streams/embedded"
 	"github.com/spoolq/spool/streams/streamstest"
@@ -136,5 +139,55 @@ func TestVariablesAreKnown(t *testing.T) {
 		if !slices.Contains(config.Known, k) {
 			t.Errorf("%s is missing from config.Known: spool-admin would warn that it is unknown", k)
 		}
+	}
+}
+
+// Where workers pull by type, status lists the queued task types no
+// worker serves, with their count and oldest wait, in both outputs.
+func TestStatusShowsUnserved(t *testing.T) {
+	t.Setenv("SPOOL_LOG_LEVEL", "warn")
+	t.Setenv("SPOOL_CONSUMERS", "type")
+	url, spoolAdmin := startAdmin(t)
+	if _, err := spoolAdmin("provision"); err != nil {
+		t.Fatal(err)
+	}
+	nc, js := connect(t, url)
+	defer nc.Close()
+	ctx := t.Context()
+	tasks, err := js.Stream(ctx, "SPOOL_TASKS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A raw worker serving report.* makes its consumer; mail.send has none.
+	cfg := streams.TypeConsumerConfig(spool.DefaultNames(), tasks.CachedInfo().Config, spool.Low, "report.*")
+	if _, err := tasks.CreateConsumer(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, subject := range []string{"spool.tasks.low.report.daily", "spool.tasks.low.mail.send", "spool.tasks.low.mail.send"} {
+		if _, err := js.Publish(ctx, subject, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := spoolAdmin("status", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st admin.Status
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Unserved) != 1 || st.Unserved[0].Type != "mail.send" || st.Unserved[0].Queued != 2 || st.Unserved[0].OldestWait <= 0 {
+		t.Errorf("status --json unserved %+v, want mail.send with 2 queued", st.Unserved)
+	}
+	out, err = spoolAdmin("status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(out, "task types no worker serves")
+	if !ok {
+		t.Fatalf("status lacks the unserved types:\n%s", out)
+	}
+	if !regexp.MustCompile(`mail\.send\s+low\s+2\s+\d`).MatchString(table) || strings.Contains(table, "report.daily") {
+		t.Errorf("unserved table:\n%s", table)
 	}
 }
