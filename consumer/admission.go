@@ -32,6 +32,10 @@ type admission struct {
 	run        *running
 	settle     *settling
 	maxDeliver [numPriorities]int
+	// replicated is set when the task stream has replicas: only then can
+	// a consumer's new leader redeliver a task a live worker still holds
+	// (awaitOutcome).
+	replicated bool
 }
 
 // attempt runs one delivery of a task in its slot and settles the message:
@@ -102,10 +106,13 @@ func (s *admission) attempt(lane int, msg jetstream.Msg, beat time.Time) {
 	var prior *spool.Result
 	if md.NumDelivered > 1 {
 		prior, a.rev = s.priorResult(&a)
-		// Only a task stored at least an AckWait ago can be redelivered
-		// while an earlier attempt still holds it; a younger one was
-		// handed back (a NAK at a worker's stop) and runs at once.
-		held := time.Since(md.Timestamp) >= s.io.ackWait[p]
+		// Only on a replicated stream, and only a task stored at least an
+		// AckWait ago, can be redelivered while an earlier attempt still
+		// holds it; a younger one was handed back (a NAK at a worker's
+		// stop) and runs at once. On one server a redelivery means the
+		// earlier worker went an AckWait without a heartbeat: waiting for
+		// it would only spend deliveries of a task whose worker died.
+		held := s.replicated && time.Since(md.Timestamp) >= s.io.ackWait[p]
 		if held && (prior == nil || a.sameMessage(*prior) && prior.State == spool.StateProcessing) {
 			prior, a.rev = s.awaitOutcome(&a, prior, a.rev)
 		}

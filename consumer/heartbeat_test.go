@@ -173,10 +173,12 @@ func TestOverdueTaskSurvivesConsumerLeaderChange(t *testing.T) {
 // gives the earlier attempt a moment to store one. The test stores the
 // completed result shortly after the redelivery arrived, as that worker
 // would: the handler never runs and the redelivery is acked as stored.
+// Only a replicated stream has consumer leaders to change, so only there
+// does a redelivery wait: the test runs on a 3-node cluster.
 func TestRedeliveryWaitsForTheEarlierAttempt(t *testing.T) {
 	t.Parallel()
 	const ackWait = 4 * time.Second // the redelivery waits up to 1s
-	e := newEnv(t, streams.Settings{AckWait: ackWait})
+	e := newClusterEnv(t, streams.Settings{AckWait: ackWait})
 	ctx := testCtx(t)
 	e.publishID(spool.Normal, "job", "held", nil, nil)
 	first := e.fetchOne(spool.Normal)

@@ -219,6 +219,7 @@ func (w *Worker) startStages(ctx context.Context, res *results.Store) error {
 	w.admit = &admission{
 		io: io, tasks: d.tasks, nc: w.nc, policy: &w.o, results: res, cancels: w.cancels, flow: flow,
 		gates: []gate{w.pauses, steps, flow}, run: run, settle: settle, maxDeliver: d.maxDeliver,
+		replicated: d.tasks.CachedInfo().Config.Replicas > 1,
 	}
 	return nil
 }
