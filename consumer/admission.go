@@ -85,6 +85,7 @@ func (s *admission) attempt(lane int, msg jetstream.Msg, beat time.Time) {
 	if meta.ID != "" {
 		a.id = meta.ID
 	}
+	a.discard = s.policy.discardsResult(meta.Result, typ, hdr)
 	// A task handed back by a gate carries the attempts it used before
 	// this message (see taskIO.handBack).
 	a.attempt += meta.PriorAttempts
@@ -104,9 +105,11 @@ func (s *admission) attempt(lane int, msg jetstream.Msg, beat time.Time) {
 		prior, a.rev = s.priorResult(&a)
 		// Only a task stored at least an AckWait ago can be redelivered
 		// while an earlier attempt still holds it; a younger one was
-		// handed back (a NAK at a worker's stop) and runs at once.
+		// handed back (a NAK at a worker's stop) and runs at once. A task
+		// whose result is discarded has no completed outcome to wait
+		// for: it runs at once too.
 		held := time.Since(md.Timestamp) >= s.io.ackWait[p]
-		if held && (prior == nil || a.sameMessage(*prior) && prior.State == spool.StateProcessing) {
+		if held && !a.discard && (prior == nil || a.sameMessage(*prior) && prior.State == spool.StateProcessing) {
 			prior, a.rev = s.awaitOutcome(&a, prior, a.rev)
 		}
 		if prior != nil && a.sameMessage(*prior) {
