@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -156,7 +157,9 @@ func TestDiscardedResultFailures(t *testing.T) {
 }
 
 // WithDiscardResults discards the results of the types it names, by
-// pattern; a task's own Spool-Result wins either way.
+// pattern; a task's own Spool-Result wins either way. A task with a unique
+// key, whose result is written before its key is released rather than
+// through the completion pipeline, stores the marker the same way.
 func TestDiscardResultsByType(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, streams.Settings{})
@@ -165,18 +168,32 @@ func TestDiscardResultsByType(t *testing.T) {
 		mux.HandleFunc(typ, func(context.Context, *consumer.Task) ([]byte, error) { return []byte(`"ok"`), nil })
 	}
 	e.worker(mux, consumer.WithDiscardResults("metrics.*"))
+	unique := map[string]string{spool.HeaderUniqueKey: "metrics-unique", spool.HeaderUniqueTTL: "1h"}
 	cases := []struct {
 		id, typ string
 		policy  spool.ResultPolicy
 		kept    bool
+		extra   map[string]string
 	}{
-		{"by-type", "metrics.push", "", false},
-		{"kept-by-task", "metrics.push", spool.KeepResult, true},
-		{"other-type", "report.build", "", true},
-		{"discarded-by-task", "report.build", spool.DiscardResult, false},
+		{"by-type", "metrics.push", "", false, nil},
+		{"kept-by-task", "metrics.push", spool.KeepResult, true, nil},
+		{"other-type", "report.build", "", true, nil},
+		{"discarded-by-task", "report.build", spool.DiscardResult, false, nil},
+		{"unique", "metrics.push", "", false, unique},
+	}
+	// The unique key as the producer claims it, for the worker to release.
+	uniq, err := e.js.KeyValue(testCtx(t), e.names.UniqueBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := uniq.Put(testCtx(t), spool.UniqueKVKey("metrics-unique"), []byte("unique")); err != nil {
+		t.Fatal(err)
 	}
 	for _, c := range cases {
-		h := map[string]string{}
+		h := maps.Clone(c.extra)
+		if h == nil {
+			h = map[string]string{}
+		}
 		if c.policy != "" {
 			h[spool.HeaderResult] = string(c.policy)
 		}
@@ -207,6 +224,12 @@ func TestDiscardResultsByType(t *testing.T) {
 			return nil
 		})
 	}
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		if _, err := uniq.Get(testCtx(t), spool.UniqueKVKey("metrics-unique")); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("the unique key is still held (%v)", err)
+		}
+		return nil
+	})
 	if _, err := consumer.New(e.nc, mux, consumer.WithDiscardResults("metrics.>.x")); !errors.Is(err, consumer.ErrInvalidOption) {
 		t.Errorf("a bad pattern: %v, want ErrInvalidOption", err)
 	}
