@@ -89,6 +89,7 @@ func (s *admission) attempt(lane int, msg jetstream.Msg, beat time.Time) {
 	if meta.ID != "" {
 		a.id = meta.ID
 	}
+	a.discard = s.policy.discardsResult(meta.Result, typ, hdr)
 	// A task handed back by a gate carries the attempts it used before
 	// this message (see taskIO.handBack).
 	a.attempt += meta.PriorAttempts
@@ -111,9 +112,11 @@ func (s *admission) attempt(lane int, msg jetstream.Msg, beat time.Time) {
 		// holds it; a younger one was handed back (a NAK at a worker's
 		// stop) and runs at once. On one server a redelivery means the
 		// earlier worker went an AckWait without a heartbeat: waiting for
-		// it would only spend deliveries of a task whose worker died.
+		// it would only spend deliveries of a task whose worker died. A
+		// task whose result is discarded has no completed outcome to wait
+		// for: it runs at once too.
 		held := s.replicated && time.Since(md.Timestamp) >= s.io.ackWait[p]
-		if held && (prior == nil || a.sameMessage(*prior) && prior.State == spool.StateProcessing) {
+		if held && !a.discard && (prior == nil || a.sameMessage(*prior) && prior.State == spool.StateProcessing) {
 			prior, a.rev = s.awaitOutcome(&a, prior, a.rev)
 		}
 		if prior != nil && a.sameMessage(*prior) {

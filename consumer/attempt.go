@@ -61,6 +61,9 @@ type attemptInfo struct {
 	// waiting for room in the result pipeline), so no stage lets the clock
 	// run longer than a heartbeat's interval.
 	beat time.Time
+	// discard: the task's completed result is not stored, only the
+	// marker that it completed (see WithDiscardResults).
+	discard bool
 	// wf is the workflow step the task runs, nil for a plain task.
 	wf *workflow.Ref
 	// rev is the revision of the task's result document as the attempt

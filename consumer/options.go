@@ -81,6 +81,9 @@ type config struct {
 	// Types are the task-type patterns the worker serves (WithTypes); nil
 	// takes them from the handler's Types method.
 	Types []string
+	// DiscardResults are the task-type patterns whose completed results
+	// are not stored (WithDiscardResults).
+	DiscardResults []string
 
 	// now is the clock used for task ages (the boost); tests shift it.
 	now func() time.Time

@@ -25,7 +25,8 @@ import (
 // server slow to store them (SyncAlways under load) piles up work.
 func pipelineDepth(maxSlots int) int { return max(64, 4*maxSlots) }
 
-// pipeline acks completed tasks once their result document is stored.
+// pipeline acks completed tasks once their result document is stored
+// (for a task whose result is discarded, the marker that it completed).
 //
 // put queues the document and returns at once; the pipeline's writer
 // publishes queued documents to the results bucket in bursts (see
@@ -104,6 +105,8 @@ type resultWrite struct {
 	id   string
 	rev  uint64 // the revision the write expects (see putFinal)
 	data []byte
+	// discard writes the marker of a discarded result instead of data.
+	discard bool
 }
 
 // completion is a completed attempt whose result write is in flight.
@@ -211,7 +214,7 @@ func (p *pipeline) put(a *attemptInfo, o outcome, doc *spool.Result) error {
 	tok := p.next
 	c.tok = tok
 	p.pending[tok] = c
-	p.queue = append(p.queue, resultWrite{tok: tok, id: c.doc.ID, rev: a.rev, data: data})
+	p.queue = append(p.queue, resultWrite{tok: tok, id: c.doc.ID, rev: a.rev, data: data, discard: c.doc.ResultDiscarded})
 	first := len(p.queue) == 1
 	p.mu.Unlock()
 	if first {
@@ -255,9 +258,14 @@ func (p *pipeline) writeLoop() {
 		for i, wr := range q {
 			// Conditional on the revision the attempt read, so a
 			// cancellation stored meanwhile is never overwritten.
-			m := &nats.Msg{Subject: p.subject(wr.id), Data: wr.data, Header: nats.Header{
-				jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(wr.rev, 10)},
-			}}
+			var m *nats.Msg
+			if wr.discard {
+				m = results.DiscardedMarker(p.subject(wr.id), wr.rev)
+			} else {
+				m = &nats.Msg{Subject: p.subject(wr.id), Data: wr.data, Header: nats.Header{
+					jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(wr.rev, 10)},
+				}}
+			}
 			if err := p.pub.PublishMsg(m, wr.tok); err != nil {
 				p.failTry(wr.tok, err)
 			}

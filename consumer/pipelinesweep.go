@@ -90,7 +90,7 @@ func (p *pipeline) resend(again []*completion) {
 			p.failTry(c.tok, err)
 			continue
 		}
-		writes = append(writes, resultWrite{tok: c.tok, id: c.a.id, rev: c.a.rev, data: data})
+		writes = append(writes, resultWrite{tok: c.tok, id: c.a.id, rev: c.a.rev, data: data, discard: c.doc.ResultDiscarded})
 	}
 	p.mu.Lock()
 	p.queue = append(p.queue, writes...)

@@ -120,7 +120,12 @@ func (s *settling) storedAlready(a attemptInfo, doc spool.Result) bool {
 // first.
 func (s *settling) complete(a attemptInfo, out []byte, o outcome) {
 	doc := a.doc(spool.StateCompleted)
-	doc.Result, doc.ResultEncoding = spool.ResultValue(out)
+	if a.discard {
+		// Only the marker is stored, and the event carries no output.
+		doc.ResultDiscarded = true
+	} else {
+		doc.Result, doc.ResultEncoding = spool.ResultValue(out)
+	}
 	fin := time.Now()
 	doc.FinishedAt = &fin
 	if a.uniqueKey == "" && a.wf == nil && a.order == nil {

@@ -83,6 +83,9 @@ func (c *Client) Cancel(ctx context.Context, id string, opts ...CancelOption) (s
 			ours = doc.FinishedAt != nil && doc.FinishedAt.Equal(cn.At)
 			break
 		}
+		if doc.ResultDiscarded {
+			return doc, fmt.Errorf("%w: task %q is completed (its result was discarded)", ErrTaskFinished, id)
+		}
 		if doc.State.Terminal() {
 			return doc, fmt.Errorf("%w: task %q is %s", ErrTaskFinished, id, doc.State)
 		}
@@ -122,28 +125,20 @@ func (c *Client) Cancel(ctx context.Context, id string, opts ...CancelOption) (s
 }
 
 // locate finds task id: its result document, else its schedule, else the
-// task in the stream. uniqueKey is the task's unique key when the
-// schedule or the queued task shows it.
+// task in the stream. rev is the revision of the task's key in the results
+// bucket (0: none), the one a cancelled document is written over.
+// uniqueKey is the task's unique key when the schedule or the queued task
+// shows it. A task that completed with its result discarded is reported
+// completed (discarded).
 func (c *Client) locate(ctx context.Context, id string) (doc spool.Result, rev uint64, uniqueKey string, err error) {
-	kv, err := c.resultsBucket(ctx)
-	if err != nil {
-		return doc, 0, "", err
+	st, err := c.readStored(ctx, id)
+	if err != nil || st.found || st.discarded != nil {
+		return st.outcome(id), st.rev, "", err
 	}
-	var entry jetstream.KeyValueEntry
-	err = c.do(ctx, "reading the result of task "+id, func(ctx context.Context) (err error) {
-		entry, err = kv.Get(ctx, id)
-		return err
-	})
-	switch {
-	case err == nil:
-		doc, err = decodeResult(id, entry)
-		return doc, entry.Revision(), "", err
-	case !errors.Is(err, jetstream.ErrKeyNotFound):
-		return doc, 0, "", fmt.Errorf("reading the result of task %q: %w", id, err)
-	}
+	rev = st.rev // 0, or a deleted document's revision
 	if doc, err = c.scheduledResult(ctx, id); err == nil {
 		uniqueKey, err = c.scheduleUniqueKey(ctx, id)
-		return doc, 0, uniqueKey, err
+		return doc, rev, uniqueKey, err
 	}
 	if !errors.Is(err, ErrTaskNotFound) {
 		return doc, 0, "", err
@@ -156,16 +151,9 @@ func (c *Client) locate(ctx context.Context, id string) (doc spool.Result, rev u
 		// A worker stores a task's result before its ack removes it from
 		// the stream: a task that finished after the first read of its
 		// result has it now.
-		err = c.do(ctx, "reading the result of task "+id, func(ctx context.Context) (err error) {
-			entry, err = kv.Get(ctx, id)
-			return err
-		})
-		if err == nil {
-			doc, err = decodeResult(id, entry)
-			return doc, entry.Revision(), "", err
-		}
-		if !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return doc, 0, "", fmt.Errorf("reading the result of task %q: %w", id, err)
+		st, err = c.readStored(ctx, id)
+		if err != nil || st.found || st.discarded != nil {
+			return st.outcome(id), st.rev, "", err
 		}
 		return doc, 0, "", fmt.Errorf("%w: task %q has no result, no pending schedule and is in no place of the task streams (never enqueued, or its result expired)", ErrTaskNotFound, id)
 	}
@@ -175,7 +163,17 @@ func (c *Client) locate(ctx context.Context, id string) (doc spool.Result, rev u
 	if p, typ, err := c.names.ParseTaskSubject(found.TaskSubject(c.names)); err == nil {
 		doc.Priority, doc.Type = p, typ
 	}
-	return doc, 0, msg.Header.Get(spool.HeaderUniqueKey), nil
+	return doc, rev, msg.Header.Get(spool.HeaderUniqueKey), nil
+}
+
+// outcome is the document st holds, or for the marker of a discarded
+// result the little it tells: the task completed, and when.
+func (st stored) outcome(id string) spool.Result {
+	if st.discarded == nil {
+		return st.doc
+	}
+	at := st.discarded.CompletedAt
+	return spool.Result{ID: id, State: spool.StateCompleted, FinishedAt: &at, ResultDiscarded: true}
 }
 
 // findTask looks for task id in every place of the task streams
@@ -302,17 +300,16 @@ func (c *Client) putResult(ctx context.Context, doc spool.Result, rev uint64) (s
 	if err != nil {
 		return false, fmt.Errorf("encoding the result of task %q: %w", doc.ID, err)
 	}
-	// A retried create or update whose first try was stored fails as a
-	// conflict: the caller reads again and finds its own document.
+	// A retried write whose first try was stored fails as a conflict: the
+	// caller reads again and finds its own document. An update over
+	// revision 0 creates the key only if it has no message at all: a
+	// worker's marker of a discarded result, a delete, is a write that
+	// came first.
 	err = c.do(ctx, "writing the cancelled result of task "+doc.ID, func(ctx context.Context) error {
-		if rev == 0 {
-			_, err := kv.Create(ctx, doc.ID, b)
-			return err
-		}
 		_, err := kv.Update(ctx, doc.ID, b, rev)
 		return err
 	})
-	if errors.Is(err, jetstream.ErrKeyExists) {
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return false, nil
 	}
 	if err != nil {

@@ -35,10 +35,13 @@ type Client struct {
 	tasks   jetstream.Stream // task stream, looked up once
 	limit   int              // largest task message accepted
 	results jetstream.KeyValue
-	unique  jetstream.KeyValue
-	cancels jetstream.KeyValue
-	wf      *workflow.Store
-	order   orderCache
+	// resultsLog is the results bucket's stream, whose last message on a
+	// key tells a discarded result from a missing one.
+	resultsLog jetstream.Stream
+	unique     jetstream.KeyValue
+	cancels    jetstream.KeyValue
+	wf         *workflow.Store
+	order      orderCache
 	// lastSubject is the task subject EnqueueAsync built last, which the
 	// next task most often shares.
 	lastSubject atomic.Pointer[lastSubject]
@@ -176,6 +179,30 @@ func (c *Client) Ready(ctx context.Context) error {
 
 func (c *Client) resultsBucket(ctx context.Context) (jetstream.KeyValue, error) {
 	return c.bucket(ctx, &c.results, c.names.ResultsBucket())
+}
+
+// resultsStream returns the stream of the results bucket, looked up on
+// first use.
+func (c *Client) resultsStream(ctx context.Context) (jetstream.Stream, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.resultsLog != nil {
+		return c.resultsLog, nil
+	}
+	name := "KV_" + c.names.ResultsBucket()
+	var s jetstream.Stream
+	err := c.do(ctx, "looking up stream "+name, func(ctx context.Context) (err error) {
+		s, err = c.js.Stream(ctx, name)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, &spool.NotProvisionedError{Kind: "KV bucket", Name: c.names.ResultsBucket(), Err: err}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("looking up stream %q: %w", name, err)
+	}
+	c.resultsLog = s
+	return s, nil
 }
 
 func (c *Client) uniqueBucket(ctx context.Context) (jetstream.KeyValue, error) {

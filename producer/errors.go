@@ -3,6 +3,7 @@ package producer
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -52,6 +53,12 @@ var (
 	// has picked the task up yet: it is queued, or parked, held or in a
 	// waiting room; it expired; or there never was such a task).
 	ErrTaskNotFound = errors.New("task not found")
+	// ErrResultDiscarded: the task completed and its result was discarded
+	// (spool.DiscardResult, or the worker's rule for its type): nothing
+	// but the marker that it completed is kept, so there is no document to
+	// return. The error is a *ResultDiscardedError. Its events and counters
+	// saw the completion as any task's.
+	ErrResultDiscarded = errors.New("result discarded")
 	// ErrTaskFinished: Cancel found the task already in a terminal state
 	// (completed, dead or cancelled); nothing was changed.
 	ErrTaskFinished = errors.New("task already finished")
@@ -79,6 +86,23 @@ func (e *TaskNotFoundError) Error() string {
 
 // Is reports whether target is ErrTaskNotFound.
 func (e *TaskNotFoundError) Is(target error) bool { return target == ErrTaskNotFound }
+
+// ResultDiscardedError is ErrResultDiscarded for one task: it completed,
+// and its result was not kept. errors.Is(err, ErrResultDiscarded) holds.
+type ResultDiscardedError struct {
+	// ID is the task id asked for.
+	ID string
+	// CompletedAt is when the marker of its completion was stored.
+	CompletedAt time.Time
+}
+
+func (e *ResultDiscardedError) Error() string {
+	return fmt.Sprintf("task %q completed at %s and its result was discarded (Spool-Result: discard): no result document is kept",
+		e.ID, e.CompletedAt.UTC().Format(time.RFC3339))
+}
+
+// Is reports whether target is ErrResultDiscarded.
+func (e *ResultDiscardedError) Is(target error) bool { return target == ErrResultDiscarded }
 
 // InvalidTaskError is the validation error of a task: spool.FieldError,
 // whose Field is the JSON name used by the HTTP API (type, priority, id,

@@ -161,6 +161,15 @@ func Unique(key string, ttl time.Duration) EnqueueOption {
 // task under, such as a customer id.
 func Key(key string) EnqueueOption { return func(t *Task) { t.Key = key } }
 
+// DiscardResult keeps no result document of the task when it completes
+// (Spool-Result: discard): Result and Wait answer ErrResultDiscarded. Its
+// events, counters, failures and dead letter are kept.
+func DiscardResult() EnqueueOption { return func(t *Task) { t.ResultPolicy = spool.DiscardResult } }
+
+// KeepResult keeps the task's result document even where the worker
+// discards the results of its type (Spool-Result: keep).
+func KeepResult() EnqueueOption { return func(t *Task) { t.ResultPolicy = spool.KeepResult } }
+
 // ProcessAt delays the task until at; a time not in the future runs now.
 func ProcessAt(at time.Time) EnqueueOption {
 	return func(t *Task) { t.ProcessAt, t.Delay = at, 0 }

@@ -21,35 +21,34 @@ import (
 // gives ErrTaskNotFound: still queued or waiting beside the task subjects
 // (parked while its type is paused, held for its key's turn, in a
 // concurrency limit's waiting room, see streams.Places), expired, or never
-// enqueued. Result reads no backlog to tell these apart; Cancel does.
+// enqueued. Result reads no backlog to tell these apart; Cancel does. A
+// task that completed with its result discarded (spool.DiscardResult, or
+// the worker's rule for its type) has no document: Result returns a
+// *ResultDiscardedError, which wraps ErrResultDiscarded.
 func (c *Client) Result(ctx context.Context, id string) (spool.Result, error) {
 	if err := spool.ValidateID(id); err != nil {
 		return spool.Result{}, invalid("id", err)
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	kv, err := c.resultsBucket(ctx)
-	if err != nil {
+	st, err := c.readStored(ctx, id)
+	switch {
+	case err != nil:
 		return spool.Result{}, err
+	case st.discarded != nil:
+		return spool.Result{}, st.discarded
+	case st.found:
+		return st.doc, nil
 	}
-	var entry jetstream.KeyValueEntry
-	err = c.do(ctx, "reading the result of task "+id, func(ctx context.Context) (err error) {
-		entry, err = kv.Get(ctx, id)
-		return err
-	})
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return c.scheduledResult(ctx, id)
-	}
-	if err != nil {
-		return spool.Result{}, fmt.Errorf("reading the result of task %q: %w", id, err)
-	}
-	return decodeResult(id, entry)
+	return c.scheduledResult(ctx, id)
 }
 
 // Wait waits until the result document of task id reaches a terminal
 // state (completed, dead or cancelled) and returns it. It waits as long as ctx
 // allows: give it a deadline. A document that is not there yet is waited
-// for.
+// for. A task whose result is discarded ends the wait as it completes,
+// with a *ResultDiscardedError (ErrResultDiscarded): the marker it leaves
+// in place of its document is written before its ack, like any result.
 //
 // Wait needs no JetStream consumer, whose creation an election could
 // swallow: it subscribes to the key's subject ($KV.<bucket>.<id>) with
@@ -119,6 +118,15 @@ func (c *Client) Wait(ctx context.Context, id string) (spool.Result, error) {
 			}
 			return last, fmt.Errorf("waiting for task %q: %w", id, err)
 		case m := <-updates:
+			if spool.IsDiscardedMarker(m.Header) {
+				// Completed with its result discarded: confirmed by a
+				// read, as a terminal document is.
+				if confirming == 0 {
+					confirming = 1
+					recheck.Reset(0)
+				}
+				continue
+			}
 			if op := m.Header.Get(kvOperationHeader); op != "" {
 				continue // a deleted or purged document
 			}
@@ -167,39 +175,68 @@ const WaitRecheck = 5 * time.Second
 const kvOperationHeader = "KV-Operation"
 
 // readResult reads the result document of id, retried through an
-// election within ctx; found is false when there is none yet.
+// election within ctx; found is false when there is none yet. The marker
+// of a discarded result gives its *ResultDiscardedError.
 func (c *Client) readResult(ctx context.Context, id string) (r spool.Result, found bool, err error) {
-	kv, err := c.resultsBucket(ctx)
-	if err != nil {
+	st, err := c.readStored(ctx, id)
+	switch {
+	case err != nil:
 		return r, false, err
+	case st.discarded != nil:
+		return r, false, st.discarded
 	}
-	var entry jetstream.KeyValueEntry
+	return st.doc, st.found, nil
+}
+
+// stored is what the results bucket holds for a task: its document
+// (found), the marker of its discarded result (discarded), or neither.
+type stored struct {
+	doc       spool.Result
+	found     bool
+	discarded *ResultDiscardedError
+	// rev is the sequence of the key's last message, a delete's too; 0
+	// when the key has none. A write over it succeeds only if nobody
+	// wrote the key since.
+	rev uint64
+}
+
+// readStored reads the last message of task id's key in the results
+// bucket, retried through an election within ctx. Reading the message
+// rather than the KV entry shows what a delete says: the marker of a
+// discarded result (spool.IsDiscardedMarker) is a delete.
+func (c *Client) readStored(ctx context.Context, id string) (stored, error) {
+	s, err := c.resultsStream(ctx)
+	if err != nil {
+		return stored{}, err
+	}
+	var msg *jetstream.RawStreamMsg
 	err = c.do(ctx, "reading the result of task "+id, func(ctx context.Context) (err error) {
-		entry, err = kv.Get(ctx, id)
+		msg, err = s.GetLastMsgForSubject(ctx, c.names.ResultSubject(id))
 		return err
 	})
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return r, false, nil
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return stored{}, nil
 	}
 	if err != nil {
-		return r, false, fmt.Errorf("reading the result of task %q: %w", id, err)
+		return stored{}, fmt.Errorf("reading the result of task %q: %w", id, err)
 	}
-	r, err = decodeResult(id, entry)
-	return r, err == nil, err
+	st := stored{rev: msg.Sequence}
+	switch {
+	case spool.IsDiscardedMarker(msg.Header):
+		st.discarded = &ResultDiscardedError{ID: id, CompletedAt: msg.Time}
+	case msg.Header.Get(kvOperationHeader) != "":
+		// A deleted document.
+	default:
+		if err := spool.DecodeDocument(resultDocument, id, msg.Data, &st.doc); err != nil {
+			return st, err
+		}
+		st.found = true
+	}
+	return st, nil
 }
 
 // resultDocument is the kind of document a *spool.DocumentError names.
 const resultDocument = "result document"
-
-// decodeResult decodes a stored result document; one that cannot be
-// decoded gives a *spool.DocumentError (spool.ErrInvalidDocument).
-func decodeResult(id string, entry jetstream.KeyValueEntry) (spool.Result, error) {
-	var r spool.Result
-	if err := spool.DecodeDocument(resultDocument, id, entry.Value(), &r); err != nil {
-		return r, err
-	}
-	return r, nil
-}
 
 // scheduledResult describes task id from its pending schedule, or returns
 // ErrTaskNotFound when it has none.

@@ -40,6 +40,14 @@ type Task struct {
 	// bytes without CR or LF), sent as Spool-Key: per-key concurrency and
 	// rate limits count the task under it. Empty: no key.
 	Key string
+	// ResultPolicy says whether the worker keeps the task's output, sent
+	// as Spool-Result: spool.DiscardResult stores no result document when
+	// the task completes (Result and Wait then answer ErrResultDiscarded;
+	// its events, failures and dead letter are kept), spool.KeepResult
+	// keeps it even where the worker discards the type's results. Empty:
+	// the worker's rule for the type, which keeps results unless told
+	// otherwise.
+	ResultPolicy spool.ResultPolicy
 	// ProcessAt delays the task until this time; a time not in the future
 	// runs now. Set at most one of ProcessAt and Delay.
 	ProcessAt time.Time
@@ -125,6 +133,7 @@ func (c *Client) prepare(t Task, now time.Time, limit int, last *lastSubject) (p
 		UniqueKey:   t.UniqueKey,
 		UniqueTTL:   t.UniqueTTL,
 		Key:         t.Key,
+		Result:      t.ResultPolicy,
 		TraceParent: t.TraceParent,
 		TraceState:  t.TraceState,
 	}

@@ -30,6 +30,9 @@ var (
 	// ErrInvalidKey: a flow-control key (Spool-Key) is too long or holds
 	// CR or LF.
 	ErrInvalidKey = errors.New("invalid key")
+	// ErrInvalidResultPolicy: a result policy (Spool-Result) is neither
+	// keep nor discard.
+	ErrInvalidResultPolicy = errors.New("invalid result policy")
 	// ErrInvalidDelay: the delay or process-at time is malformed or
 	// negative, or both are set.
 	ErrInvalidDelay = errors.New("invalid delay")

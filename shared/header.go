@@ -28,6 +28,14 @@ const (
 	// HeaderKey is the task's flow-control key (a customer or tenant id):
 	// per-key concurrency and rate limits count tasks by it.
 	HeaderKey = "Spool-Key"
+	// HeaderResult says whether the worker keeps the task's output in the
+	// results bucket: "keep" or "discard" (ResultPolicy). Absent: the
+	// worker's rule for the type, which keeps it unless the worker was
+	// told to discard the type's results. On the results bucket the same
+	// name, with the value "discarded", marks the delete marker a task
+	// whose result is discarded leaves when it completes
+	// (IsDiscardedMarker).
+	HeaderResult = "Spool-Result"
 	// HeaderPriorAttempts is set by a worker that hands a task back for
 	// flow control (a limit was full): the attempts the task used before
 	// this message, so the hand-back costs none of its retries.
@@ -123,6 +131,9 @@ type Meta struct {
 	UniqueTTL time.Duration
 	// Key is the flow-control key (Spool-Key), empty when absent.
 	Key string
+	// Result is the task's result policy (Spool-Result), empty when
+	// absent: the worker's rule for the type decides.
+	Result ResultPolicy
 	// PriorAttempts and Deferrals are set by workers on a task handed back
 	// for flow control (Spool-Prior-Attempts, Spool-Deferrals); 0 when
 	// absent. A publisher does not set them.
@@ -149,6 +160,9 @@ func (m Meta) Validate() error {
 		return err
 	}
 	if err := validateKey(m.Key); err != nil {
+		return err
+	}
+	if err := validateResultPolicy(m.Result); err != nil {
 		return err
 	}
 	if err := validateFlowCounts(m.PriorAttempts, m.Deferrals); err != nil {
@@ -181,6 +195,7 @@ func (m Meta) Encode(h nats.Header) error {
 		h.Set(HeaderUniqueTTL, m.UniqueTTL.String())
 	}
 	set(HeaderKey, m.Key)
+	set(HeaderResult, string(m.Result))
 	if m.PriorAttempts > 0 {
 		h.Set(HeaderPriorAttempts, strconv.Itoa(m.PriorAttempts))
 	}
@@ -225,6 +240,7 @@ func DecodeMeta(h nats.Header) (Meta, error) {
 		return m, err
 	}
 	m.Key = headerValue(h, HeaderKey)
+	m.Result = ResultPolicy(headerValue(h, HeaderResult))
 	if m.PriorAttempts, err = flowCount(h, HeaderPriorAttempts); err != nil {
 		return m, err
 	}

@@ -101,6 +101,10 @@ type Result struct {
 	// Snoozes counts the times the handler snoozed the task; those
 	// deliveries are not attempts.
 	Snoozes int `json:"snoozes,omitempty"`
+	// ResultDiscarded is set in the completed event of a task whose
+	// result is discarded (Spool-Result: discard, or the worker's rule for
+	// its type): the event carries no output, and no document is stored.
+	ResultDiscarded bool `json:"result_discarded,omitempty"`
 }
 
 // Output returns the handler's output, byte for byte: Result's string for

@@ -85,6 +85,9 @@ func AppendResult(b []byte, doc *Result) (_ []byte, ok bool) {
 			return nil, false
 		}
 	}
+	if doc.ResultDiscarded {
+		b = append(b, `,"result_discarded":true`...)
+	}
 	return append(b, '}'), true
 }
 

@@ -231,7 +231,7 @@ func TestMetaRoundTrip(t *testing.T) {
 	retries := 5
 	in := spool.Meta{
 		ID: "task-1", MaxRetries: &retries, Timeout: 90 * time.Second,
-		UniqueKey: "user:42", UniqueTTL: time.Hour, Key: "customer 42", PriorAttempts: 2, Deferrals: 3,
+		UniqueKey: "user:42", UniqueTTL: time.Hour, Key: "customer 42", Result: spool.DiscardResult, PriorAttempts: 2, Deferrals: 3,
 		TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
 	}
 	h := nats.Header{}
@@ -247,7 +247,7 @@ func TestMetaRoundTrip(t *testing.T) {
 	}
 	if out.ID != in.ID || *out.MaxRetries != 5 || out.Timeout != in.Timeout || out.UniqueKey != in.UniqueKey ||
 		out.UniqueTTL != in.UniqueTTL || out.TraceParent != in.TraceParent || out.Key != in.Key ||
-		out.PriorAttempts != in.PriorAttempts || out.Deferrals != in.Deferrals {
+		out.PriorAttempts != in.PriorAttempts || out.Deferrals != in.Deferrals || out.Result != in.Result {
 		t.Fatalf("round trip: got %+v, want %+v", out, in)
 	}
 }

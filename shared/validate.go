@@ -13,17 +13,18 @@ import (
 // task field is checked: the Go library, the HTTP broker (the code of its
 // JSON error answers), the producer CLI and the consumer's header decoding.
 const (
-	CodeInvalidPriority   = "invalid_priority"
-	CodeInvalidType       = "invalid_type"
-	CodeInvalidID         = "invalid_id"
-	CodeInvalidHeader     = "invalid_header"
-	CodeInvalidMaxRetries = "invalid_max_retries"
-	CodeInvalidTimeout    = "invalid_timeout"
-	CodeInvalidUnique     = "invalid_unique"
-	CodeInvalidKey        = "invalid_key"
-	CodeInvalidDelay      = "invalid_delay"
-	CodeInvalidPayload    = "invalid_payload"
-	CodePayloadTooLarge   = "payload_too_large"
+	CodeInvalidPriority     = "invalid_priority"
+	CodeInvalidType         = "invalid_type"
+	CodeInvalidID           = "invalid_id"
+	CodeInvalidHeader       = "invalid_header"
+	CodeInvalidMaxRetries   = "invalid_max_retries"
+	CodeInvalidTimeout      = "invalid_timeout"
+	CodeInvalidUnique       = "invalid_unique"
+	CodeInvalidKey          = "invalid_key"
+	CodeInvalidResultPolicy = "invalid_result_policy"
+	CodeInvalidDelay        = "invalid_delay"
+	CodeInvalidPayload      = "invalid_payload"
+	CodePayloadTooLarge     = "payload_too_large"
 )
 
 // codes maps the validation sentinels to their codes, most specific first:
@@ -39,6 +40,7 @@ var codes = [...]struct {
 	{ErrInvalidTimeout, CodeInvalidTimeout},
 	{ErrInvalidUnique, CodeInvalidUnique},
 	{ErrInvalidKey, CodeInvalidKey},
+	{ErrInvalidResultPolicy, CodeInvalidResultPolicy},
 	{ErrInvalidDelay, CodeInvalidDelay},
 	{ErrInvalidPayload, CodeInvalidPayload},
 	{ErrPayloadTooLarge, CodePayloadTooLarge},
@@ -56,6 +58,7 @@ const (
 	fieldUniqueKey   = "unique_key"
 	fieldUniqueTTL   = "unique_ttl"
 	fieldKey         = "key"
+	fieldResult      = "result_policy"
 	fieldFlow        = "headers" // Spool-Prior-Attempts, Spool-Deferrals: set by workers only
 	fieldProcessAt   = "process_at"
 	fieldDelay       = "delay"
@@ -70,7 +73,8 @@ const (
 type FieldError struct {
 	// Field is the field's JSON name in the HTTP API: type, priority, id,
 	// payload, payload_base64, max_retries, timeout, unique_key,
-	// unique_ttl, key, process_at, delay, headers, traceparent or tracestate.
+	// unique_ttl, key, result_policy, process_at, delay, headers,
+	// traceparent or tracestate.
 	Field string
 	// Code is the stable error code of the broker's JSON answers
 	// (CodeInvalidType, ...), that of the sentinel Err wraps.
@@ -149,6 +153,7 @@ var fieldOfHeader = map[string]string{
 	HeaderTimeout:    fieldTimeout,
 	HeaderUniqueKey:  fieldUniqueKey,
 	HeaderUniqueTTL:  fieldUniqueTTL,
+	HeaderResult:     fieldResult,
 }
 
 // Unwrap returns the underlying validation error.
@@ -179,7 +184,8 @@ type TaskFields struct {
 }
 
 // Validate checks the fields in order (priority, type, id, max retries,
-// timeout, key, unique key and TTL, trace context, delay, headers) and returns a
+// timeout, key, result policy, unique key and TTL, trace context, delay,
+// headers) and returns a
 // *FieldError for the first one at fault.
 func (f TaskFields) Validate() error {
 	if !f.Priority.Valid() {

@@ -55,6 +55,9 @@ func TestTaskFieldsValidate(t *testing.T) {
 		}), nil, "", ""},
 		{"process-at", ok(func(f *spool.TaskFields) { f.ProcessAt = time.Now().Add(time.Hour) }), nil, "", ""},
 		{"zero retries", ok(func(f *spool.TaskFields) { f.Meta.MaxRetries = new(0) }), nil, "", ""},
+		{"result discarded", ok(func(f *spool.TaskFields) { f.Meta.Result = spool.DiscardResult }), nil, "", ""},
+		{"result kept", ok(func(f *spool.TaskFields) { f.Meta.Result = spool.KeepResult }), nil, "", ""},
+		{"result policy", ok(func(f *spool.TaskFields) { f.Meta.Result = "drop" }), spool.ErrInvalidResultPolicy, "result_policy", "invalid_result_policy"},
 		{"priority", ok(func(f *spool.TaskFields) { f.Priority = 7 }), spool.ErrInvalidPriority, "priority", "invalid_priority"},
 		{"empty type", ok(func(f *spool.TaskFields) { f.Type = "" }), spool.ErrInvalidType, "type", "invalid_type"},
 		{"type", ok(func(f *spool.TaskFields) { f.Type = "a b" }), spool.ErrInvalidType, "type", "invalid_type"},
@@ -127,6 +130,9 @@ func TestDecodeMeta(t *testing.T) {
 		{"unique key too long", nats.Header{"Spool-Unique-Key": {strings.Repeat("k", 257)}, "Spool-Unique-TTL": {"1m"}}, "", spool.ErrInvalidUnique, "unique_key", "invalid_unique"},
 		{"flow-control fields", nats.Header{"Spool-Key": {"customer 42"}, "Spool-Prior-Attempts": {"2"}, "Spool-Deferrals": {"7"}}, "", nil, "", ""},
 		{"flow key too long", nats.Header{"Spool-Key": {strings.Repeat("k", 257)}}, "", spool.ErrInvalidKey, "key", "invalid_key"},
+		{"result discarded", nats.Header{"Spool-Result": {"discard"}}, "", nil, "", ""},
+		{"result kept, header in another case", nats.Header{"Spool-RESULT": {"keep"}}, "", nil, "", ""},
+		{"result policy unknown", nats.Header{"Spool-Result": {"Discard"}}, "", spool.ErrInvalidResultPolicy, "result_policy", "invalid_result_policy"},
 		{"prior attempts not a number", nats.Header{"Spool-Prior-Attempts": {"two"}}, "", spool.ErrInvalidHeader, "headers", "invalid_header"},
 		{"deferrals negative", nats.Header{"Spool-Deferrals": {"-1"}}, "", spool.ErrInvalidHeader, "headers", "invalid_header"},
 	}
@@ -186,6 +192,7 @@ func TestSameCodeEverywhere(t *testing.T) {
 		{"timeout", spool.TaskFields{Meta: spool.Meta{Timeout: 48 * time.Hour}}, nats.Header{"Spool-Timeout": {"48h"}}},
 		{"unique", spool.TaskFields{Meta: spool.Meta{UniqueKey: "k"}}, nats.Header{"Spool-Unique-Key": {"k"}}},
 		{"id", spool.TaskFields{Meta: spool.Meta{ID: "a*"}}, nats.Header{"Spool-Task-Id": {"a*"}}},
+		{"result policy", spool.TaskFields{Meta: spool.Meta{Result: "never"}}, nats.Header{"Spool-Result": {"never"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -16,33 +16,37 @@ import (
 // The codes of task fields are spool's, the same in the Go library, the
 // CLI and the consumer.
 const (
-	CodeInvalidJSON       = "invalid_json"
-	CodeInvalidPriority   = spool.CodeInvalidPriority
-	CodeInvalidType       = spool.CodeInvalidType
-	CodeInvalidID         = spool.CodeInvalidID
-	CodeInvalidHeader     = spool.CodeInvalidHeader
-	CodeInvalidMaxRetries = spool.CodeInvalidMaxRetries
-	CodeInvalidTimeout    = spool.CodeInvalidTimeout
-	CodeInvalidUnique     = spool.CodeInvalidUnique
-	CodeInvalidDelay      = spool.CodeInvalidDelay
-	CodeInvalidPayload    = spool.CodeInvalidPayload
-	CodeInvalidWait       = "invalid_wait"
-	CodePayloadTooLarge   = spool.CodePayloadTooLarge
-	CodeBodyTooLarge      = "body_too_large"
-	CodeBatchTooLarge     = "batch_too_large"
-	CodeUnauthorized      = "unauthorized"
-	CodeNotFound          = "not_found"
-	CodeMethodNotAllowed  = "method_not_allowed"
-	CodeDuplicateUnique   = "duplicate_unique"
-	CodeQueueFull         = "queue_full"
-	CodeUnavailable       = "unavailable"
-	CodeInvalidFilter     = "invalid_filter"
-	CodeFilterRequired    = "filter_required"
-	CodeInvalidSeq        = "invalid_seq"
-	CodeNotReplayable     = "not_replayable"
-	CodeTaskFinished      = "task_finished"
-	CodeNotCompleted      = "not_completed"
-	CodeInvalidDocument   = spool.CodeInvalidDocument
+	CodeInvalidJSON         = "invalid_json"
+	CodeInvalidPriority     = spool.CodeInvalidPriority
+	CodeInvalidType         = spool.CodeInvalidType
+	CodeInvalidID           = spool.CodeInvalidID
+	CodeInvalidHeader       = spool.CodeInvalidHeader
+	CodeInvalidMaxRetries   = spool.CodeInvalidMaxRetries
+	CodeInvalidTimeout      = spool.CodeInvalidTimeout
+	CodeInvalidUnique       = spool.CodeInvalidUnique
+	CodeInvalidResultPolicy = spool.CodeInvalidResultPolicy
+	CodeInvalidDelay        = spool.CodeInvalidDelay
+	CodeInvalidPayload      = spool.CodeInvalidPayload
+	CodeInvalidWait         = "invalid_wait"
+	CodePayloadTooLarge     = spool.CodePayloadTooLarge
+	CodeBodyTooLarge        = "body_too_large"
+	CodeBatchTooLarge       = "batch_too_large"
+	CodeUnauthorized        = "unauthorized"
+	CodeNotFound            = "not_found"
+	CodeMethodNotAllowed    = "method_not_allowed"
+	CodeDuplicateUnique     = "duplicate_unique"
+	CodeQueueFull           = "queue_full"
+	CodeUnavailable         = "unavailable"
+	CodeInvalidFilter       = "invalid_filter"
+	CodeFilterRequired      = "filter_required"
+	CodeInvalidSeq          = "invalid_seq"
+	CodeNotReplayable       = "not_replayable"
+	CodeTaskFinished        = "task_finished"
+	CodeNotCompleted        = "not_completed"
+	// CodeResultDiscarded (410): the task completed and its result was
+	// discarded, so there is no document nor output to answer.
+	CodeResultDiscarded = "result_discarded"
+	CodeInvalidDocument = spool.CodeInvalidDocument
 )
 
 // retryAfter is the Retry-After (seconds) sent with 503 answers.
@@ -55,7 +59,8 @@ type apiError struct {
 	Message    string `json:"message"`
 	Field      string `json:"field,omitempty"`
 	ExistingID string `json:"existing_id,omitempty"`
-	// State is the task's terminal state (task_finished).
+	// State is the task's terminal state (task_finished,
+	// result_discarded).
 	State string `json:"state,omitempty"`
 }
 
@@ -76,6 +81,7 @@ var sentinelCodes = []struct {
 }{
 	{producer.ErrQueueFull, http.StatusServiceUnavailable, CodeQueueFull},
 	{producer.ErrTaskNotFound, http.StatusNotFound, CodeNotFound},
+	{producer.ErrResultDiscarded, http.StatusGone, CodeResultDiscarded},
 	{producer.ErrNotProvisioned, http.StatusServiceUnavailable, CodeUnavailable},
 	// A retry budget that ran out: the message says the cluster was
 	// unavailable and for how long the broker tried.
@@ -116,7 +122,11 @@ func fromError(err error) *apiError {
 	}
 	for _, s := range sentinelCodes {
 		if errors.Is(err, s.err) {
-			return newError(s.status, s.code, "", err.Error())
+			e := newError(s.status, s.code, "", err.Error())
+			if s.code == CodeResultDiscarded {
+				e.State = string(spool.StateCompleted)
+			}
+			return e
 		}
 	}
 	return newError(http.StatusServiceUnavailable, CodeUnavailable, "", err.Error())

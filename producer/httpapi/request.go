@@ -38,6 +38,10 @@ type TaskRequest struct {
 	// Key is the flow-control key (Spool-Key) per-key limits count the
 	// task under, such as a customer id.
 	Key string `json:"key,omitempty"`
+	// ResultPolicy (Spool-Result) is "discard" to keep no result document
+	// when the task completes, or "keep" to keep it where the worker
+	// discards the type's results; absent: the worker's rule.
+	ResultPolicy string `json:"result_policy,omitempty"`
 	// ProcessAt (RFC 3339) or Delay (a Go duration) delay the task.
 	ProcessAt string `json:"process_at,omitempty"`
 	Delay     string `json:"delay,omitempty"`
@@ -59,14 +63,15 @@ type BatchRequest struct {
 // value; the library checks the rest when it enqueues.
 func (tr TaskRequest) task(r *http.Request) (producer.Task, error) {
 	t := producer.Task{
-		Type:        tr.Type,
-		ID:          tr.ID,
-		MaxRetries:  tr.MaxRetries,
-		UniqueKey:   tr.UniqueKey,
-		Key:         tr.Key,
-		Headers:     tr.Headers,
-		TraceParent: tr.TraceParent,
-		TraceState:  tr.TraceState,
+		Type:         tr.Type,
+		ID:           tr.ID,
+		MaxRetries:   tr.MaxRetries,
+		UniqueKey:    tr.UniqueKey,
+		Key:          tr.Key,
+		ResultPolicy: spool.ResultPolicy(tr.ResultPolicy),
+		Headers:      tr.Headers,
+		TraceParent:  tr.TraceParent,
+		TraceState:   tr.TraceState,
 	}
 	if t.TraceParent == "" && r != nil {
 		t.TraceParent, t.TraceState = r.Header.Get("traceparent"), r.Header.Get("tracestate")

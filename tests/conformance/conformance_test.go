@@ -51,6 +51,7 @@ var behaviours = []behaviour{
 	{"unique-key-refuses-second", testUnique, nil},
 	{"priorities-both-served", testPriorities, nil},
 	{"graceful-stop-hands-back", testGracefulStop, nil},
+	{"discarded-result-completes-without-document", testDiscardedResult, nil},
 }
 
 func TestConformance(t *testing.T) {

@@ -318,6 +318,16 @@ func TestDashboard(t *testing.T) {
 	b.do("confirming the removal", 10*time.Second, press("#confirm-ok"))
 	b.waitJS("the limit gone", `document.querySelector('#limits-list tr[data-type="demo.sleep"]') === null`, 10*time.Second)
 
+	// 4d. A task whose result is discarded: the lookup says it completed
+	// and kept no document, and offers no cancel.
+	post(t, ctx, st.BrokerURL+"/v1/tasks", `{"type":"demo.echo","id":"ui-gone-1","result_policy":"discard","payload":{"n":1}}`)
+	b.do("looking the discarded task up", 10*time.Second,
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("#lookup-id").value = ""`),
+		chromedp.SendKeys(chromedp.CSS("#lookup-id"), "ui-gone-1"),
+		press("#lookup-go"),
+	)
+	b.waitJS("the discarded result", `document.querySelector("#lookup-message").textContent.startsWith("Task ui-gone-1 completed; its result was discarded") && document.querySelector("#lookup-result").hidden && document.querySelector("#cancel-form").hidden`, 15*time.Second)
+
 	// 5. Nothing left the broker's origin.
 	reqs := b.requested()
 	if len(reqs) < 10 {

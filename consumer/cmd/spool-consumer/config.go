@@ -82,6 +82,11 @@ type Config struct {
 	// subscribers on <prefix>.events.>; false saves their cost where
 	// nobody watches. SPOOL_EVENTS, default true.
 	Events bool `envconfig:"EVENTS" default:"true" desc:"publish task events on <prefix>.events.> (false: none, where nobody watches them)"`
+	// DiscardResults are the task types whose completed results are not
+	// kept (consumer.WithDiscardResults): comma-separated types or
+	// patterns ("metrics.push,cache.*"). A task's Spool-Result header
+	// wins. SPOOL_DISCARD_RESULTS, default none.
+	DiscardResults string `envconfig:"DISCARD_RESULTS" desc:"task types or patterns whose completed results are not kept, comma-separated (default none)"`
 	// StatsInterval is how often the one-line summary is logged; 0 turns it
 	// off. SPOOL_STATS_INTERVAL, default 10s.
 	StatsInterval time.Duration `envconfig:"STATS_INTERVAL" default:"10s" desc:"how often the one-line summary is logged (0: never)"`
@@ -119,6 +124,7 @@ type Config struct {
 	RemoteRoutesFile string `envconfig:"REMOTE_ROUTES_FILE" desc:"JSON file of remote handler routes, after SPOOL_REMOTE_ROUTES (default none)"`
 
 	partition int // -1: all
+	discard   []string
 	weights   consumer.Weights
 	boost     []consumer.BoostStep
 	routes    []remote.Route
@@ -139,6 +145,9 @@ func (c *Config) Validate() error {
 	}
 	if c.boost, err = parseBoost(c.Boost); err != nil {
 		return fmt.Errorf("SPOOL_BOOST: %w", err)
+	}
+	if c.discard, err = parsePatterns(c.DiscardResults); err != nil {
+		return fmt.Errorf("SPOOL_DISCARD_RESULTS: %w", err)
 	}
 	if c.routes, err = parseRoutes(c.RemoteRoutes); err != nil {
 		return fmt.Errorf("SPOOL_REMOTE_ROUTES: %w", err)
@@ -211,7 +220,23 @@ func (c *Config) Options() []consumer.Option {
 		consumer.WithAutoscale(c.ScaleUpFill, c.ScaleDownIdle),
 		consumer.WithProcessingDelay(c.ProcessingDelay),
 		consumer.WithEvents(c.Events),
+		consumer.WithDiscardResults(c.discard...),
 	}
+}
+
+// parsePatterns reads comma-separated task types or type patterns.
+func parsePatterns(s string) ([]string, error) {
+	var out []string
+	for p := range strings.SplitSeq(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		if err := spool.ValidateTypePattern(p); err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // handlerTimeout is the part of the shutdown timeout running handlers get

@@ -86,6 +86,12 @@ func TestConfigLoad(t *testing.T) {
 		{name: "route twice", env: map[string]string{"SPOOL_REMOTE_ROUTES": "a=h,a=g"}, wantErr: "routed twice"},
 		{name: "routes file unknown field", env: map[string]string{"SPOOL_REMOTE_ROUTES_FILE": writeFile(t, `{"routes":[{"type":"a","subject":"h","timeuot":"5s"}]}`)}, wantErr: "SPOOL_REMOTE_ROUTES_FILE"},
 		{name: "routes file missing", env: map[string]string{"SPOOL_REMOTE_ROUTES_FILE": "/nonexistent/routes.json"}, wantErr: "SPOOL_REMOTE_ROUTES_FILE"},
+		{name: "discarded results", env: map[string]string{"SPOOL_DISCARD_RESULTS": "metrics.push, cache.*,"}, check: func(t *testing.T, c *Config) {
+			if !slices.Equal(c.discard, []string{"metrics.push", "cache.*"}) {
+				t.Errorf("discard %q", c.discard)
+			}
+		}},
+		{name: "discarded results bad pattern", env: map[string]string{"SPOOL_DISCARD_RESULTS": "a.>.b"}, wantErr: "SPOOL_DISCARD_RESULTS"},
 		{name: "strict", env: map[string]string{"SPOOL_STRICT": "true", "SPOOL_WORKER_NAME": "w1"}, check: func(t *testing.T, c *Config) {
 			if !c.Strict || c.WorkerName != "w1" {
 				t.Errorf("%+v", c)

@@ -309,17 +309,43 @@ func (r *Store) ReadFromLeader(ctx context.Context, id string) (doc spool.Result
 
 // PutAt stores doc under doc.ID only if the key's revision is still rev
 // (0: the key has no message at all), and waits for the acknowledgement.
-// A write that lost the race fails with an error IsConflict reports.
+// A write that lost the race fails with an error IsConflict reports. A
+// completed doc whose result is discarded (ResultDiscarded) stores the
+// marker of a discarded result instead of the document.
 func (r *Store) PutAt(ctx context.Context, doc spool.Result, rev uint64) error {
 	b, err := r.encode(&doc)
 	if err != nil {
 		return err
 	}
-	if _, err := r.results.Update(ctx, doc.ID, b, rev); err != nil {
+	if doc.ResultDiscarded {
+		err = r.putDiscardedAt(ctx, doc.ID, rev)
+	} else {
+		_, err = r.results.Update(ctx, doc.ID, b, rev)
+	}
+	if err != nil {
 		return fmt.Errorf("writing %s result of task %s over revision %d: %w", doc.State, doc.ID, rev, err)
 	}
 	r.stateEvent(&doc, b)
 	return nil
+}
+
+// putDiscardedAt stores the marker of task id's discarded result over
+// revision rev.
+func (r *Store) putDiscardedAt(ctx context.Context, id string, rev uint64) error {
+	m := DiscardedMarker(r.Subject(id), rev)
+	_, err := r.js.PublishMsg(ctx, m)
+	return err
+}
+
+// DiscardedMarker is the marker of a discarded result on subject (the
+// task's key in the results bucket), written only over revision rev: a KV
+// delete with Spool-Result: discarded and no body.
+func DiscardedMarker(subject string, rev uint64) *nats.Msg {
+	m := &nats.Msg{Subject: subject, Header: nats.Header{
+		jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(rev, 10)},
+	}}
+	spool.SetDiscardedMarker(m.Header)
+	return m
 }
 
 // IsConflict reports the error of a conditional write (PutAt, or a

@@ -208,6 +208,7 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 		maxRetries  = &optionalInt{}
 		uniqueKey   = fs.String("unique-key", "", "refuse the task while another task with this `key` lives")
 		flowKey     = fs.String("key", "", "flow-control `key` (e.g. a customer id) that per-key limits count the task under")
+		resultPol   = fs.String("result-policy", "", "`discard`: keep no result document when the task completes; keep: keep it where the worker discards the type's results (default: the worker's rule)")
 		processAt   = fs.String("process-at", "", "run at this RFC 3339 `time`, e.g. 2026-01-02T15:04:05Z")
 		traceparent = fs.String("traceparent", "", "W3C traceparent")
 		tracestate  = fs.String("tracestate", "", "W3C tracestate")
@@ -235,7 +236,8 @@ func runEnqueue(ctx context.Context, cfg Config, env *cmdEnv, args []string) err
 	task := producer.Task{
 		Type: *typ, Priority: &pri.p, ID: *id, Timeout: timeout.d,
 		UniqueKey: *uniqueKey, UniqueTTL: uniqueTTL.d, Key: *flowKey, Delay: delay.d,
-		TraceParent: *traceparent, TraceState: *tracestate,
+		ResultPolicy: spool.ResultPolicy(*resultPol),
+		TraceParent:  *traceparent, TraceState: *tracestate,
 	}
 	if len(headers) > 0 {
 		task.Headers = headers

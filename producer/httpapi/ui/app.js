@@ -731,6 +731,11 @@
       if (id !== look.id) return;
       $("#lookup-result").hidden = true;
       $("#cancel-form").hidden = e.status !== 404; // a queued task has no document yet
+      if (e.code === "result_discarded") {
+        // Finished: the task completed and kept no result document.
+        msg.textContent = "Task " + id + " completed; its result was discarded (Spool-Result: discard), so there is no document to show. Its events and the workers' counters saw it complete.";
+        return;
+      }
       msg.textContent = e.status === 404 ? "No task " + id + ": still queued (no worker picked it up yet), expired, or never enqueued." : "Lookup failed: " + e.message;
       if (e.status === 404 || e.status === 503 || e.status === 0) look.timer = setTimeout(pollLookup, 2 * REFRESH_MS);
     }

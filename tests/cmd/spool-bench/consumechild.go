@@ -40,6 +40,7 @@ type consumeFlags struct {
 	n, conc         int
 	pdelay          time.Duration
 	events          bool
+	discard         bool          // spool: discard every result (WithDiscardResults)
 	countType       string        // drain: count the completions of this type only
 	asynqPoll       time.Duration // asynq: Config.TaskCheckInterval (0: its default, 1s)
 }
@@ -58,6 +59,7 @@ func consumeChild(ctx context.Context, args []string) error {
 	fs.IntVar(&f.conc, "conc", 10, "concurrency")
 	fs.DurationVar(&f.pdelay, "pdelay", time.Second, "spool: WithProcessingDelay (the worker's default is 1s)")
 	fs.BoolVar(&f.events, "events", true, "spool: WithEvents")
+	fs.BoolVar(&f.discard, "discard", false, "spool: discard the result of every task (WithDiscardResults)")
 	fs.StringVar(&f.countType, "count-type", "", "spool drain: count the completions of this task type only (default: all)")
 	fs.DurationVar(&f.asynqPoll, "asynq-poll", 0, "asynq: TaskCheckInterval (0: asynq's default, 1s)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
@@ -179,6 +181,9 @@ func spoolRun(ctx context.Context, nc *nats.Conn, f consumeFlags, rep *consumeRe
 	})
 	mux.HandleFunc(limitedType, handleLimited)
 	opts := []consumer.Option{consumer.WithConcurrency(f.conc, f.conc), consumer.WithProcessingDelay(f.pdelay), consumer.WithEvents(f.events)}
+	if f.discard {
+		opts = append(opts, consumer.WithDiscardResults(">"))
+	}
 	switch f.task {
 	case "pickup":
 		opts = []consumer.Option{consumer.WithConcurrency(1, max(f.conc, 1))}

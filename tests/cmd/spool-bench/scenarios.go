@@ -152,7 +152,9 @@ func (b *bench) drain(ctx context.Context, prefix, variant, mode string, n, conc
 // ack (and, with its default ProcessingDelay, the processing state only
 // for attempts still running after 1s, so a fast task gets one write);
 // a second variant writes the processing state as every attempt starts, a
-// third runs the worker WithEvents(false).
+// third runs the worker WithEvents(false), a fourth discards every result
+// (WithDiscardResults: the marker of its completion instead of the
+// document).
 func (b *bench) processing(ctx context.Context) error {
 	n := b.cfg.processN
 	if b.mode == "SyncAlways" {
@@ -160,6 +162,7 @@ func (b *bench) processing(ctx context.Context) error {
 	}
 	eager := ", processing state written as every attempt starts"
 	quiet := ", worker events off"
+	discarded := ", results discarded"
 	for _, conc := range b.cfg.concs {
 		row := fmt.Sprintf("processing: %d queued, concurrency %d", b.cfg.queued, conc)
 		cpuRow := fmt.Sprintf("CPU per task: consumer, concurrency %d", conc)
@@ -177,6 +180,7 @@ func (b *bench) processing(ctx context.Context) error {
 			{"spool", "spool", "", nil},
 			{"spool", "spool", eager, []string{"-pdelay", "0s"}},
 			{"spool", "spool", quiet, []string{"-events=false"}},
+			{"spool", "spool", discarded, []string{"-discard"}},
 		}
 		if b.mode == "SyncAlways" {
 			// The durable mode's baseline: acks the server confirms
@@ -202,7 +206,7 @@ func (b *bench) processing(ctx context.Context) error {
 			b.add(totalRow+v.rowSuffix+" (µs)", v.name, cpu+srv)
 			b.add(writesRow+v.rowSuffix, v.name, writes)
 			if v.name != "spool" && v.name != "raw-acksync" && !b.cfg.quick { // the same baselines for the other Spool rows
-				for _, suffix := range []string{eager, quiet} {
+				for _, suffix := range []string{eager, quiet, discarded} {
 					b.add(row+suffix+" (tasks/s)", v.name, tasks/r.Seconds)
 					b.add(cpuRow+suffix+" (µs)", v.name, cpu)
 					b.add(srvRow+suffix+" (µs)", v.name, srv)
