@@ -242,7 +242,9 @@ func TestDiscardResultsByType(t *testing.T) {
 func TestDiscardedResultRedeliveryRunsAtOnce(t *testing.T) {
 	t.Parallel()
 	const ackWait = 4 * time.Second
-	e := newEnv(t, streams.Settings{AckWait: ackWait})
+	// A redelivery waits for an earlier attempt on a replicated stream
+	// only (admission.awaitOutcome): the test needs a cluster.
+	e := newClusterEnv(t, streams.Settings{AckWait: ackWait})
 	e.publishID(spool.Normal, "job", "keeps", nil, nil)
 	e.publishID(spool.Normal, "job", "discards", nil, map[string]string{spool.HeaderResult: string(spool.DiscardResult)})
 	// Earlier attempts that never settle (their worker was killed): both
