@@ -57,10 +57,17 @@ bin/nats: tools/go.mod tools/go.sum
 
 # The Node.js example's npm packages, pinned by its package-lock.json; the
 # test in tests/nodeexample runs it (and examples/shell) against a real server.
-examples: examples/node/node_modules/.package-lock.json ## Install the Node.js example's npm packages (npm ci)
+# The BullMQ program of make bench's peers rows has its own, pinned the same
+# way; a test in tests/cmd/spool-bench runs it.
+BULLMQ_DIR := tests/cmd/spool-bench/bullmq
+examples: examples/node/node_modules/.package-lock.json $(BULLMQ_DIR)/node_modules/.package-lock.json ## Install the npm packages of the Node.js example and of the bench's BullMQ program (npm ci)
 examples/node/node_modules/.package-lock.json: examples/node/package.json examples/node/package-lock.json
 	@command -v npm >/dev/null || { echo "npm is missing: run make deps"; exit 1; }
 	cd examples/node && npm ci --no-audit --no-fund
+	@touch $@
+$(BULLMQ_DIR)/node_modules/.package-lock.json: $(BULLMQ_DIR)/package.json $(BULLMQ_DIR)/package-lock.json
+	@command -v npm >/dev/null || { echo "npm is missing: run make deps"; exit 1; }
+	cd $(BULLMQ_DIR) && npm ci --no-audit --no-fund
 	@touch $@
 
 # The version the modules require each other at (their go.mod files); the
@@ -70,7 +77,7 @@ RELEASE_VERSION ?= v0.1.0
 release-check: ## Build an outside module importing producer and consumer from a local module proxy of this tree (no workspace)
 	$(GO) run ./tests/cmd/spool-release-check -version $(RELEASE_VERSION)
 
-bench: tools ## Spool beside raw JetStream (and asynq, if redis-server is on PATH) on one machine; writes BENCHMARKS.md (BENCH_QUICK=1: smoke run)
+bench: tools examples ## Spool beside raw JetStream (and asynq and BullMQ, if redis-server is on PATH) on one machine; writes BENCHMARKS.md (BENCH_QUICK=1: smoke run)
 	@mkdir -p bin
 	$(GO) build -o bin/spool-bench ./tests/cmd/spool-bench
 	./bin/spool-bench -out=$(if $(BENCH_QUICK),,BENCHMARKS.md)
@@ -88,4 +95,4 @@ fuzz: ## Fuzz every parser and request decoder for FUZZTIME each (default 300000
 	  $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
 
 clean: ## Remove built binaries, the dev store and the example's npm packages
-	rm -rf bin .data examples/node/node_modules
+	rm -rf bin .data examples/node/node_modules $(BULLMQ_DIR)/node_modules

@@ -239,10 +239,10 @@ func (b *bench) peers(ctx context.Context) error {
 		opts: []asynq.Option{asynq.Retention(b.topo.Settings.ResultTTL)}}
 	defer p.client.Close()
 	defer p.insp.Close()
-	for _, step := range []func(context.Context) error{p.enqueue, p.processing, p.pickup} {
+	for _, step := range []func(context.Context) error{p.enqueue, p.processing, p.pickup, p.bullmq} {
 		runtime.GC()
 		if err := step(ctx); err != nil {
-			return fmt.Errorf("asynq: %w", err)
+			return fmt.Errorf("peers: %w", err)
 		}
 	}
 	return nil

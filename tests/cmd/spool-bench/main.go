@@ -98,7 +98,9 @@ type config struct {
 	backlogReps int // drains per backlog run
 	backlogConc int
 	concs       []int
-	limitsN     int // tasks per flow-control run (a quarter with SyncAlways)
+	// bullmqDir is the BullMQ program's folder (bullmq/ here).
+	bullmqDir string
+	limitsN   int // tasks per flow-control run (a quarter with SyncAlways)
 	// wfChains is how many chains of 10 the workflow scenario times;
 	// wfGroup the members of its group.
 	wfChains, wfGroup int
@@ -118,14 +120,14 @@ type config struct {
 
 func defaultConfig(quick bool) config {
 	c := config{
-		runs: 3, out: "BENCHMARKS.md",
+		runs: 3, out: "BENCHMARKS.md", bullmqDir: bullmqDirDefault,
 		latencyN: 1000, batchN: 50_000, batchSize: 1000,
 		batchNAlw: 20_000,
 		queued:    150_000, processN: 100_000, processNAlw: 20_000,
 		pickupN: 600, pickupRate: 200,
 		sharesPer: 2000, sharesWin: 4000, sharesSlots: 8,
 		backlogLo: 10_000, backlogHi: 1_000_000, backlogN: 8000, backlogReps: 6, backlogConc: 100,
-		concs: []int{10, 100}, limitsN: 2_000,
+		concs: []int{10, 50, 100}, limitsN: 2_000,
 		wfChains: 20, wfGroup: 10_000,
 		cluster: true, leaderN: 20_000, leaderKill: true,
 		fairBig: 100_000, fairSmall: 100,
@@ -139,7 +141,8 @@ func defaultConfig(quick bool) config {
 			sharesPer: 100, sharesWin: 200, sharesSlots: 8,
 			backlogLo: 300, backlogHi: 1000, backlogN: 100, backlogReps: 1, backlogConc: 10,
 			concs: []int{10}, limitsN: 200,
-			wfChains: 3, wfGroup: 300,
+			bullmqDir: bullmqDirDefault,
+			wfChains:  3, wfGroup: 300,
 			leaderN: 3000, leaderKill: true,
 			fairBig: 300, fairSmall: 3,
 		}
@@ -151,6 +154,7 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.runs, "runs", c.runs, "repetitions of every scenario (medians are reported)")
 	fs.StringVar(&c.out, "out", c.out, "report file (empty: stdout only)")
 	fs.StringVar(&c.only, "sync", c.only, "run one sync mode only: default or always")
+	fs.StringVar(&c.bullmqDir, "bullmq-dir", c.bullmqDir, "the BullMQ program of the peers scenario, with its npm packages installed")
 	fs.StringVar(&c.scenarios, "scenarios", c.scenarios, "run only these scenarios (comma-separated: enqueue,processing,pickup,shares,limits,workflows,natsbench,fairness,backlog,peers,cluster,partitions)")
 	fs.StringVar(&c.profileDir, "profile", c.profileDir, "write CPU profiles of the processing consumers, of the enqueue variants (producer and server) and of the server to this directory")
 	fs.IntVar(&c.queued, "queued", c.queued, "queued tasks of the processing scenario")

@@ -64,19 +64,22 @@ func TestStampPayload(t *testing.T) {
 	}
 }
 
-// TestPeerReport renders asynq figures beside Spool's: rows with Spool and
-// asynq figures go to both tables, a row with asynq figures only to the
-// asynq table, and a skipped run says why.
+// TestPeerReport renders asynq and BullMQ figures beside Spool's: rows with
+// Spool and peer figures go to both tables, a row with peer figures only to
+// the peers table, and a skipped run says why.
 func TestPeerReport(t *testing.T) {
 	res := newResults()
 	res.modes = []string{"default sync"}
 	res.peer = peerInfo{redis: "7.0.15", asynq: "v0.26.0"}
+	res.bullmq = bullmqInfo{node: "v20.20.2", bullmq: "6.7.0"}
 	const both, peerOnly = "processing: 10 queued, concurrency 10 (tasks/s)", "pickup at 200 tasks/s: p99 (µs)"
 	res.add("default sync", both, "raw", 300)
 	res.add("default sync", both, "spool", 200)
 	res.add("default sync", both, variantAsynq, 100)
 	res.add("default sync", both, variantAsynq, 120)
+	res.add("default sync", both, variantBullMQ, 50)
 	res.add("default sync", peerOnly, variantAsynq, 5000)
+	res.add("default sync", peerOnly, variantBullMQ, 1500)
 	const pickup = "pickup at 200 tasks/s: p50 (µs)"
 	res.add("default sync", pickup, "spool", 200)
 	res.add("default sync", pickup, variantAsynq, 600_000)
@@ -92,24 +95,24 @@ func TestPeerReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	main, peer, ok := strings.Cut(string(b), "### asynq (Redis), default sync")
+	main, peer, ok := strings.Cut(string(b), "### Peers on Redis: asynq and BullMQ, default sync")
 	if !ok {
-		t.Fatalf("no asynq table:\n%s", b)
+		t.Fatalf("no peers table:\n%s", b)
 	}
 	if !strings.Contains(main, "| "+both+" | 300.0 | 200.0 | 0.67 |") || strings.Contains(main, "| "+peerOnly) {
 		t.Errorf("main table:\n%s", main)
 	}
 	for _, want := range []string{
-		"asynq v0.26.0 on redis-server 7.0.15",
-		"| " + both + " | 300.0 | 200.0 | 110.0 | 1.82 |", // median of 100 and 120; Spool / asynq
-		"| " + peerOnly + " |  |  | 5000 |  |",
-		"| " + pickup + " |  | 200.0 | 600000 | 0.00033 |",
+		"asynq v0.26.0 and BullMQ 6.7.0 (Node.js v20.20.2) on redis-server 7.0.15",
+		"| " + both + " | 300.0 | 200.0 | 110.0 | 50.0 | 1.82 | 4.00 |", // median of 100 and 120; Spool / asynq, Spool / BullMQ
+		"| " + peerOnly + " |  |  | 5000 | 1500 |  |  |",
+		"| " + pickup + " |  | 200.0 | 600000 |  | 0.00033 |  |",
 	} {
 		if !strings.Contains(peer, want) {
-			t.Errorf("asynq table lacks %q:\n%s", want, peer)
+			t.Errorf("peers table lacks %q:\n%s", want, peer)
 		}
 	}
-	if !strings.Contains(main, "**peers (asynq on Redis)**: asynq v0.26.0") {
+	if !strings.Contains(main, "**peers (asynq on Redis)**: asynq v0.26.0") || !strings.Contains(main, "**peers (BullMQ on Redis)**: BullMQ 6.7.0 on Node.js v20.20.2") {
 		t.Errorf("no method note for the peers:\n%s", main)
 	}
 
@@ -135,12 +138,30 @@ func TestPeersRedis(t *testing.T) {
 	cfg := defaultConfig(true)
 	cfg.only, cfg.scenarios = "default", "peers"
 	cfg.out = filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	// The test runs in this package's folder; make test installs the
+	// BullMQ program's packages (make examples).
+	cfg.bullmqDir = "bullmq"
+	if _, err := os.Stat(filepath.Join(cfg.bullmqDir, "node_modules", "bullmq")); err != nil {
+		t.Fatalf("the BullMQ rows need the program's npm packages: run make examples (%v)", err)
+	}
 	res := newResults()
 	if err := runMode(ctx, cfg, false, res, slog.New(slog.NewTextHandler(t.Output(), nil))); err != nil {
 		t.Fatal(err)
 	}
 	if res.peer.skipped != "" || res.peer.redis == "" || res.peer.asynq == "" {
 		t.Fatalf("peer info %+v", res.peer)
+	}
+	if res.bullmq.skipped != "" || res.bullmq.bullmq != "6.7.0" || res.bullmq.node == "" {
+		t.Fatalf("BullMQ info %+v", res.bullmq)
+	}
+	for _, row := range []string{
+		"processing: 500 queued, concurrency 10 (tasks/s)",
+		"CPU per task: consumer + server, concurrency 10 (µs)",
+		"pickup at 200 tasks/s: p99 (µs)",
+	} {
+		if v, n := res.median("default sync", row, variantBullMQ); n != 1 || v <= 0 {
+			t.Errorf("%s: BullMQ figure %v from %d runs", row, v, n)
+		}
 	}
 	for _, row := range []string{
 		"enqueue: batch throughput (tasks/s)",

@@ -112,17 +112,25 @@ type consumeResult struct {
 // runConsume runs a consume child. onReady runs once the child's measured
 // window has begun (the pickup scenario publishes then).
 func runConsume(ctx context.Context, srv *serverProc, onReady func() error, args ...string) (consumeResult, error) {
-	var res consumeResult
 	cmd, err := childCmd(ctx, append([]string{"consume", "-url", srv.url}, args...)...)
 	if err != nil {
-		return res, err
+		return consumeResult{}, err
 	}
+	return runReporting(cmd, srv, onReady, fmt.Sprintf("consume child %v", args))
+}
+
+// runReporting runs cmd, a process that speaks the consume child's
+// protocol: a line "start" when its measured window opens, then its
+// consumeReport as one JSON line. srv's CPU is read over the same window;
+// name says which process failed.
+func runReporting(cmd *exec.Cmd, srv *serverProc, onReady func() error, name string) (consumeResult, error) {
+	var res consumeResult
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return res, fmt.Errorf("consume stdout: %w", err)
 	}
 	if err := cmd.Start(); err != nil {
-		return res, fmt.Errorf("starting the consume child: %w", err)
+		return res, fmt.Errorf("starting the %s: %w", name, err)
 	}
 	sc := bufio.NewScanner(stdout)
 	var cpu0 time.Duration
@@ -152,13 +160,13 @@ func runConsume(ctx context.Context, srv *serverProc, onReady func() error, args
 		}
 	}
 	if err := cmd.Wait(); err != nil {
-		return res, fmt.Errorf("consume child %v: %w", args, err)
+		return res, fmt.Errorf("%s: %w", name, err)
 	}
 	if readyErr != nil {
 		return res, readyErr
 	}
 	if !got {
-		return res, fmt.Errorf("consume child %v: no report", args)
+		return res, fmt.Errorf("%s: no report", name)
 	}
 	return res, nil
 }

@@ -18,10 +18,11 @@ import (
 
 // results collects every run's figure per sync mode, row and variant.
 type results struct {
-	modes []string
-	rows  map[string][]string // mode → row names in first-seen order
-	vals  map[string][]float64
-	peer  peerInfo // the asynq run (peers scenario)
+	modes  []string
+	rows   map[string][]string // mode → row names in first-seen order
+	vals   map[string][]float64
+	peer   peerInfo   // the asynq run (peers scenario)
+	bullmq bullmqInfo // the BullMQ run (peers scenario)
 }
 
 func newResults() *results {
@@ -193,25 +194,38 @@ type target struct {
 // each, from this run's medians.
 func targetTable(cfg config, r *results) string {
 	var ts []target
-	for _, c := range cfg.concs {
-		if c < 50 {
-			continue
-		}
-		proc := fmt.Sprintf("processing: %d queued, concurrency %d (tasks/s)", cfg.queued, c)
-		cpu := fmt.Sprintf("CPU per task: consumer + server, concurrency %d (µs)", c)
-		ts = append(ts,
-			target{fmt.Sprintf("processing with results, concurrency %d, ≥ 0.5× raw (nats.go defaults)", c), "default sync", proc, "raw", 0.5, false},
-			target{fmt.Sprintf("processing with results, concurrency %d, ≥ 0.7× raw with as many in flight", c), "default sync", proc, "raw-bounded", 0.7, false},
-			target{fmt.Sprintf("CPU per task (consumer + server), concurrency %d, ≤ 1.8× raw (nats.go defaults)", c), "default sync", cpu, "raw", 1.8, true},
-			target{fmt.Sprintf("SyncAlways processing, concurrency %d, ≥ 0.8× raw with acks confirmed", c), "SyncAlways", proc, "raw-acksync", 0.8, false},
-		)
+	proc := func(c int) string {
+		return fmt.Sprintf("processing: %d queued, concurrency %d (tasks/s)", cfg.queued, c)
 	}
+	for _, c := range cfg.concs {
+		switch c {
+		case 10:
+			ts = append(ts,
+				target{"processing with results, concurrency 10, ≥ 0.8× raw + results (the floor)", "default sync", proc(c), "raw-results", 0.8, false},
+				target{"results discarded, concurrency 10, ≥ 0.5× raw", "default sync", proc(c) + ", results discarded", "raw", 0.5, false},
+				target{"processing, concurrency 10, ≥ 2× BullMQ", "default sync", proc(c), variantBullMQ, 2, false},
+			)
+		case 50:
+			ts = append(ts,
+				target{"processing, concurrency 50, ≥ 2× BullMQ", "default sync", proc(c), variantBullMQ, 2, false},
+			)
+		case 100:
+			ts = append(ts,
+				target{"processing with results, concurrency 100, ≥ 0.9× raw + results (the floor)", "default sync", proc(c), "raw-results", 0.9, false},
+				target{"CPU per task (consumer + server), concurrency 100, ≤ 1.15× raw + results", "default sync", "CPU per task: consumer + server, concurrency 100 (µs)", "raw-results", 1.15, true},
+				target{"results discarded, concurrency 100, ≥ 0.8× raw", "default sync", proc(c) + ", results discarded", "raw", 0.8, false},
+			)
+		}
+		ts = append(ts, target{fmt.Sprintf("SyncAlways processing, concurrency %d, ≥ 0.9× raw + results", c), "SyncAlways", proc(c), "raw-results", 0.9, false})
+	}
+	pickupP99 := fmt.Sprintf("pickup at %d tasks/s: p99 (µs)", cfg.pickupRate)
 	ts = append(ts,
 		target{"streaming enqueue ≥ 0.8× raw PublishAsync", "default sync", "enqueue: streaming (tasks/s)", "raw", 0.8, false},
 		target{"streaming enqueue ≥ 0.8× raw PublishAsync with Nats-Msg-Id", "default sync", "enqueue: streaming (tasks/s)", "raw+headers", 0.8, false},
 		target{"streaming enqueue without enqueued events (WithEnqueuedEvents(false)) ≥ 0.8× raw PublishAsync", "default sync", "enqueue: streaming, no enqueued events (tasks/s)", "raw", 0.8, false},
 		target{"SyncAlways streaming enqueue ≥ 0.8× raw PublishAsync", "SyncAlways", "enqueue: streaming (tasks/s)", "raw", 0.8, false},
-		target{"pickup p99 ≤ 2× raw", "default sync", fmt.Sprintf("pickup at %d tasks/s: p99 (µs)", cfg.pickupRate), "raw", 2, true},
+		target{"pickup p99 ≤ 2× raw", "default sync", pickupP99, "raw", 2, true},
+		target{"pickup p99 ≤ BullMQ's", "default sync", pickupP99, variantBullMQ, 1, true},
 	)
 	var b strings.Builder
 	b.WriteString("\n## Targets\n\n| target | Spool / baseline | verdict |\n|---|---:|---|\n")
