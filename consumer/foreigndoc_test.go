@@ -1,0 +1,83 @@
+package consumer_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/spoolq/spool/consumer"
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/streamstest"
+)
+
+// A result document that is not RFC 8259 JSON, as a worker in another
+// language stores it when its encoder writes NaN, does not wedge the task:
+// a Go worker that meets it writes its own outcome over it, and a stored
+// cancellation still wins.
+func TestUndecodableStoredDocument(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, streams.Settings{Consumers: streams.ConsumersByPriority})
+	mux := consumer.NewMux()
+	mux.HandleFunc("nan.ok", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		return []byte(`{"v":1}`), nil
+	})
+	e.worker(mux)
+	kv, err := e.js.KeyValue(testCtx(t), e.names.ResultsBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]string{
+		"nan-processing": `{"id":"nan-processing","type":"nan.ok","priority":"normal","state":"processing","attempts":1,` +
+			`"progress":{"percent":NaN},"enqueued_at":"2026-01-01T00:00:00Z"}`,
+		"nan-completed": `{"id":"nan-completed","type":"nan.ok","priority":"normal","state":"completed","attempts":1,` +
+			`"result":NaN,"enqueued_at":"2026-01-01T00:00:00Z"}`,
+	}
+	const cancelled = "nan-cancelled"
+	docs[cancelled] = `{"id":"nan-cancelled","type":"nan.ok","priority":"normal","state":"retrying","attempts":1,` +
+		`"progress":{"value":[Infinity]},"enqueued_at":"2026-01-01T00:00:00Z"}`
+	cancels, err := e.js.KeyValue(testCtx(t), e.names.CancelBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cancels.PutString(testCtx(t), cancelled, `{"id":"nan-cancelled","by":"ops","at":"2026-01-01T00:00:00Z"}`); err != nil {
+		t.Fatal(err)
+	}
+	for id, doc := range docs {
+		if _, err := kv.PutString(testCtx(t), id, doc); err != nil {
+			t.Fatal(err)
+		}
+		e.publishID(spool.Normal, "nan.ok", id, nil, nil)
+	}
+	for id := range docs {
+		var got spool.Result
+		streamstest.WaitFor(t, 15*time.Second, func() error {
+			entry, err := kv.Get(testCtx(t), id)
+			if err != nil {
+				return err
+			}
+			if err := json.Unmarshal(entry.Value(), &got); err != nil {
+				return fmt.Errorf("%s: %w", id, err)
+			}
+			want := spool.StateCompleted
+			if id == cancelled {
+				want = spool.StateCancelled
+			}
+			if got.State != want {
+				return fmt.Errorf("%s is %s, want %s", id, got.State, want)
+			}
+			return nil
+		})
+		if id == cancelled {
+			if got.CancelledBy != "ops" {
+				t.Errorf("%s: stored %+v, want the cancellation's", id, got)
+			}
+			continue
+		}
+		if string(got.Result) != `{"v":1}` || got.Attempts != 1 {
+			t.Errorf("%s: stored %+v, want the Go worker's outcome", id, got)
+		}
+	}
+}
