@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -79,5 +80,59 @@ func TestUndecodableStoredDocument(t *testing.T) {
 		if string(got.Result) != `{"v":1}` || got.Attempts != 1 {
 			t.Errorf("%s: stored %+v, want the Go worker's outcome", id, got)
 		}
+	}
+}
+
+// A failed or snoozed attempt stores its retrying or snoozed state over the
+// revision it read, as a completed one does: a cancelled document written
+// meanwhile, by a canceller this worker has not heard from, is never
+// replaced, and the task ends cancelled without another attempt.
+func TestRetryingStateYieldsToCancelled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, streams.Settings{Consumers: streams.ConsumersByPriority})
+	kv, err := e.js.KeyValue(testCtx(t), e.names.ResultsBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var runs log[string]
+	mux := consumer.NewMux()
+	mux.HandleFunc("yield.fail", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		runs.add(task.ID)
+		<-release
+		return nil, errors.New("failed")
+	})
+	mux.HandleFunc("yield.snooze", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		runs.add(task.ID)
+		<-release
+		return nil, consumer.Snooze(time.Second)
+	})
+	e.worker(mux, consumer.WithProcessingDelay(0))
+	ids := map[string]string{"y-fail": "yield.fail", "y-snooze": "yield.snooze"}
+	for id, typ := range ids {
+		e.publishID(spool.Normal, typ, id, nil, map[string]string{spool.HeaderMaxRetries: "3"})
+	}
+	for id := range ids {
+		e.waitResult(id, spool.StateProcessing, 10*time.Second)
+		doc := fmt.Sprintf(`{"id":%q,"type":%q,"priority":"normal","state":"cancelled","attempts":1,`+
+			`"cancelled_by":"raw","enqueued_at":"2026-01-01T00:00:00Z","finished_at":"2026-01-01T00:00:01Z"}`, id, ids[id])
+		if _, err := kv.PutString(testCtx(t), id, doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(release)
+	streamstest.WaitFor(t, 10*time.Second, func() error {
+		if n := e.taskMsgs(); n != 0 {
+			return fmt.Errorf("%d tasks still queued", n)
+		}
+		return nil
+	})
+	for id := range ids {
+		if got, _ := e.result(id); got.State != spool.StateCancelled || got.CancelledBy != "raw" {
+			t.Errorf("%s: stored %+v, want the cancelled document kept", id, got)
+		}
+	}
+	if n := runs.len(); n != len(ids) {
+		t.Errorf("%d attempts ran, want %d: %v", n, len(ids), runs.snapshot())
 	}
 }
