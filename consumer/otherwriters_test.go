@@ -136,3 +136,44 @@ func TestRetryingStateYieldsToCancelled(t *testing.T) {
 		t.Errorf("%d attempts ran, want %d: %v", n, len(ids), runs.snapshot())
 	}
 }
+
+// A dead letter's Spool-Attempts is the attempt number, as the dead
+// document's attempts, not the deliveries made: a snoozed delivery is no
+// attempt. Its Spool-Error is one header line: the line breaks of the error
+// text become spaces.
+func TestDeadLetterAttemptsAndErrorLine(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, streams.Settings{Consumers: streams.ConsumersByPriority})
+	mux := consumer.NewMux()
+	var deliveries log[int]
+	mux.HandleFunc("dl.attempts", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		if deliveries.add(task.Attempt) == 1 {
+			return nil, consumer.Snooze(10 * time.Millisecond)
+		}
+		return nil, consumer.Permanent(errors.New("line one\r\nline two\nline three"))
+	})
+	e.worker(mux)
+	e.publishID(spool.Normal, "dl.attempts", "dl-1", nil, nil)
+	dead := e.waitResult("dl-1", spool.StateDead, 10*time.Second)
+	if dead.Attempts != 1 || deliveries.len() != 2 {
+		t.Fatalf("dead document %+v after %d deliveries, want attempt 1 after one snooze", dead, deliveries.len())
+	}
+	dlq, err := e.js.Stream(testCtx(t), e.names.DLQStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject, err := e.names.DLQSubject(spool.Normal, "dl.attempts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	letter, err := dlq.GetLastMsgForSubject(testCtx(t), subject)
+	if err != nil {
+		t.Fatalf("dead letter: %v", err)
+	}
+	if got := letter.Header.Get(spool.HeaderAttempts); got != "1" {
+		t.Errorf("Spool-Attempts %q after two deliveries, one a snooze: want the attempt number 1", got)
+	}
+	if got := letter.Header.Values(spool.HeaderError); len(got) != 1 || got[0] != "line one  line two line three" {
+		t.Errorf("Spool-Error %q, want one line with spaces for the line breaks", got)
+	}
+}
