@@ -94,9 +94,10 @@
 //
 // Every state change is written to the results bucket: processing (once
 // an attempt has run for the processing delay, 1s by default, see
-// WithProcessingDelay) and retrying
-// without waiting, completed and dead before the task is acked.
-// Stop hands unfinished tasks back as pending.
+// WithProcessingDelay) without waiting; retrying, snoozed, completed and
+// dead over the revision of the document the attempt read, so that none
+// replaces a cancellation, and before the task is NAKed, acked or
+// terminated. Stop hands unfinished tasks back as pending.
 //
 // # Stats
 //

@@ -135,12 +135,8 @@ func (s *settling) complete(a attemptInfo, out []byte, o outcome) {
 		}
 		s.io.log.Warn("pipelined result write failed; writing it synchronously", "task_id", a.id, "error", err)
 	}
-	err := s.io.write(a, "writing the result of task "+a.id, func(ctx context.Context) error {
-		return s.putFinal(ctx, a, doc, false)
-	})
-	if errors.Is(err, errYield) {
-		o.completed = false
-		s.settleCancelled(a, o)
+	yielded, err := s.writeOver(a, doc, "writing the result", o)
+	if yielded {
 		return
 	}
 	if err != nil {
@@ -177,6 +173,22 @@ func (s *settling) complete(a attemptInfo, out []byte, o outcome) {
 	s.io.rec.record(a.p, a.typ, o)
 }
 
+// writeOver stores doc, the document the attempt ends with, over the
+// revision the attempt knows (putFinal), retried through an election. A task
+// cancelled meanwhile is settled as cancelled instead, and yielded says so:
+// the attempt's own outcome is then not reported.
+func (s *settling) writeOver(a attemptInfo, doc spool.Result, what string, o outcome) (yielded bool, err error) {
+	err = s.io.write(a, what+" of task "+a.id, func(ctx context.Context) error {
+		return s.putFinal(ctx, a, doc, false)
+	})
+	if errors.Is(err, errYield) {
+		o.completed, o.failed = false, false
+		s.settleCancelled(a, o)
+		return true, nil
+	}
+	return false, err
+}
+
 // resultLost settles a completed attempt whose result could not be
 // stored within its retry budget: without a stored result the task must
 // run again. The handler did not fail: it counts as retried, not failed.
@@ -194,7 +206,11 @@ func (s *settling) retry(a attemptInfo, herr error, o outcome) {
 	doc := a.doc(spool.StateRetrying)
 	doc.Error = herr.Error()
 	doc.NextAttempt = &next
-	if err := s.results.PutAsync(doc); err != nil {
+	yielded, err := s.writeOver(a, doc, "writing the retrying state", o)
+	if yielded {
+		return
+	}
+	if err != nil {
 		s.io.log.Warn("writing retrying state", "task_id", a.id, "error", err)
 	}
 	s.logFailure(a, herr, "task failed, will retry", "retry_in", delay)
@@ -234,9 +250,10 @@ func (s *settling) snooze(a attemptInfo, herr error, o outcome) {
 	doc := a.doc(spool.StateSnoozed)
 	doc.Snoozes = a.snoozes + 1
 	doc.NextAttempt = &next
-	err := s.io.write(a, "writing the snoozed state of task "+a.id, func(ctx context.Context) error {
-		return s.results.Put(ctx, doc)
-	})
+	yielded, err := s.writeOver(a, doc, "writing the snoozed state", o)
+	if yielded {
+		return
+	}
 	if err != nil {
 		s.io.log.Warn("writing snoozed state; the snooze will count as an attempt", "task_id", a.id, "error", err)
 	}
@@ -337,10 +354,11 @@ func (s *settling) putCancelled(ctx context.Context, id string, doc spool.Result
 // maxFinalTries bounds putFinal's compare-and-set loop.
 const maxFinalTries = 8
 
-// putFinal stores the finished document of an attempt (completed or dead)
-// over the revision of the task's result the attempt knows (a.rev), so
-// that it never overwrites a cancellation stored meanwhile: the outcome of
-// a task is decided by one writer. On a conflict it reads the document
+// putFinal stores the document an attempt ends with (completed or dead,
+// and the retrying or snoozed state a later attempt follows) over the
+// revision of the task's result the attempt knows (a.rev), so that it
+// never overwrites a cancellation stored meanwhile: the outcome of a task
+// is decided by one writer. On a conflict it reads the document
 // and the cancellation again: our own document already stored (an
 // earlier try was stored but its answer lost) counts as stored; a task
 // cancelled meanwhile (its cancelled document, or its cancellation, which

@@ -7,7 +7,9 @@
 // answers with the worker's live figures written with the shared/fleet
 // types (fleet.WorkerStats, plus fleet.RouterStats when a DLQ router runs
 // beside the worker, see WithRouter); the same figures fill the endpoint's
-// data in $SRV.STATS replies.
+// data in $SRV.STATS replies. The service metadata names the worker and the
+// prefix, and declares the conformance level of the wire contract the Go
+// worker meets, conformance: full (fleet.MetadataConformance).
 //
 //	svc, err := service.Add(nc, w, service.WithRouter(r))
 //	if err != nil { ... }

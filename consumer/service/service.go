@@ -104,6 +104,7 @@ func Add(nc *nats.Conn, w *consumer.Worker, opts ...Option) (micro.Service, erro
 	name, prefix := w.Name(), w.Names().Prefix()
 	cfg.metadata["worker"] = name
 	cfg.metadata["prefix"] = prefix
+	cfg.metadata[fleet.MetadataConformance] = fleet.ConformanceFull
 	stats := func() fleet.WorkerStats {
 		st := workerStats(w.Stats(), cfg.router)
 		if cfg.remote != nil {

@@ -49,7 +49,8 @@ func TestAdd(t *testing.T) {
 	})
 	info := svc.Info()
 	if info.Name != fleet.ServiceName || info.Version != "1.2.3" || info.Metadata["worker"] != "svc-worker" ||
-		info.Metadata["prefix"] != e.Names.Prefix() || info.Metadata["metrics_addr"] != "x:1" {
+		info.Metadata["prefix"] != e.Names.Prefix() || info.Metadata["metrics_addr"] != "x:1" ||
+		info.Metadata[fleet.MetadataConformance] != fleet.ConformanceFull {
 		t.Errorf("service info %+v", info)
 	}
 	reply, err := e.NC.Request(service.Subject(e.Names.Prefix(), "svc-worker", info.ID), nil, 5*time.Second)

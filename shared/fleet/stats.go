@@ -12,6 +12,24 @@ const ServiceName = "spool-consumer"
 // patterns of its remote routes (* one token, a final > the rest).
 const MetadataHandlers = "handlers"
 
+// MetadataConformance is the service metadata key in which a worker
+// declares the conformance level of the wire contract it meets:
+// ConformanceCore or ConformanceFull. The Go worker meets the full level.
+const MetadataConformance = "conformance"
+
+// The conformance levels a worker declares under MetadataConformance.
+const (
+	// ConformanceCore: the worker pulls only what it can start, stores
+	// the result before the ack, retries, dead-letters, honours cancels,
+	// heartbeats, unique keys and stored outcomes, and joins a fleet for
+	// the types it serves.
+	ConformanceCore = "core"
+	// ConformanceFull: the core level plus priority weights, type
+	// pauses, flow control, ordered keys, workflows, snoozes and the
+	// stats service.
+	ConformanceFull = "full"
+)
+
 // WorkerStats are a worker's live figures: the data of its $SRV.STATS
 // endpoint and the answer of its stats endpoint. Counters are cumulative
 // since the worker started.

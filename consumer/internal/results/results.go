@@ -291,6 +291,12 @@ func (r *Store) GetFromLeader(ctx context.Context, id string) (doc spool.Result,
 // sequence of its last message (a delete marker's too), 0 when the key
 // never had one. A write conditional on that revision (PutAt) succeeds only
 // if nobody wrote the key since.
+//
+// A document that does not decode (a writer broke the contract, for
+// example with NaN) is found, as a document of no state: it is no outcome
+// of any attempt and no cancellation, so the worker runs the task and
+// writes its own outcome over it, at this revision, instead of failing
+// every settling write of the task until its deliveries run out.
 func (r *Store) ReadFromLeader(ctx context.Context, id string) (doc spool.Result, rev uint64, found bool, err error) {
 	m, found, err := jsproto.GetMsg(ctx, r.js.Conn(), "KV_"+r.names.ResultsBucket(), jsproto.MsgGetRequest{LastBySubj: r.Subject(id)})
 	switch {
@@ -302,7 +308,7 @@ func (r *Store) ReadFromLeader(ctx context.Context, id string) (doc spool.Result
 		return doc, m.Seq, false, nil // a delete marker
 	}
 	if err := json.Unmarshal(m.Data, &doc); err != nil {
-		return doc, m.Seq, false, fmt.Errorf("decoding result of task %s: %w", id, err)
+		return spool.Result{ID: id}, m.Seq, true, nil
 	}
 	return doc, m.Seq, true, nil
 }

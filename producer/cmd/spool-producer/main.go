@@ -33,7 +33,7 @@ type Config struct {
 	config.Common
 	// HTTPAddr is where serve listens, host:port. SPOOL_HTTP_ADDR, default
 	// 127.0.0.1:8080 (loopback only).
-	HTTPAddr string `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"serve: listen address host:port"`
+	HTTPAddr string `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"serve: listen address host:port (off: no broker; only serve refuses it)"`
 	// HTTPToken, when set, is the bearer token serve requires on every API
 	// route (at least 16 characters). SPOOL_HTTP_TOKEN, default none.
 	HTTPToken string `envconfig:"HTTP_TOKEN" desc:"serve: bearer token required on API routes (16+ characters); empty: no auth"`
@@ -45,10 +45,22 @@ type Config struct {
 // minTokenLen is the shortest SPOOL_HTTP_TOKEN accepted.
 const minTokenLen = 16
 
-// Validate checks the configuration and names the variable at fault.
+// httpOff is the SPOOL_HTTP_ADDR value that leaves the broker out, as for
+// spool-dev. Only serve refuses it: the other commands never listen.
+const httpOff = "off"
+
+// Validate checks the settings every command uses and names the variable at
+// fault. The broker's settings are checked by serve alone, so one
+// environment shared by a whole stack, SPOOL_HTTP_ADDR=off included, serves
+// enqueue, result, cancel and load.
 func (c Config) Validate() error {
-	if err := c.Common.Validate(); err != nil {
-		return err
+	return c.Common.Validate()
+}
+
+// validateServe checks the broker's settings and names the variable at fault.
+func (c Config) validateServe() error {
+	if c.HTTPAddr == httpOff {
+		return fmt.Errorf("SPOOL_HTTP_ADDR is %q, which leaves the broker out: serve needs a listen address host:port (set it, or pass --addr)", httpOff)
 	}
 	if err := validateAddr(c.HTTPAddr); err != nil {
 		return fmt.Errorf("SPOOL_HTTP_ADDR: %w", err)

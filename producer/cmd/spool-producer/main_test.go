@@ -386,6 +386,9 @@ func TestConfigValidation(t *testing.T) {
 	if err := base.Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
+	if err := base.validateServe(); err != nil {
+		t.Fatalf("defaults for serve: %v", err)
+	}
 	tests := []struct {
 		name    string
 		mod     func(*Config)
@@ -393,16 +396,51 @@ func TestConfigValidation(t *testing.T) {
 	}{
 		{"addr", func(c *Config) { c.HTTPAddr = "8080" }, "SPOOL_HTTP_ADDR"},
 		{"port", func(c *Config) { c.HTTPAddr = "127.0.0.1:99999" }, "SPOOL_HTTP_ADDR"},
+		{"off", func(c *Config) { c.HTTPAddr = "off" }, "SPOOL_HTTP_ADDR"},
 		{"token", func(c *Config) { c.HTTPToken = "short" }, "SPOOL_HTTP_TOKEN"},
 		{"body", func(c *Config) { c.HTTPMaxBody = 10 }, "SPOOL_HTTP_MAX_BODY"},
-		{"common", func(c *Config) { c.Prefix = "a.b" }, "SPOOL_PREFIX"},
 	}
 	for _, tt := range tests {
 		c := base
 		tt.mod(&c)
-		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: a broker setting failed a command that does not serve: %v", tt.name, err)
+		}
+		if err := c.validateServe(); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 			t.Errorf("%s: want %s, got %v", tt.name, tt.wantErr, err)
 		}
+	}
+	c := base
+	c.Prefix = "a.b"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "SPOOL_PREFIX") {
+		t.Errorf("common: want SPOOL_PREFIX, got %v", err)
+	}
+}
+
+// One environment points every command at a stack, and SPOOL_HTTP_ADDR=off
+// in it leaves the broker out: enqueue and result run as usual, and only
+// serve refuses it, saying why.
+func TestCommandsRunWithBrokerOff(t *testing.T) {
+	t.Setenv("SPOOL_HTTP_ADDR", "off")
+	s := startServer(t)
+	out, err := s.cli(t, "", "enqueue", "--type", "off.env", "--id", "off-1")
+	if err != nil || !strings.Contains(out, "enqueued off-1 on spool.tasks.normal.off.env") {
+		t.Fatalf("enqueue with SPOOL_HTTP_ADDR=off: %q, %v", out, err)
+	}
+	kv, err := s.js.KeyValue(ctxFor(t), "spool_results")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.PutString(ctxFor(t), "off-1", `{"id":"off-1","type":"off.env","priority":"normal","state":"completed","attempts":1,"enqueued_at":"2026-01-01T00:00:00Z"}`); err != nil {
+		t.Fatal(err)
+	}
+	out, err = s.cli(t, "", "result", "off-1")
+	if err != nil || !strings.Contains(out, `"state": "completed"`) {
+		t.Fatalf("result with SPOOL_HTTP_ADDR=off: %q, %v", out, err)
+	}
+	_, err = s.cli(t, "", "serve")
+	if err == nil || !strings.Contains(err.Error(), `SPOOL_HTTP_ADDR is "off"`) {
+		t.Fatalf("serve with SPOOL_HTTP_ADDR=off: want a refusal naming the variable, got %v", err)
 	}
 }
 

@@ -37,6 +37,9 @@ func runServe(ctx context.Context, cfg Config, env *cmdEnv, args []string) error
 		}
 		cfg.HTTPAddr = *addr
 	}
+	if err := cfg.validateServe(); err != nil {
+		return err
+	}
 	s, err := connect(ctx, cfg, fs, false)
 	if err != nil {
 		return err
