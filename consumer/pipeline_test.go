@@ -114,3 +114,56 @@ func TestPipelineAcksOnlyStoredResults(t *testing.T) {
 		})
 	}
 }
+
+// A slot is free once its handler returns: the result write and then the
+// ack follow behind in the completion window. With one slot and the
+// results bucket gone (every result write finds no stream and is retried),
+// the worker still runs every task, none acked; once the bucket is back,
+// every result is stored and every task acked.
+func TestSlotFreeBeforeSettlement(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, streams.Settings{})
+	var ran log[string]
+	mux := consumer.NewMux()
+	mux.HandleFunc("job", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		ran.add(task.ID)
+		return []byte(`"done"`), nil
+	})
+	w := e.worker(mux, consumer.WithConcurrency(1, 1))
+	if err := e.js.DeleteKeyValue(testCtx(t), e.names.ResultsBucket()); err != nil {
+		t.Fatal(err)
+	}
+	// More than a window of the size it had when a slot waited for its
+	// result's round trip.
+	const n = 200
+	e.publishMany(spool.Normal, "job", n, nil)
+	streamstest.WaitFor(t, 60*time.Second, func() error {
+		if got := ran.len(); got < n {
+			return fmt.Errorf("%d of %d tasks ran in the one slot", got, n)
+		}
+		return nil
+	})
+	if left := e.taskMsgs(); left != n {
+		t.Fatalf("%d tasks acked before their result could be stored", n-left)
+	}
+	if c := w.Stats().Total().Completed; c != 0 {
+		t.Fatalf("%d tasks counted completed before their result could be stored", c)
+	}
+	if err := streams.Provision(testCtx(t), e.js, e.topo, testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	streamstest.WaitFor(t, 60*time.Second, func() error {
+		if left := e.taskMsgs(); left != 0 {
+			return fmt.Errorf("%d tasks unacked", left)
+		}
+		return nil
+	})
+	for _, id := range ran.snapshot() {
+		if doc, ok := e.result(id); !ok || doc.State != spool.StateCompleted {
+			t.Errorf("task %s is acked but its result is %+v (found %v)", id, doc, ok)
+		}
+	}
+	if c := w.Stats().Total(); c.Completed != n || c.Retried != 0 {
+		t.Errorf("completed %d, retried %d: want %d completed, none run again", c.Completed, c.Retried, n)
+	}
+}
