@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -19,11 +18,13 @@ import (
 
 // pipelineDepth bounds the completion pipeline: completed attempts whose
 // result write awaits its acknowledgement. When it is full, a finishing
-// attempt waits for room and keeps its slot. It is a few times the slots:
-// enough to keep the slots busy during the bucket's round trip, and not so
-// many that a crash (whose completions in flight all run again) or a
-// server slow to store them (SyncAlways under load) piles up work.
-func pipelineDepth(maxSlots int) int { return max(64, 4*maxSlots) }
+// attempt waits for room and keeps its slot. It is a few times the slots,
+// and at least 256: enough to keep the slots busy during the bucket's
+// round trip (a few slots of short tasks finish hundreds of them in the
+// milliseconds a loaded server takes to store a result), and not so many
+// that a crash (whose unstored completions all run again) or a server
+// slow to store them (SyncAlways under load) piles up work.
+func pipelineDepth(maxSlots int) int { return max(256, 4*maxSlots) }
 
 // pipeline acks completed tasks once their result document is stored
 // (for a task whose result is discarded, the marker that it completed).
@@ -196,12 +197,7 @@ func (p *pipeline) put(a *attemptInfo, o outcome, doc *spool.Result) error {
 	select {
 	case p.room <- struct{}{}:
 	default:
-		// The pipeline is full (result writes held up by an election or a
-		// slow store): the task is heartbeated while it waits for room,
-		// as the sweep does once it is in.
-		stop := beatWhile(context.Background(), *a, p.ackWait[a.p]/4, p.log, "a completed task waiting for room in the result pipeline")
-		p.room <- struct{}{}
-		beat = stop()
+		beat = p.awaitRoom(a, beat)
 	}
 	// Counted as an attempt until settled, so shutdown waits for it; added
 	// while the calling attempt still counts, so the count cannot reach
@@ -224,6 +220,32 @@ func (p *pipeline) put(a *attemptInfo, o outcome, doc *spool.Result) error {
 		}
 	}
 	return nil
+}
+
+// awaitRoom waits for room in the full window (result writes held up by
+// an election or a slow store), heartbeating the task every quarter of its
+// AckWait from beat, its last heartbeat, as the sweep does once it is in.
+// It returns the time of the last heartbeat. The wait is on the calling
+// slot's goroutine: a full window holds the slots back.
+func (p *pipeline) awaitRoom(a *attemptInfo, beat time.Time) time.Time {
+	every := p.ackWait[a.p] / 4
+	if every <= 0 {
+		every = time.Second // AckWait unknown
+	}
+	t := time.NewTimer(time.Until(beat.Add(every)))
+	defer t.Stop()
+	for {
+		select {
+		case p.room <- struct{}{}:
+			return beat
+		case <-t.C:
+			if err := a.msg.InProgress(); err != nil {
+				p.log.Warn("heartbeat of a completed task waiting for room in the result pipeline failed", "task_id", a.id, "error", err)
+			}
+			beat = time.Now()
+			t.Reset(every)
+		}
+	}
 }
 
 // writeBurst is the queue length from which the writer does not yield
@@ -291,15 +313,20 @@ func (p *pipeline) done() {
 
 // onAck settles the completion a bucket acknowledgement answers. Tasks
 // whose result is stored are acked together once no further
-// acknowledgement is queued on the subscription: acknowledgements arrive
-// in bursts (the writer sends results in bursts), and acks sent in one
-// burst leave in one network write.
+// acknowledgement is queued on the subscription, or once ackBurst of them
+// wait: acknowledgements arrive in bursts (the writer sends results in
+// bursts), and acks sent in one burst leave in one network write.
 func (p *pipeline) onAck(tok uint64, _ jsproto.PubAck, err error) {
 	p.settleAck(tok, err)
-	if p.pub.Pending() <= 1 {
+	if len(p.stored) >= ackBurst || p.pub.Pending() <= 1 {
 		p.ackStored()
 	}
 }
+
+// ackBurst is the most stored completions held for one burst of acks:
+// under a steady stream of acknowledgements the burst never ends, and the
+// held completions would fill the window and stall the slots.
+const ackBurst = 32
 
 func (p *pipeline) settleAck(tok uint64, err error) {
 	if err != nil {

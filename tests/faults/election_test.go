@@ -256,12 +256,12 @@ func startElectionLoad(t *testing.T, prefix string) *electionLoad {
 // killBound the executions a SIGKILLed worker process can leave to run
 // again: its running attempts (its slots) and its completions whose
 // result write is not yet acknowledged (the consumer's pipeline depth,
-// max(64, 4x the slots); an attempt finding the pipeline full keeps its
+// max(256, 4x the slots); an attempt finding the pipeline full keeps its
 // slot, so the two add up). An attempt whose result is stored is not run
 // again: its redelivery finds the result and is acked.
 const (
 	workerSlots = 16
-	killBound   = workerSlots + max(64, 4*workerSlots)
+	killBound   = workerSlots + max(256, 4*workerSlots)
 )
 
 // TestElectionWorkerKill SIGKILLs one worker process together with the
