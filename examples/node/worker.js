@@ -45,7 +45,7 @@ const demo = {
 };
 
 function handle(task) {
-  console.log(JSON.stringify({ running: task.id, type: task.type, attempt: task.attempt }));
+  console.log(JSON.stringify({ running: task.id, type: task.type, attempt: task.attempt, at: new Date().toISOString() }));
   const fn = demo[task.type.split(".").at(-1)];
   if (!fn) throw permanent(new Error(`the node worker has no handler for ${task.type}`));
   return fn(task);

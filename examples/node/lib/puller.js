@@ -64,22 +64,26 @@ export class Puller {
     this.nc.publish(`$JS.API.CONSUMER.MSG.NEXT.${this.stream}.${lane.name}`, JSON.stringify({ batch, expires: expiresMs * NS }), { reply: `${this.inbox}.${token}` });
   }
 
+  // receive takes what arrives on the inbox. A task keeps its own
+  // subject, so it is matched to its request by the consumer its ack
+  // subject names (a lane has one open request at most); a status comes
+  // on the request's own reply subject.
   #receive(m) {
-    const req = this.open.get(m.subject.slice(this.inbox.length + 1));
     if (m.reply?.startsWith("$JS.ACK.")) {
-      const { pending } = ackMeta(m.reply);
+      const md = ackMeta(m.reply);
+      const lane = this.lanes.find((l) => l.name === md.consumer) ?? this.lanes[0];
+      const req = lane.open;
+      lane.pending = md.pending;
       if (req) {
         req.delivered++;
         this.reserved--;
-        req.lane.pending = pending;
         if (req.delivered >= req.batch) this.#end(req);
-        this.onTask(req.lane, m);
-      } else {
-        // A task for a request given up on: it runs all the same.
-        this.onTask(this.lanes.find((l) => m.reply.includes(`.${l.name}.`)) ?? this.lanes[0], m);
       }
+      // A task for a request given up on runs all the same.
+      this.onTask(lane, m);
       return;
     }
+    const req = this.open.get(m.subject.slice(this.inbox.length + 1));
     const code = m.headers?.code ?? 0;
     if (code === 100 || !req) return; // idle heartbeat, or a request already ended
     if (code !== 404 && code !== 408) this.log(`pull from ${req.lane.name}: ${code} ${m.headers?.description ?? ""}`);
