@@ -57,10 +57,13 @@ try {
   const listed = await spool.deadLetters({ type: "node.fail" });
   check("dead letters listed", listed.some((l) => l.taskId === failID && l.reason === "permanent"));
 
-  // A delayed task has no document until its schedule fires, then runs.
+  // A delayed task is scheduled, read from its schedule, until it fires;
+  // then it runs.
   const delayedID = `node-delayed-${run}`;
   const delayed = await spool.enqueue({ type: "demo.echo", id: delayedID, payload: "later", delay: 1500 });
-  check("delayed: no document before it fires", delayed.scheduledAt instanceof Date && (await spool.result(delayedID)) === null);
+  const pending = await spool.result(delayedID);
+  check("delayed: scheduled before it fires", pending?.state === "scheduled" && pending.type === "demo.echo" &&
+    Date.parse(pending.next_attempt_at) === delayed.scheduledAt.getTime());
   const fired = await spool.wait(delayedID);
   check("delayed: runs after its time", fired.state === "completed" && Date.parse(fired.started_at) >= delayed.scheduledAt.getTime());
 

@@ -263,7 +263,7 @@ func TestNodeAndShell(t *testing.T) {
 				t.Errorf("go read %s: %q, %v", task.ID, out, err)
 			}
 		}
-		for _, name := range []string{"dead letters listed", "delayed: no document before it fires", "delayed: runs after its time",
+		for _, name := range []string{"dead letters listed", "delayed: scheduled before it fires", "delayed: runs after its time",
 			"unique: a second task is refused", "unique: free again after completion", "cancel: a delayed task", "cancel: a completed task is finished"} {
 			if ok, found := rep.Checks[name]; !ok || !found {
 				t.Errorf("producer.js check %q: %v (reported %v)", name, ok, found)

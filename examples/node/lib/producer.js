@@ -110,10 +110,27 @@ export class Producer {
     throw new Error(`unique key ${JSON.stringify(key)} kept changing while claiming it`);
   }
 
-  /** result reads a task's document: null when there is none, {state:"completed", result_discarded:true} for a discarded result. */
+  /**
+   * result reads a task's document: null when there is none, state
+   * "scheduled" with next_attempt_at for a pending schedule, and
+   * {state:"completed", result_discarded:true} for a discarded result.
+   */
   async result(id) {
     const { doc, discarded } = await this.store.read(id);
-    return discarded ? { id, state: "completed", result_discarded: true } : doc;
+    if (discarded) return { id, state: "completed", result_discarded: true };
+    if (doc) return doc;
+    const sched = await this.#schedule(id);
+    if (!sched) return null;
+    const at = parseTime((sched.header.get("Nats-Schedule") || "").replace(/^@at /, ""));
+    const out = { ...placeOf(this.store.names, sched, id), state: "scheduled" };
+    if (at !== null) out.next_attempt_at = rfc3339(at);
+    return out;
+  }
+
+  // schedule reads the pending schedule of a delayed task, null when there is none.
+  #schedule(id) {
+    const n = this.store.names;
+    return tries(() => this.store.jsm.direct.getMessage(n.taskStream, { last_by_subj: n.schedSubject(id) })).catch(() => null);
   }
 
   /** wait returns a task's document once it is completed, dead or cancelled; it throws after ms. */
@@ -170,18 +187,11 @@ export class Producer {
     const { doc, rev, discarded } = await this.store.read(id);
     if (discarded) return { doc: { id, state: "completed", result_discarded: true }, rev };
     if (doc) return { doc, rev, uniqueKey: "" };
-    const n = this.store.names;
-    const direct = this.store.jsm.direct;
-    const sched = await tries(() => direct.getMessage(n.taskStream, { last_by_subj: n.schedSubject(id) })).catch(() => null);
+    const sched = await this.#schedule(id);
     const m = sched ?? (await this.#find(id));
     if (!m) throw new TaskNotFoundError(`task ${id} has no result, no pending schedule and is in no place of the task stream`);
+    const out = { ...placeOf(this.store.names, m, id), state: "pending" };
     const h = m.header;
-    const target = h.get("Nats-Schedule-Target") || h.get("Spool-Held-Target") || m.subject.replace(`${n.prefix}.parked.`, `${n.prefix}.tasks.`);
-    const place = n.parseTaskSubject(target) ?? { priority: "normal", type: "unknown" };
-    const stored = parseTime(m.timestamp) ?? nowNanos();
-    const first = parseTime(h.get("Spool-Enqueued-At"));
-    const out = { id, type: place.type, priority: place.priority, state: "pending", attempts: 0, enqueued_at: rfc3339(first ?? stored) };
-    if (first !== null) out.handed_back_at = rfc3339(stored);
     return { doc: out, rev, uniqueKey: h.get("Spool-Unique-Key"), schedSeq: sched ? m.seq : 0 };
   }
 
@@ -220,6 +230,20 @@ export class Producer {
     const m = await tries(() => this.store.jsm.streams.getMessage(n.dlqStream, { last_by_subj: n.dlqSubject(priority, type) }));
     return m && letter(m);
   }
+}
+
+// placeOf is what a task's message tells of it before any document: id,
+// type and priority from the subject it runs on, enqueued_at (and
+// handed_back_at for a copy Spool published again).
+function placeOf(n, m, id) {
+  const h = m.header;
+  const target = h.get("Nats-Schedule-Target") || h.get("Spool-Held-Target") || m.subject.replace(`${n.prefix}.parked.`, `${n.prefix}.tasks.`);
+  const place = n.parseTaskSubject(target) ?? { priority: "normal", type: "unknown" };
+  const stored = parseTime(m.timestamp) ?? nowNanos();
+  const first = parseTime(h.get("Spool-Enqueued-At"));
+  const out = { id, type: place.type, priority: place.priority, state: "", attempts: 0, enqueued_at: rfc3339(first ?? stored) };
+  if (first !== null) out.handed_back_at = rfc3339(stored);
+  return out;
 }
 
 function letter(m) {
