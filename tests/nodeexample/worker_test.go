@@ -293,3 +293,28 @@ func longContext(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// TestNodeWorkerByPriority runs the Node worker where workers pull by
+// priority: it binds the five priority consumers, receives every type,
+// runs the ones it has a handler for and dead-letters the others with
+// no_handler.
+func TestNodeWorkerByPriority(t *testing.T) {
+	e := streamstest.Start(t, streams.Settings{Consumers: streams.ConsumersByPriority})
+	ctx := longContext(t)
+	c, err := producer.New(e.NC, producer.WithLogger(streamstest.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := startNodeWorker(t, e.URL, "node-prio", "prio.*")
+	node.waitLine(t, `"mode":"priority"`)
+	high := spool.High
+	served := enqueue(t, ctx, c, producer.Task{Type: "prio.echo", Payload: []byte("by priority"), Priority: &high})
+	if res := wait(t, ctx, c, served, spool.StateCompleted, "node-prio", 1); res.ResultEncoding != spool.ResultEncodingText {
+		t.Errorf("output of %s: %+v", served, res)
+	}
+	other := enqueue(t, ctx, c, producer.Task{Type: "other.echo"})
+	if res := wait(t, ctx, c, other, spool.StateDead, "node-prio", 1); res.Reason != spool.ReasonNoHandler {
+		t.Errorf("a type without a handler: %+v", res)
+	}
+	checkDeadLetter(t, ctx, e, "other.echo", other, "no_handler", "1")
+}

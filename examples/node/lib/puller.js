@@ -1,12 +1,16 @@
 // Pull requests for the free slots (docs/contract.md, "Working a task",
 // step 1): each lane (one consumer) has at most one open request, and the
 // open requests never ask for more tasks than there are free slots, so
-// every task pulled starts at once. A lane whose last task said more are
-// pending gets as many slots as it has tasks; idle lanes long-poll for one
-// task each, taken in turns when there are more lanes than free slots.
+// every task pulled starts at once. A lane known to have tasks (its last
+// task said more are pending, or a refresh read its consumer's pending
+// count) gets as many slots as it has tasks, the most urgent priority
+// first; idle lanes long-poll for one task each, taken in turns when there
+// are more lanes than free slots. Every second the lanes with no open
+// request have their consumer read, for its pending count and its pause:
+// a paused consumer is not pulled.
 
 import { createInbox } from "@nats-io/transport-node";
-import { ackMeta } from "./names.js";
+import { PRIORITIES, ackMeta } from "./names.js";
 
 const NS = 1000000;
 
@@ -16,10 +20,12 @@ export class Puller {
    * @param {{priority: string, name: string}[]} lanes most urgent first
    * @param {() => number} free the slots free now (not counting open requests)
    * @param {(lane: object, m: import("@nats-io/transport-node").Msg) => void} onTask
+   * @param {(name: string) => Promise<{num_pending: number, paused?: boolean}>} info reads a consumer
    */
-  constructor(nc, stream, lanes, free, onTask, log) {
-    Object.assign(this, { nc, stream, free, onTask, log });
-    this.lanes = lanes.map((l) => ({ ...l, open: null, pending: 0 }));
+  constructor(nc, stream, lanes, free, onTask, info, log) {
+    Object.assign(this, { nc, stream, free, onTask, info, log });
+    this.lanes = lanes.map((l) => ({ ...l, open: null, pending: 0, paused: false, rank: PRIORITIES.indexOf(l.priority) }));
+    this.refresher = setInterval(() => this.#refresh(), 1000);
     this.reserved = 0;
     this.turn = 0;
     this.seq = 0;
@@ -40,8 +46,8 @@ export class Puller {
     if (this.stopped) return;
     let free = this.free() - this.reserved;
     if (free <= 0) return;
-    const idle = this.lanes.filter((l) => !l.open);
-    const busy = idle.filter((l) => l.pending > 0);
+    const idle = this.lanes.filter((l) => !l.open && !l.paused);
+    const busy = idle.filter((l) => l.pending > 0).sort((a, b) => a.rank - b.rank);
     const rest = idle.filter((l) => l.pending === 0);
     const start = rest.length ? this.turn++ % rest.length : 0;
     const order = [...busy, ...rest.slice(start), ...rest.slice(0, start)];
@@ -100,9 +106,27 @@ export class Puller {
     queueMicrotask(() => this.plan());
   }
 
+  // refresh reads the consumers of the lanes with no open request.
+  async #refresh() {
+    if (this.refreshing || this.stopped) return;
+    this.refreshing = true;
+    for (const lane of this.lanes) {
+      if (lane.open) continue;
+      try {
+        const ci = await this.info(lane.name);
+        if (!lane.open) Object.assign(lane, { pending: ci.num_pending, paused: Boolean(ci.paused) });
+      } catch (err) {
+        this.log(`reading consumer ${lane.name}: ${err.message}`);
+      }
+    }
+    this.refreshing = false;
+    this.plan();
+  }
+
   /** stop sends no more requests and resolves once the open ones ended. */
   async stop() {
     this.stopped = true;
+    clearInterval(this.refresher);
     if (this.open.size) await new Promise((resolve) => (this.drained = resolve));
     this.sub.unsubscribe();
   }

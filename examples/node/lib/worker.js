@@ -56,7 +56,8 @@ export class Worker {
     const { mode, lanes } = await makeLanes(this.store, this.types, this.log);
     this.mode = mode;
     await this.#followCancels();
-    this.puller = new Puller(this.nc, this.store.names.taskStream, lanes, () => this.concurrency - this.active, (lane, m) => this.#attempt(lane, m), this.log);
+    this.puller = new Puller(this.nc, this.store.names.taskStream, lanes, () => this.concurrency - this.active, (lane, m) => this.#attempt(lane, m),
+      (name) => this.store.jsm.consumers.info(this.store.names.taskStream, name), this.log);
     this.puller.plan();
     return { mode, consumers: lanes.map((l) => l.name) };
   }
