@@ -252,6 +252,9 @@ func TestNodeWorkerCore(t *testing.T) {
 			t.Fatalf("a second task with the key while the first holds it: %v", err)
 		}
 		wait(t, ctx, c, id, spool.StateCompleted, "node-1", 1)
+		// The key is released after the completed document is stored and
+		// before the ack: once the task left the stream, it is free.
+		settled(t, ctx, e, "spool.tasks.*.core.sleep")
 		again := enqueue(t, ctx, c, task)
 		wait(t, ctx, c, again, spool.StateCompleted, "node-1", 1)
 	})

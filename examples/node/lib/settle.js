@@ -116,7 +116,7 @@ export async function deadLetter(w, a, reason, message) {
   const failedAt = now();
   h.set("Spool-Error", oneLine(message));
   h.set("Spool-Reason", reason);
-  h.set("Spool-Attempts", String(a.md.delivered));
+  h.set("Spool-Attempts", String(a.attempt)); // the attempt number, as the Go worker writes it
   h.set("Spool-Failed-At", failedAt);
   h.set("Spool-Original-Subject", a.m.subject);
   h.set("Spool-Original-Seq", String(a.md.streamSeq));
