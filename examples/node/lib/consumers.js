@@ -44,8 +44,8 @@ function coversAll(a, b) {
 
 /**
  * lanes returns the consumers to pull, most urgent priority first:
- * {priority, name, ackWaitMs, maxDeliver}. Pulling by type it makes or
- * binds them first.
+ * {priority, name, ackWaitMs, maxDeliver}, and whether the task stream is
+ * replicated. Pulling by type it makes or binds them first.
  * @param {import("./store.js").Store} store
  * @param {string[]} patterns the served type patterns
  */
@@ -59,7 +59,7 @@ export async function lanes(store, patterns, log) {
       const ci = await tries(() => store.jsm.consumers.info(n.taskStream, n.priorityConsumer(priority)));
       out.push(lane(priority, ci, "by priority"));
     }
-    return { mode: "priority", lanes: out };
+    return { mode: "priority", lanes: out, replicated: info.config.num_replicas > 1 };
   }
   const template = {
     ack_wait: Number(safe(() => parseDuration(meta.spool_ack_wait), 30000000000n)),
@@ -71,7 +71,7 @@ export async function lanes(store, patterns, log) {
       out.push(lane(priority, await makeOrBind(store, priority, pattern, template, log), pattern));
     }
   }
-  return { mode: "type", lanes: out };
+  return { mode: "type", lanes: out, replicated: info.config.num_replicas > 1 };
 }
 
 function safe(fn, fallback) {

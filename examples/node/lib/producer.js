@@ -5,7 +5,7 @@
 import { headers } from "@nats-io/transport-node";
 import { PRIORITIES, nowNanos, parseDuration, parseTime, rfc3339, uniqueKVKey, validateID, validateType } from "./names.js";
 import { encodeDoc } from "./output.js";
-import { Store, WRONG_LAST_SEQUENCE, apiCode, isTerminal, tries } from "./store.js";
+import { Store, WRONG_LAST_SEQUENCE, apiCode, isTerminal, tries, watch } from "./store.js";
 
 const CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
@@ -135,20 +135,20 @@ export class Producer {
 
   /** wait returns a task's document once it is completed, dead or cancelled; it throws after ms. */
   async wait(id, ms = 30000) {
-    const sub = this.store.nc.subscribe(this.store.names.resultSubject(id));
+    // Every write is published on the key's subject, followed from before
+    // the first read; a re-read every 5s is the safety net.
+    const w = watch(this.store.nc, this.store.names.resultSubject(id));
     const end = Date.now() + ms;
     try {
       for (;;) {
+        const mark = w.mark();
         const doc = await this.result(id);
         if (isTerminal(doc)) return doc;
         if (Date.now() >= end) throw new Error(`task ${id} did not finish within ${ms} ms`);
-        // Every write is published on the key's subject; a re-read every
-        // 5s is the safety net.
-        const next = sub[Symbol.asyncIterator]().next();
-        await Promise.race([next, new Promise((r) => setTimeout(r, Math.min(5000, end - Date.now())))]);
+        await w.wait(mark, Math.min(5000, end - Date.now()));
       }
     } finally {
-      sub.unsubscribe();
+      w.stop();
     }
   }
 

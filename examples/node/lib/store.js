@@ -48,6 +48,37 @@ export async function tries(fn, ms = 10000, perTry = 2000) {
   }
 }
 
+/**
+ * watch follows a subject with a core subscription: changed(mark) tells
+ * whether a message came since mark() was taken, and wait(ms) returns when
+ * one comes or ms pass. Reading after mark() and waiting only when nothing
+ * came meanwhile loses no message between a read and the wait.
+ */
+export function watch(nc, subject) {
+  let seen = 0;
+  let wake = () => {};
+  const sub = nc.subscribe(subject, {
+    callback: () => {
+      seen++;
+      wake();
+    },
+  });
+  return {
+    mark: () => seen,
+    wait(mark, ms) {
+      if (seen !== mark) return Promise.resolve();
+      return new Promise((resolve) => {
+        const timer = setTimeout(resolve, Math.max(0, ms));
+        wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    },
+    stop: () => sub.unsubscribe(),
+  };
+}
+
 /** Store holds the handles to the task stream and the buckets of one deployment. */
 export class Store {
   /** @param {import("@nats-io/transport-node").NatsConnection} nc */

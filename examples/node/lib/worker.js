@@ -10,7 +10,7 @@ import { lanes as makeLanes } from "./consumers.js";
 import { ackMeta, matchType, nowNanos, parseDuration, parseTime, rfc3339, validateID } from "./names.js";
 import { encodeDoc, resultValue, toBytes } from "./output.js";
 import { Puller } from "./puller.js";
-import { Store } from "./store.js";
+import { Store, watch } from "./store.js";
 import * as settle from "./settle.js";
 
 /** permanent marks an error so the task is dead-lettered at once (reason permanent). */
@@ -53,8 +53,9 @@ export class Worker {
   /** start binds or makes the consumers, follows cancellations and starts pulling. */
   async start() {
     this.store = await Store.open(this.nc, this.prefix);
-    const { mode, lanes } = await makeLanes(this.store, this.types, this.log);
+    const { mode, lanes, replicated } = await makeLanes(this.store, this.types, this.log);
     this.mode = mode;
+    this.replicated = replicated;
     await this.#followCancels();
     this.puller = new Puller(this.nc, this.store.names.taskStream, lanes, () => this.concurrency - this.active, (lane, m) => this.#attempt(lane, m),
       (name) => this.store.jsm.consumers.info(this.store.names.taskStream, name), this.log);
@@ -164,6 +165,14 @@ export class Worker {
     let doc = null;
     if (md.delivered > 1) {
       ({ doc, rev: a.rev } = await this.store.read(a.id, Math.max(10000, 0.75 * a.lane.ackWaitMs)));
+      // On a replicated stream a consumer leader change redelivers tasks
+      // a live worker is still settling: a task stored an ack wait ago
+      // whose outcome is not stored yet waits a little for it. A task
+      // whose result is discarded has none to wait for.
+      const held = this.replicated && Number(nowNanos() - md.timestamp) / 1e6 >= a.lane.ackWaitMs;
+      if (held && !a.discard && (!doc || (settle.sameMessage(a, doc) && doc.state === "processing"))) {
+        ({ doc, rev: a.rev } = await this.#awaitOutcome(a));
+      }
       if (doc && settle.sameMessage(a, doc)) a.snoozes = doc.snoozes ?? 0;
       if (await settle.storedAlready(this, a, doc)) return;
     }
@@ -216,6 +225,24 @@ export class Worker {
   #failed(a, reason, err) {
     if (reason === "permanent" || a.attempt >= a.maxAttempts) return settle.deadLetter(this, a, reason, err?.message ?? String(err));
     return settle.retry(this, a, err);
+  }
+
+  // awaitOutcome waits up to a quarter of the ack wait for an earlier
+  // attempt's outcome of this message, and returns the document then.
+  async #awaitOutcome(a) {
+    const w = watch(this.nc, this.store.names.resultSubject(a.id));
+    const end = Date.now() + a.lane.ackWaitMs / 4;
+    try {
+      for (;;) {
+        const mark = w.mark();
+        const read = await this.store.read(a.id);
+        const done = read.doc && settle.sameMessage(a, read.doc) && read.doc.state !== "processing";
+        if (done || Date.now() >= end) return read;
+        await w.wait(mark, end - Date.now());
+      }
+    } finally {
+      w.stop();
+    }
   }
 
   // repeating refuses a task a repeating schedule on <prefix>.sched.>
