@@ -12,7 +12,7 @@ import { Producer, TaskFinishedError, TaskNotFoundError, UniqueConflictError } f
 import { parseDuration } from "./lib/names.js";
 
 const env = process.env;
-const nc = await connect({ servers: env.SPOOL_NATS_URL || env.NATS_URL || "nats://127.0.0.1:4222", name: "spool-conformance node producer" });
+const nc = await connect({ servers: (env.SPOOL_NATS_URL || env.NATS_URL || "nats://127.0.0.1:4222").split(","), name: "spool-conformance node producer" });
 const producer = await Producer.connect(nc, { prefix: env.SPOOL_PREFIX || "spool" });
 const ms = (d, fallback) => (d ? Number(parseDuration(d) / 1000000n) : fallback);
 

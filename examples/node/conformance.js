@@ -43,7 +43,7 @@ const handlers = {
   },
 };
 
-const nc = await connect({ servers: env.SPOOL_NATS_URL || env.NATS_URL || "nats://127.0.0.1:4222", name: "spool-conformance node worker" });
+const nc = await connect({ servers: (env.SPOOL_NATS_URL || env.NATS_URL || "nats://127.0.0.1:4222").split(","), name: "spool-conformance node worker" });
 const worker = new Worker(nc, {
   handlers,
   name: env.SPOOL_WORKER_NAME || "conformance-worker",

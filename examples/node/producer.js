@@ -20,7 +20,7 @@ const all = Uint8Array.from({ length: 256 }, (_, i) => i);
 const invalidUTF8 = Uint8Array.from([0x68, 0x69, 0xff, 0xfe, 0xc3, 0x28, 0x00]);
 const echoPayload = new Uint8Array([...invalidUTF8, ...all]);
 
-const nc = await connect({ servers: url, name: "spool-node-producer" });
+const nc = await connect({ servers: url.split(","), name: "spool-node-producer" });
 const spool = await Producer.connect(nc);
 const report = { ok: true, tasks: [], checks: {} };
 // check records one named check of the report.

@@ -51,7 +51,7 @@ function handle(task) {
   return fn(task);
 }
 
-const nc = await connect({ servers: env.NATS_URL || "nats://127.0.0.1:4222", name: "spool-node-worker" });
+const nc = await connect({ servers: (env.NATS_URL || "nats://127.0.0.1:4222").split(","), name: "spool-node-worker" });
 const worker = new Worker(nc, {
   handlers: Object.fromEntries(types.map((p) => [p, handle])),
   name,
