@@ -258,6 +258,15 @@ func TestNodeWorkerCore(t *testing.T) {
 		again := enqueue(t, ctx, c, task)
 		wait(t, ctx, c, again, spool.StateCompleted, "node-1", 1)
 	})
+	t.Run("heartbeat", func(t *testing.T) {
+		// Twice the ack wait: without its heartbeats the task would be
+		// delivered again and run twice.
+		id := enqueue(t, ctx, c, producer.Task{Type: "core.sleep", Payload: []byte(`{"ms":4000}`)})
+		wait(t, ctx, c, id, spool.StateCompleted, "node-1", 1)
+		if n := strings.Count(node.logs.String(), `"running":"`+id+`"`); n != 1 {
+			t.Errorf("task %s ran %d times", id, n)
+		}
+	})
 	t.Run("crash mid-task", func(t *testing.T) {
 		id := enqueue(t, ctx, c, producer.Task{Type: "core.sleep", Payload: []byte(`{"ms":1500}`)})
 		completed := countEvents(t, e, "spool.events.completed.*."+id+".>")
