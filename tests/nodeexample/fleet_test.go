@@ -11,16 +11,22 @@ import (
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/embedded"
 	"github.com/spoolq/spool/streams/streamstest"
 )
 
 // TestMixedFleet runs a Go worker serving mix.go.* and a Node worker
-// serving mix.node.* on one stream pulling by type: every task completes
-// on a process that serves its type and none is dead for no_handler. A
-// type nobody serves waits, and runs when a Node worker serving it starts.
+// serving mix.node.* on one deployment pulling by type, its tasks spread
+// over two partitions: every task completes on a process that serves its
+// type and none is dead for no_handler. A type nobody serves waits, and
+// runs when a Node worker serving it starts.
 func TestMixedFleet(t *testing.T) {
 	const n = 20
-	e := streamstest.Start(t, streams.Settings{Consumers: streams.ConsumersByType})
+	// Two task partitions, the server spreading the tasks over them: both
+	// workers pull their consumers on each.
+	src, dst := spool.DefaultNames().PartitionMapping(2)
+	e := streamstest.StartWith(t, embedded.Options{Mappings: map[string]string{src: dst}},
+		streams.Settings{Consumers: streams.ConsumersByType, Partitions: 2})
 	ctx := longContext(t)
 	c, err := producer.New(e.NC, producer.WithLogger(streamstest.Logger(t)))
 	if err != nil {
@@ -79,6 +85,13 @@ func TestMixedFleet(t *testing.T) {
 		wait(t, ctx, c, id, spool.StateCompleted, "node-late", 1)
 	}
 	settled(t, ctx, e, "spool.tasks.>")
+	// Both partitions held tasks, so both were pulled.
+	for _, name := range []string{"SPOOL_TASKS", "SPOOL_TASKS_1"} {
+		info, err := e.Stream(t, name).Info(ctx)
+		if err != nil || info.State.LastSeq == 0 {
+			t.Errorf("partition %s stored no task: %+v, %v", name, info, err)
+		}
+	}
 }
 
 // deadLetters counts the messages in the dead-letter stream.

@@ -44,8 +44,9 @@ function coversAll(a, b) {
 
 /**
  * lanes returns the consumers to pull, most urgent priority first:
- * {priority, name, ackWaitMs, maxDeliver}, and whether the task stream is
- * replicated. Pulling by type it makes or binds them first.
+ * {stream, priority, name, ackWaitMs, maxDeliver} on every task partition,
+ * and whether the task stream is replicated. Pulling by type it makes or
+ * binds them first.
  * @param {import("./store.js").Store} store
  * @param {string[]} patterns the served type patterns
  */
@@ -53,25 +54,33 @@ export async function lanes(store, patterns, log) {
   const n = store.names;
   const info = await tries(() => store.jsm.streams.info(n.taskStream));
   const meta = info.config.metadata ?? {};
+  const replicated = info.config.num_replicas > 1;
+  // Every task partition has the same consumers: SPOOL_TASKS, then SPOOL_TASKS_<k>.
+  const parts = Math.max(1, Number.parseInt(meta.spool_partitions, 10) || 1);
+  const streams = Array.from({ length: parts }, (_, k) => (k === 0 ? n.taskStream : `${n.taskStream}_${k}`));
   const out = [];
   if (meta.spool_consumers !== "type") {
-    for (const priority of PRIORITIES) {
-      const ci = await tries(() => store.jsm.consumers.info(n.taskStream, n.priorityConsumer(priority)));
-      out.push(lane(priority, ci, "by priority"));
+    for (const stream of streams) {
+      for (const priority of PRIORITIES) {
+        const ci = await tries(() => store.jsm.consumers.info(stream, n.priorityConsumer(priority)));
+        out.push(lane(stream, priority, ci, "by priority"));
+      }
     }
-    return { mode: "priority", lanes: out, replicated: info.config.num_replicas > 1 };
+    return { mode: "priority", lanes: out, replicated };
   }
   const template = {
     ack_wait: Number(safe(() => parseDuration(meta.spool_ack_wait), 30000000000n)),
     max_deliver: safe(() => Number.parseInt(meta.spool_max_deliver, 10) || 10, 10),
     max_ack_pending: safe(() => Number.parseInt(meta.spool_max_ack_pending, 10) || 100000, 100000),
   };
-  for (const pattern of servedPatterns(patterns)) {
-    for (const priority of PRIORITIES) {
-      out.push(lane(priority, await makeOrBind(store, priority, pattern, template, log), pattern));
+  for (const stream of streams) {
+    for (const pattern of servedPatterns(patterns)) {
+      for (const priority of PRIORITIES) {
+        out.push(lane(stream, priority, await makeOrBind(store, stream, priority, pattern, template, log), pattern));
+      }
     }
   }
-  return { mode: "type", lanes: out, replicated: info.config.num_replicas > 1 };
+  return { mode: "type", lanes: out, replicated };
 }
 
 function safe(fn, fallback) {
@@ -82,16 +91,16 @@ function safe(fn, fallback) {
   }
 }
 
-function lane(priority, ci, pattern) {
-  return { priority, pattern, name: ci.name, ackWaitMs: Number(ci.config.ack_wait) / 1e6, maxDeliver: ci.config.max_deliver };
+function lane(stream, priority, ci, pattern) {
+  return { stream, priority, pattern, name: ci.name, ackWaitMs: Number(ci.config.ack_wait) / 1e6, maxDeliver: ci.config.max_deliver };
 }
 
 // makeOrBind looks the consumer up, and creates it from the template when
 // it is missing, joining a pause of its priority or exact type.
-async function makeOrBind(store, priority, pattern, template, log) {
+async function makeOrBind(store, stream, priority, pattern, template, log) {
   const n = store.names;
   const name = n.typeConsumer(priority, pattern);
-  const info = () => tries(() => store.jsm.consumers.info(n.taskStream, name));
+  const info = () => tries(() => store.jsm.consumers.info(stream, name));
   try {
     return await info();
   } catch (err) {
@@ -114,15 +123,15 @@ async function makeOrBind(store, priority, pattern, template, log) {
   };
   let ci;
   try {
-    ci = await tries(() => store.jsm.consumers.add(n.taskStream, config, { action: "create" }));
-    log?.(`made consumer ${name}`);
+    ci = await tries(() => store.jsm.consumers.add(stream, config, { action: "create" }));
+    log?.(`made consumer ${name} on ${stream}`);
   } catch (err) {
     if (apiCode(err) === NOT_UNIQUE) throw new Error(`pattern ${pattern} overlaps a pattern another worker serves (${err.message}): serve the same patterns as it, or types it does not serve`);
     if (apiCode(err) !== CONSUMER_EXISTS) throw err;
     return info();
   }
   const after = await pausedUntil(store, pauseKeys);
-  if (after) await tries(() => store.jsm.consumers.pause(n.taskStream, name, new Date(after)));
+  if (after) await tries(() => store.jsm.consumers.pause(stream, name, new Date(after)));
   return ci;
 }
 

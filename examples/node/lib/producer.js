@@ -5,7 +5,7 @@
 import { headers } from "@nats-io/transport-node";
 import { PRIORITIES, nowNanos, parseDuration, parseTime, rfc3339, uniqueKVKey, validateID, validateType } from "./names.js";
 import { encodeDoc } from "./output.js";
-import { Store, WRONG_LAST_SEQUENCE, apiCode, isTerminal, tries, watch } from "./store.js";
+import { Store, apiCode, conflict, isTerminal, tries, watch } from "./store.js";
 
 const CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
@@ -99,7 +99,7 @@ export class Producer {
         const ack = await tries((timeout) => this.store.js.publish(subject, id, { expect: { lastSubjectSequence: rev }, ttl, timeout }));
         return ack.seq;
       } catch (err) {
-        if (apiCode(err) !== WRONG_LAST_SEQUENCE) throw err;
+        if (!conflict(err)) throw err;
       }
       const m = await tries(() => this.store.jsm.streams.getMessage(`KV_${n.uniqueBucket}`, { last_by_subj: subject }));
       if (!m) rev = 0;
@@ -116,7 +116,8 @@ export class Producer {
    * {state:"completed", result_discarded:true} for a discarded result.
    */
   async result(id) {
-    const { doc, discarded } = await this.store.read(id);
+    const { doc, discarded, invalid } = await this.store.read(id);
+    if (invalid) throw new Error(`the stored result document ${JSON.stringify(id)} cannot be read: ${invalid}`);
     if (discarded) return { id, state: "completed", result_discarded: true };
     if (doc) return doc;
     const sched = await this.#schedule(id);
@@ -175,7 +176,7 @@ export class Producer {
         this.store.event("cancelled", doc, text);
         return doc;
       } catch (err) {
-        if (apiCode(err) !== WRONG_LAST_SEQUENCE) throw err;
+        if (!conflict(err)) throw err;
       }
     }
     throw new Error(`task ${id}: its result kept changing while cancelling; its cancellation is stored`);
@@ -184,7 +185,8 @@ export class Producer {
   // locate finds task id: its document, else its message in the task
   // stream (its schedule first), with the revision to write over.
   async #locate(id) {
-    const { doc, rev, discarded } = await this.store.read(id);
+    const { doc, rev, discarded, invalid } = await this.store.read(id);
+    if (invalid) throw new Error(`the stored result document ${JSON.stringify(id)} cannot be read: ${invalid}`);
     if (discarded) return { doc: { id, state: "completed", result_discarded: true }, rev };
     if (doc) return { doc, rev, uniqueKey: "" };
     const sched = await this.#schedule(id);

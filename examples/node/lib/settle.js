@@ -6,7 +6,7 @@
 import { headers } from "@nats-io/transport-node";
 import { nowNanos, parseTime, rfc3339 } from "./names.js";
 import { encodeDoc } from "./output.js";
-import { WRONG_LAST_SEQUENCE, apiCode, tries } from "./store.js";
+import { conflict, tries } from "./store.js";
 
 const now = () => rfc3339(nowNanos());
 const oneLine = (s) => String(s ?? "").replace(/[\r\n]+/g, " ");
@@ -47,10 +47,12 @@ export function nak(w, a, delayMs) {
   w.nc.publish(a.m.reply, delayMs > 0 ? `-NAK {"delay":${Math.round(delayMs) * 1000000}}` : "-NAK");
 }
 
-// storeFinal writes a completed or dead document (or the marker of a
-// discarded result) over the revision the attempt read. On a lost race it
-// reads again: its own earlier write counts as stored, a cancellation
-// makes it yield, anything else is written over. "stored" or "cancelled".
+// storeFinal writes the document an attempt ends with (completed, the
+// marker of a discarded result, dead, retrying) over the revision the
+// attempt read. On a lost race it reads again: this very document stored
+// by an earlier try counts as stored, a cancelled document makes it yield,
+// the attempt's own processing state is written over, and anything else
+// is written over unless a cancellation is stored. "stored" or "cancelled".
 async function storeFinal(w, a, d, value, marker) {
   const text = encodeDoc(d, value);
   const budget = Math.max(10000, 0.75 * a.lane.ackWaitMs);
@@ -61,11 +63,15 @@ async function storeFinal(w, a, d, value, marker) {
       w.events && w.store.event(d.state, marker ? { ...d, result_discarded: true } : d, marker ? undefined : text);
       return "stored";
     } catch (err) {
-      if (apiCode(err) !== WRONG_LAST_SEQUENCE) throw err;
+      if (!conflict(err)) throw err;
     }
     const read = await w.store.read(a.id, budget);
-    if (read.doc?.state === d.state && read.doc.worker === w.name && sameMessage(a, read.doc)) return "stored";
-    if (read.doc?.state === "cancelled" || w.cancelled.has(a.id) || (await w.store.cancellation(a.id))) return "cancelled";
+    const r = read.doc;
+    const same = r && r.attempts === d.attempts && sameMessage(a, r);
+    if (same && r.state === d.state && r.finished_at === d.finished_at && d.finished_at !== undefined) return "stored";
+    if (r?.state === "cancelled") return "cancelled";
+    const ownProcessing = same && r.state === "processing" && r.progress === undefined;
+    if (!ownProcessing && (w.cancelled.has(a.id) || (await w.store.cancellation(a.id)))) return "cancelled";
     a.rev = read.rev;
   }
   throw new Error(`task ${a.id}: its result kept changing while storing ${d.state}`);
@@ -84,13 +90,19 @@ export async function complete(w, a, value) {
   await ack(w, a, "+ACK");
 }
 
-/** retry stores the retrying document and NAKs with the backoff, or the delay the handler asked for. */
-export function retry(w, a, err) {
+/**
+ * retry stores the retrying document over the revision read and NAKs with
+ * the backoff, or the delay the handler asked for. A cancellation stored
+ * meanwhile ends the task cancelled instead.
+ */
+export async function retry(w, a, err) {
   const delay = Math.round(err?.retryAfter ?? backoff(w, a.attempt));
   const d = { ...doc(w, a, "retrying"), error: oneLine(err?.message ?? err), next_attempt_at: rfc3339(BigInt(Date.now() + delay) * 1000000n) };
-  const text = encodeDoc(d);
-  w.store.putUnacked(a.id, text);
-  w.events && w.store.event("retrying", d, text);
+  try {
+    if ((await storeFinal(w, a, d)) === "cancelled") return cancelled(w, a);
+  } catch (e) {
+    w.log(`task ${a.id}: writing its retrying state: ${e.message}`);
+  }
   nak(w, a, delay);
 }
 
@@ -152,7 +164,7 @@ export async function cancelled(w, a) {
         w.events && w.store.event("cancelled", d, text);
         break;
       } catch (err) {
-        if (apiCode(err) !== WRONG_LAST_SEQUENCE) throw err;
+        if (!conflict(err)) throw err;
       }
     }
     await w.store.releaseUnique(a.uniqueKey, a.id);

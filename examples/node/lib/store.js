@@ -10,6 +10,8 @@ import { names as makeNames, nowNanos, rfc3339, uniqueKVKey } from "./names.js";
 import { encodeDoc } from "./output.js";
 
 export const WRONG_LAST_SEQUENCE = 10071;
+// A replicated stream answers 10164 for the same while another write of the key is in flight.
+const WRONG_LAST_SEQUENCE_INFLIGHT = 10164;
 const TERMINAL = new Set(["completed", "dead", "cancelled"]);
 
 /** isTerminal reports whether a document's state is final. */
@@ -18,6 +20,11 @@ export const isTerminal = (doc) => TERMINAL.has(doc?.state);
 /** apiCode is the JetStream API error code of err, 0 when it has none. */
 export function apiCode(err) {
   return typeof err?.code === "number" ? err.code : 0;
+}
+
+/** conflict reports the error of a conditional write that lost a race: the key changed since its revision was read. */
+export function conflict(err) {
+  return apiCode(err) === WRONG_LAST_SEQUENCE || apiCode(err) === WRONG_LAST_SEQUENCE_INFLIGHT;
 }
 
 // transient reports an error a request may meet during an election: no
@@ -98,14 +105,21 @@ export class Store {
   /**
    * read returns a task's result document as the results stream's leader
    * holds it, with the key's revision (0: no message) and whether the last
-   * message is the marker of a discarded result.
-   * @returns {Promise<{doc: object | null, rev: number, discarded: boolean}>}
+   * message is the marker of a discarded result. A document that does not
+   * decode reads as none, with invalid set: a worker writes over it.
+   * @returns {Promise<{doc: object | null, rev: number, discarded: boolean, invalid?: string}>}
    */
   async read(id, ms = 10000) {
     const m = await tries(() => this.jsm.streams.getMessage(`KV_${this.names.resultsBucket}`, { last_by_subj: this.names.resultSubject(id) }), ms);
     if (!m) return { doc: null, rev: 0, discarded: false };
     if (m.data.length === 0) return { doc: null, rev: m.seq, discarded: m.header.get("Spool-Result") === "discarded" };
-    return { doc: JSON.parse(new TextDecoder().decode(m.data)), rev: m.seq, discarded: false };
+    try {
+      const doc = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(m.data));
+      if (doc && typeof doc === "object" && !Array.isArray(doc)) return { doc, rev: m.seq, discarded: false };
+      return { doc: null, rev: m.seq, discarded: false, invalid: "not a JSON object" };
+    } catch (err) {
+      return { doc: null, rev: m.seq, discarded: false, invalid: err.message };
+    }
   }
 
   /**
@@ -162,7 +176,7 @@ export class Store {
     try {
       await tries(() => this.unique.delete(k, { previousSeq: e.revision }), ms);
     } catch (err) {
-      if (apiCode(err) !== WRONG_LAST_SEQUENCE) throw err;
+      if (!conflict(err)) throw err;
     }
   }
 

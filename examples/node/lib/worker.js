@@ -57,10 +57,10 @@ export class Worker {
     this.mode = mode;
     this.replicated = replicated;
     await this.#followCancels();
-    this.puller = new Puller(this.nc, this.store.names.taskStream, lanes, () => this.concurrency - this.active, (lane, m) => this.#attempt(lane, m),
-      (name) => this.store.jsm.consumers.info(this.store.names.taskStream, name), this.log);
+    this.puller = new Puller(this.nc, lanes, () => this.concurrency - this.active, (lane, m) => this.#attempt(lane, m),
+      (lane) => this.store.jsm.consumers.info(lane.stream, lane.name), this.log);
     this.puller.plan();
-    return { mode, consumers: lanes.map((l) => l.name) };
+    return { mode, consumers: [...new Set(lanes.map((l) => l.name))] };
   }
 
   /**
@@ -139,6 +139,7 @@ export class Worker {
       clearTimeout(a.beat);
       if (this.running.get(a.id) === a) this.running.delete(a.id);
       this.active--;
+      a.lane.running--;
       this.puller.plan();
     }
   }
