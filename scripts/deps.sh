@@ -30,6 +30,14 @@ if [ -z "$node_min" ]; then
 	echo "deps: examples/node/package.json states no \"engines\": {\"node\": \">=N\"}" >&2
 	exit 1
 fi
+# Every other Node.js program of the tree states the same one.
+for pkg in tests/cmd/spool-bench/bullmq/package.json; do
+	other=$(sed -n 's/.*"node": *">= *\([0-9][0-9]*\)".*/\1/p' "$pkg" | head -n 1)
+	if [ "$other" != "$node_min" ]; then
+		echo "deps: $pkg states Node.js >=${other:-nothing} in \"engines\", examples/node/package.json >=$node_min: state one version" >&2
+		exit 1
+	fi
+done
 
 missing=() # Debian packages
 why=()     # one line per package: what needs it
@@ -68,9 +76,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 	fi
 fi
 
-# Debian ships Node.js 20 from trixie on (bookworm has 18). The example's
-# packages are pinned to releases that run on it, and examples/node/.npmrc
-# sets engine-strict, so npm ci refuses a package this node is too old for.
+# Debian ships Node.js 20 from trixie on (bookworm has 18). The packages of
+# examples/node and of the bench's BullMQ program are pinned to releases that
+# run on it, and the .npmrc beside each sets engine-strict, so npm ci refuses
+# a package this node is too old for.
 node_major=$(node -p 'process.versions.node.split(".")[0]')
 if [ "$node_major" -lt "$node_min" ]; then
 	{

@@ -66,7 +66,7 @@ async function serve(m) {
   m.respond(body, { headers: reply });
 }
 
-const nc = await connect({ servers: url, name: "spool-node-handler" });
+const nc = await connect({ servers: url.split(","), name: "spool-node-handler" });
 const sub = nc.subscribe(subject, { queue });
 await nc.flush();
 console.log(JSON.stringify({ ready: true, subject, queue, types: Object.keys(handlers) }));

@@ -128,9 +128,10 @@ var (
 
 // nodeReport is what producer.js prints.
 type nodeReport struct {
-	OK    bool   `json:"ok"`
-	Error string `json:"error"`
-	Tasks []struct {
+	OK     bool            `json:"ok"`
+	Error  string          `json:"error"`
+	Checks map[string]bool `json:"checks"`
+	Tasks  []struct {
 		ID             string `json:"id"`
 		Type           string `json:"type"`
 		State          string `json:"state"`
@@ -260,6 +261,12 @@ func TestNodeAndShell(t *testing.T) {
 			}
 			if out, err := res.Output(); err != nil || !bytes.Equal(out, want[task.Type]) {
 				t.Errorf("go read %s: %q, %v", task.ID, out, err)
+			}
+		}
+		for _, name := range []string{"dead letters listed", "delayed: scheduled before it fires", "delayed: runs after its time",
+			"unique: a second task is refused", "unique: free again after completion", "cancel: a delayed task", "cancel: a completed task is finished"} {
+			if ok, found := rep.Checks[name]; !ok || !found {
+				t.Errorf("producer.js check %q: %v (reported %v)", name, ok, found)
 			}
 		}
 		d := rep.Dead
