@@ -27,21 +27,30 @@ type Record struct {
 }
 
 // Observer listens on its own connection to what a worker publishes: acks,
-// result, unique-key and cancel writes, dead letters and events.
+// result, unique-key and cancel writes, dead letters and events. Every
+// subscription feeds one channel from the connection's read loop, so the
+// records keep the order in which the server sent them; callbacks would
+// run one goroutine per subscription and lose it.
 type Observer struct {
 	nc      *nats.Conn
 	names   spool.Names
+	msgs    chan *nats.Msg
+	done    chan struct{}
 	mu      sync.Mutex
 	recs    []Record
 	changed chan struct{}
 }
+
+// observerBuffer is how many messages may wait for the recorder; past it
+// the connection reports a slow consumer and drops messages.
+const observerBuffer = 1 << 16
 
 func newObserver(url string, names spool.Names) (*Observer, error) {
 	nc, err := nats.Connect(url, nats.Name("spool-conformance observer"))
 	if err != nil {
 		return nil, fmt.Errorf("connecting the observer: %w", err)
 	}
-	o := &Observer{nc: nc, names: names, changed: make(chan struct{})}
+	o := &Observer{nc: nc, names: names, msgs: make(chan *nats.Msg, observerBuffer), done: make(chan struct{}), changed: make(chan struct{})}
 	for _, subj := range []string{
 		"$JS.ACK.>",
 		"$KV." + names.ResultsBucket() + ".>",
@@ -50,7 +59,7 @@ func newObserver(url string, names spool.Names) (*Observer, error) {
 		names.DLQFilter(),
 		names.Prefix() + ".events.>",
 	} {
-		if _, err := nc.Subscribe(subj, o.record); err != nil {
+		if _, err := nc.ChanSubscribe(subj, o.msgs); err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("subscribing the observer to %s: %w", subj, err)
 		}
@@ -59,10 +68,26 @@ func newObserver(url string, names spool.Names) (*Observer, error) {
 		nc.Close()
 		return nil, fmt.Errorf("subscribing the observer: %w", err)
 	}
+	go o.run()
 	return o, nil
 }
 
-func (o *Observer) close() { o.nc.Close() }
+func (o *Observer) close() {
+	o.nc.Close()
+	close(o.done)
+}
+
+// run records the messages in the order they arrived.
+func (o *Observer) run() {
+	for {
+		select {
+		case m := <-o.msgs:
+			o.record(m)
+		case <-o.done:
+			return
+		}
+	}
+}
 
 func (o *Observer) record(m *nats.Msg) {
 	o.mu.Lock()

@@ -5,15 +5,16 @@
 //
 //	spool-conformance --level full -- goworker
 //
-// SPOOL_CONFORMANCE_BREAK names a handler type to break on purpose: its
-// handler then returns a wrong result, so a test can show that the kit
-// fails a worker that does not conform.
+// The flag -break names a handler type to break on purpose: its handler
+// then returns a wrong result, so a test can show that the kit fails a
+// worker that does not conform.
 package main
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -41,7 +42,6 @@ type Config struct {
 	ProcessingDelay   time.Duration `envconfig:"PROCESSING_DELAY" default:"0s" desc:"write processing for attempts running longer"`
 	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"3s" desc:"longest graceful stop"`
 	Level             string        `envconfig:"CONFORMANCE_LEVEL" default:"core" desc:"core or full: full also serves conformance.snooze"`
-	Break             string        `envconfig:"CONFORMANCE_BREAK" desc:"a handler type to break on purpose (tests of the kit)"`
 }
 
 // Validate checks the settings.
@@ -57,7 +57,9 @@ func (c *Config) Validate() error {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx)
+	breakType := flag.String("break", "", "a handler type to break on purpose: it returns a wrong result")
+	flag.Parse()
+	err := run(ctx, *breakType)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "goworker:", err)
@@ -65,7 +67,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context) error {
+func run(ctx context.Context, breakType string) error {
 	var cfg Config
 	if err := config.Load(&cfg); err != nil {
 		return err
@@ -81,7 +83,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer nc.Close()
-	mux := handlers(cfg)
+	mux := handlers(cfg.Level == "full", breakType)
 	w, err := consumer.New(nc, mux,
 		consumer.WithNames(cfg.Names()),
 		consumer.WithLogger(logger),
@@ -107,7 +109,7 @@ func run(ctx context.Context) error {
 }
 
 // handlers registers the conformance handler types.
-func handlers(cfg Config) *consumer.Mux {
+func handlers(full bool, breakType string) *consumer.Mux {
 	mux := consumer.NewMux()
 	mux.HandleFunc("conformance.echo", func(_ context.Context, t *consumer.Task) ([]byte, error) {
 		return t.Payload, nil
@@ -155,7 +157,7 @@ func handlers(cfg Config) *consumer.Mux {
 		}
 		return json.Marshal(map[string]int{"attempt": t.Attempt})
 	})
-	if cfg.Level == "full" {
+	if full {
 		var snoozed sync.Map // task ids snoozed once by this process
 		mux.HandleFunc("conformance.snooze", func(_ context.Context, t *consumer.Task) ([]byte, error) {
 			var p struct {
@@ -170,11 +172,11 @@ func handlers(cfg Config) *consumer.Mux {
 			return []byte(`{"snoozed":true}`), nil
 		})
 	}
-	if cfg.Break != "" {
+	if breakType != "" {
 		mux.Use(func(next consumer.Handler) consumer.Handler {
 			return consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) ([]byte, error) {
 				out, err := next.ProcessTask(ctx, t)
-				if t.Type == cfg.Break && err == nil {
+				if t.Type == breakType && err == nil {
 					return []byte(`"broken on purpose"`), nil
 				}
 				return out, err
