@@ -25,8 +25,8 @@ deps: ## Check for what the tests need beyond Go (chromium, script, node and npm
 	@scripts/deps.sh
 
 # The fault suite (tests/faults) and the conformance kit (tests/conformancekit)
-# write their tables to a directory of
-# this run's own (go test shows a passing package's output only with -v).
+# write their tables to a directory of this run's own (go test shows a
+# passing package's output only with -v).
 test: deps vet tools examples ## Check the tools, vet, run every module's tests with the race detector, fuzz each target for FUZZ_SMOKE (20000 inputs)
 	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/spool-test-XXXXXX") && trap 'rm -rf "$$tmp"' EXIT && \
 	  echo "SPOOL_FAULTS_TABLE=$$tmp/faults-table.txt SPOOL_CONFORMANCE_TABLE=$$tmp/conformance-table.txt $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)" && \
