@@ -45,8 +45,10 @@ func caseHeartbeat(ctx context.Context, k *Kit) error {
 	return nil
 }
 
-// casePullWhatCanStart: with 2 slots, never more than 2 tasks of a
-// priority are delivered and unacknowledged at once.
+// casePullWhatCanStart: with 2 slots, at most 2 handlers run at once, and
+// the tasks delivered and not yet settled stay within one more per slot
+// (a task whose handler returned may still be settling while its slot
+// runs the next one). A worker that pulls the whole backlog fails both.
 func casePullWhatCanStart(ctx context.Context, k *Kit) error {
 	const n = 6
 	subj, err := k.names.TaskSubject(spool.Normal, TypeSlow)
@@ -62,17 +64,18 @@ func casePullWhatCanStart(ctx context.Context, k *Kit) error {
 		}
 	}
 	most := 0
+	runs := make([]spool.Result, n)
 	err = poll(ctx, 25*time.Millisecond, func() error {
 		ci, err := k.consumerFor(ctx, subj)
 		if err != nil {
 			return err
 		}
-		// A task whose outcome is written but not yet acked holds no
-		// slot: the worker is settling it. The snapshot after the
-		// consumer's state counts at least those settling then.
+		// A task whose outcome is written but not yet acked is settled
+		// but for the ack. The snapshot after the consumer's state
+		// counts at least those written by then.
 		recs, _ := k.obs.snapshot()
 		most = max(most, ci.NumAckPending-settling(k, recs, ids, seqs))
-		for _, id := range ids {
+		for i, id := range ids {
 			d, _, found, err := k.doc(ctx, id)
 			if err != nil {
 				return err
@@ -80,14 +83,18 @@ func casePullWhatCanStart(ctx context.Context, k *Kit) error {
 			if !found || d.State != spool.StateCompleted {
 				return fmt.Errorf("task %s not completed yet", id)
 			}
+			runs[i] = d
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	if most > concurrency {
+	if most > 2*concurrency {
 		return fmt.Errorf("%d tasks delivered and not settled at once on %s, with SPOOL_CONCURRENCY=%d", most, subj, concurrency)
+	}
+	if over := overlap(runs); over > concurrency {
+		return fmt.Errorf("%d handlers ran at once (from started_at to finished_at), with SPOOL_CONCURRENCY=%d", over, concurrency)
 	}
 	for i, id := range ids {
 		if _, err := k.settled(ctx, id, seqs[i], spool.StateCompleted); err != nil {
@@ -108,6 +115,37 @@ func settling(k *Kit, recs []Record, ids []string, seqs []uint64) int {
 		}
 	}
 	return n
+}
+
+// overlap is the most runs that overlap at one time; a run without both
+// times counts as running throughout.
+func overlap(runs []spool.Result) int {
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
+	always := 0
+	for _, r := range runs {
+		if r.StartedAt == nil || r.FinishedAt == nil {
+			always++
+			continue
+		}
+		edges = append(edges, edge{*r.StartedAt, 1}, edge{*r.FinishedAt, -1})
+	}
+	// An end before a start at the same time: back to back is no overlap.
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta
+	})
+	most, now := 0, 0
+	for _, e := range edges {
+		now += e.delta
+		most = max(most, now)
+	}
+	return most + always
 }
 
 // caseCancelRunning: a cancelled running task ends cancelled at once and

@@ -22,10 +22,10 @@ func fullCases() []Case {
 		{Name: "full/type-pause", Level: Full, Section: secPause, Run: caseTypePause},
 		{Name: "full/service", Level: Full, Section: secService, Run: caseService},
 		{Name: "full/weights-boost", Level: Full, Section: secWork, Why: "no case yet: the share of slots between priorities under load"},
-		{Name: "full/concurrency-limit", Level: Full, Section: secFlow, Why: "no case yet: a rule in the limits bucket, runs never above it"},
-		{Name: "full/rate-limit", Level: Full, Section: secFlow, Why: "no case yet: a rate rule, starts never above it"},
-		{Name: "full/ordered-keys", Level: Full, Section: secOrdered, Why: "no case yet: tasks of one ordered key run one at a time in order"},
-		{Name: "full/workflow", Level: Full, Section: secWorkflows, Why: "no case yet: a workflow of conformance steps submitted over NATS advances to completed"},
+		{Name: "full/concurrency-limit", Level: Full, Section: secFlow, Run: caseConcurrencyLimit},
+		{Name: "full/rate-limit", Level: Full, Section: secFlow, Run: caseRateLimit},
+		{Name: "full/ordered-keys", Level: Full, Section: secOrdered, Run: caseOrderedKeys},
+		{Name: "full/workflow", Level: Full, Section: secWorkflows, Run: caseWorkflow},
 	}
 }
 
