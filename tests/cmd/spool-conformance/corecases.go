@@ -21,11 +21,13 @@ func coreCases() []Case {
 		{Name: "core/complete", Level: Core, Section: secWork, Run: caseComplete},
 		{Name: "core/output-text", Level: Core, Section: secOutput, Run: caseOutput([]byte("plain text, not JSON"), spool.ResultEncodingText)},
 		{Name: "core/output-binary", Level: Core, Section: secOutput, Run: caseOutput([]byte{0xff, 0xfe, 0x00, 0x01, 'x'}, spool.ResultEncodingBase64)},
-		{Name: "core/events", Level: Core, Section: secEvents, Run: caseEvents},
+		{Name: "core/discarded-result", Level: Core, Section: secDiscarded, Run: caseDiscardedResult},
 		{Name: "core/retry", Level: Core, Section: secWork, Run: caseRetry},
+		{Name: "core/retry-after", Level: Core, Section: secVerdicts, Run: caseRetryAfter},
 		{Name: "core/dead-exhausted", Level: Core, Section: secDead, Run: caseDeadExhausted},
 		{Name: "core/dead-permanent", Level: Core, Section: secDead, Run: caseDeadPermanent},
 		{Name: "core/bad-input", Level: Core, Section: secTasks, Run: caseBadInput},
+		{Name: "core/repeating-schedule", Level: Core, Section: secDelayed, Run: caseRepeatingSchedule},
 		{Name: "core/timeout", Level: Core, Section: secWork, Run: caseTimeout},
 		{Name: "core/heartbeat", Level: Core, Section: secWork, Run: caseHeartbeat},
 		{Name: "core/pull-what-can-start", Level: Core, Section: secWork, Run: casePullWhatCanStart},
@@ -107,34 +109,6 @@ func caseOutput(body []byte, enc string) func(context.Context, *Kit) error {
 		}
 		return nil
 	}
-}
-
-// caseEvents: started and completed events, each a JSON event with the
-// task's document.
-func caseEvents(ctx context.Context, k *Kit) error {
-	id, _, _, err := k.runTask(ctx, spool.Low, TypeEcho, "events", []byte(`{}`), nil, spool.StateCompleted)
-	if err != nil {
-		return err
-	}
-	return k.obs.wait(ctx, func(recs []Record) error {
-		got := k.obs.eventsOf(recs, id)
-		if !slices.Contains(got, "started") || !slices.Contains(got, "completed") {
-			return fmt.Errorf("events of %s: %v, want started and completed", id, got)
-		}
-		for _, r := range recs {
-			if !strings.HasPrefix(r.Subject, k.names.Prefix()+".events.") || !strings.Contains(r.Subject, "."+id+".") {
-				continue
-			}
-			var ev spool.Event
-			if err := json.Unmarshal(r.Data, &ev); err != nil || ev.Task.ID != id || ev.At.IsZero() {
-				return fmt.Errorf("event on %s is not an event of %s: %s", r.Subject, id, r.Data)
-			}
-			if want := k.names.EventSubject(ev.Event, spool.Low, id, TypeEcho); r.Subject != want {
-				return fmt.Errorf("event %s published on %s, want %s", ev.Event, r.Subject, want)
-			}
-		}
-		return nil
-	})
 }
 
 // caseRetry: failed attempts write retrying and NAK with a delay; the

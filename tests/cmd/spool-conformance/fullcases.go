@@ -18,6 +18,7 @@ import (
 // fullCases are the cases a full worker adds to the core ones.
 func fullCases() []Case {
 	return []Case{
+		{Name: "full/events", Level: Full, Section: secEvents, Run: caseEvents},
 		{Name: "full/snooze", Level: Full, Section: secVerdicts, Run: caseSnooze},
 		{Name: "full/type-pause", Level: Full, Section: secPause, Run: caseTypePause},
 		{Name: "full/service", Level: Full, Section: secService, Run: caseService},
@@ -150,4 +151,32 @@ func caseService(ctx context.Context, k *Kit) error {
 		return fmt.Errorf("stats document names worker %q with %d completed, want a worker that completed tasks", st.Worker, st.Total.Completed)
 	}
 	return nil
+}
+
+// caseEvents: started and completed events, each a JSON event with the
+// task's document.
+func caseEvents(ctx context.Context, k *Kit) error {
+	id, _, _, err := k.runTask(ctx, spool.Low, TypeEcho, "events", []byte(`{}`), nil, spool.StateCompleted)
+	if err != nil {
+		return err
+	}
+	return k.obs.wait(ctx, func(recs []Record) error {
+		got := k.obs.eventsOf(recs, id)
+		if !slices.Contains(got, "started") || !slices.Contains(got, "completed") {
+			return fmt.Errorf("events of %s: %v, want started and completed", id, got)
+		}
+		for _, r := range recs {
+			if !strings.HasPrefix(r.Subject, k.names.Prefix()+".events.") || !strings.Contains(r.Subject, "."+id+".") {
+				continue
+			}
+			var ev spool.Event
+			if err := json.Unmarshal(r.Data, &ev); err != nil || ev.Task.ID != id || ev.At.IsZero() {
+				return fmt.Errorf("event on %s is not an event of %s: %s", r.Subject, id, r.Data)
+			}
+			if want := k.names.EventSubject(ev.Event, spool.Low, id, TypeEcho); r.Subject != want {
+				return fmt.Errorf("event %s published on %s, want %s", ev.Event, r.Subject, want)
+			}
+		}
+		return nil
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
@@ -27,7 +28,9 @@ func producerCases() []Case {
 		{Name: "producer/unique", Level: Producer, Section: secUnique, Run: caseUniqueClaim},
 		{Name: "producer/result", Level: Producer, Section: secResults, Run: caseResult},
 		{Name: "producer/wait", Level: Producer, Section: secResults, Run: caseWait},
+		{Name: "producer/result-discarded", Level: Producer, Section: secDiscarded, Run: caseResultDiscarded},
 		{Name: "producer/dead-letter", Level: Producer, Section: secDead, Run: caseReadDead},
+		{Name: "producer/dead-letter-replay", Level: Producer, Section: secDead, Run: caseReplay},
 		{Name: "producer/cancel-queued", Level: Producer, Section: secCancel, Run: caseCancelQueued},
 		{Name: "producer/cancel-delayed", Level: Producer, Section: secCancel, Run: caseCancelDelayed},
 		{Name: "producer/cancel-finished", Level: Producer, Section: secCancel, Run: caseCancelFinished},
@@ -340,6 +343,28 @@ func caseWait(ctx context.Context, k *Kit) error {
 	return nil
 }
 
+func caseResultDiscarded(ctx context.Context, k *Kit) error {
+	id := k.id("p-discarded")
+	if err := k.putDoc(ctx, workerDoc(id, spool.StateProcessing)); err != nil {
+		return err
+	}
+	m := nats.NewMsg(k.names.ResultSubject(id))
+	spool.SetDiscardedMarker(m.Header)
+	if _, err := k.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("writing the discarded marker: %w", err)
+	}
+	for _, op := range []string{"result", "wait"} {
+		_, a, err := k.askResult(ctx, op, id, map[string]any{"timeout": "5s"})
+		if err != nil {
+			return err
+		}
+		if a.OK || a.Code != "result_discarded" {
+			return fmt.Errorf("%s of a task whose result was discarded answered ok=%v code %q, want code result_discarded", op, a.OK, a.Code)
+		}
+	}
+	return nil
+}
+
 func caseReadDead(ctx context.Context, k *Kit) error {
 	id := k.id("p-dead")
 	if err := k.putDoc(ctx, workerDoc(id, spool.StateDead)); err != nil {
@@ -448,4 +473,82 @@ func caseCancelFinished(ctx context.Context, k *Kit) error {
 		return fmt.Errorf("the completed document became %q (%v)", r.State, err)
 	}
 	return nil
+}
+
+// caseReplay: a replay republishes the dead letter's task to its original
+// subject without the dead-letter headers, marks the document pending and
+// deletes the dead letter.
+func caseReplay(ctx context.Context, k *Kit) error {
+	id := k.id("p-replay")
+	target, _ := k.names.TaskSubject(spool.Normal, TypeEcho) // a constant subject
+	dlqSubj, _ := k.names.DLQSubject(spool.Normal, TypeEcho)
+	m := nats.NewMsg(dlqSubj)
+	m.Data = []byte(`{"again":true}`)
+	for name, v := range map[string]string{
+		spool.HeaderTaskID: id, spool.HeaderReason: string(spool.ReasonError), spool.HeaderError: "it broke",
+		spool.HeaderAttempts: "4", spool.HeaderFailedAt: time.Now().UTC().Format(time.RFC3339Nano),
+		spool.HeaderOriginalSubject: target, spool.HeaderOriginalSeq: "999", spool.HeaderMsgID: "dlq-" + k.names.TaskStream() + "-999",
+		"X-Conformance": "carried",
+	} {
+		m.Header.Set(name, v)
+	}
+	ack, err := k.js.PublishMsg(ctx, m)
+	if err != nil {
+		return fmt.Errorf("storing a dead letter: %w", err)
+	}
+	dead := workerDoc(id, spool.StateDead)
+	if err := k.putDoc(ctx, dead); err != nil {
+		return err
+	}
+	a, err := k.driver.ask(ctx, map[string]any{"op": "replay", "seq": ack.Sequence})
+	if err != nil {
+		return err
+	}
+	if !a.OK {
+		return fmt.Errorf("replay of dead letter %d refused: %s %s", ack.Sequence, a.Code, a.Error)
+	}
+	task, err := k.oneTask(ctx, id)
+	if err != nil {
+		return err
+	}
+	h := task.Header
+	var bad []string
+	if task.Subject != target || string(task.Data) != `{"again":true}` {
+		bad = append(bad, fmt.Sprintf("stored on %s with %q", task.Subject, task.Data))
+	}
+	if got, want := h.Get(spool.HeaderMsgID), fmt.Sprintf("replay-%d", ack.Sequence); got != want {
+		bad = append(bad, fmt.Sprintf("%s %q, want %q", spool.HeaderMsgID, got, want))
+	}
+	if h.Get(spool.HeaderReplays) != "1" || h.Get(spool.HeaderReplayedAt) == "" || h.Get("X-Conformance") != "carried" {
+		bad = append(bad, fmt.Sprintf("%s %q, %s %q, X-Conformance %q", spool.HeaderReplays, h.Get(spool.HeaderReplays), spool.HeaderReplayedAt, h.Get(spool.HeaderReplayedAt), h.Get("X-Conformance")))
+	}
+	for _, name := range []string{spool.HeaderReason, spool.HeaderError, spool.HeaderAttempts, spool.HeaderFailedAt, spool.HeaderOriginalSubject, spool.HeaderOriginalSeq} {
+		if h.Get(name) != "" {
+			bad = append(bad, "carries "+name)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("the replayed task: %s", strings.Join(bad, "; "))
+	}
+	r, err := k.waitState(ctx, id, spool.StatePending)
+	if err != nil {
+		return err
+	}
+	if r.Attempts != 0 || r.Replays != 1 {
+		return fmt.Errorf("document after the replay: attempts %d replays %d, want 0 and 1", r.Attempts, r.Replays)
+	}
+	s, err := k.js.Stream(ctx, k.names.DLQStream())
+	if err != nil {
+		return err
+	}
+	return poll(ctx, 50*time.Millisecond, func() error {
+		_, err := s.GetMsg(ctx, ack.Sequence)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("dead letter %d is still stored after its replay", ack.Sequence)
+		}
+		return err
+	})
 }

@@ -19,6 +19,7 @@ const (
 	secOutput    = "The output, byte for byte"
 	secDead      = "Dead letters"
 	secResults   = "Results bucket"
+	secDiscarded = "Discarded results"
 	secUnique    = "Unique keys"
 	secCancel    = "Cancelling a task"
 	secEvents    = "Events"

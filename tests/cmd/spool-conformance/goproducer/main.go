@@ -1,6 +1,6 @@
 // Command goproducer is the Go producer the conformance kit proves in the
 // project's own tests: a driver that reads one JSON request a line on stdin,
-// carries it out with producer.Client and writes one JSON answer a line on
+// carries it out with producer.Client (a replay with streams/dlq) and writes one JSON answer a line on
 // stdout (the protocol is in docs/conformance.md). It connects where
 // SPOOL_NATS_URL points and ends when stdin closes.
 //
@@ -19,11 +19,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/config"
 	"github.com/spoolq/spool/shared/logging"
 	"github.com/spoolq/spool/shared/natsconn"
+	"github.com/spoolq/spool/streams/dlq"
 )
 
 // Request is one line of the driver protocol.
@@ -39,6 +42,7 @@ type Request struct {
 	UniqueKey  string `json:"unique_key"`
 	UniqueTTL  string `json:"unique_ttl"`
 	By         string `json:"by"`
+	Seq        uint64 `json:"seq"`
 	Reason     string `json:"reason"`
 }
 
@@ -84,6 +88,10 @@ func run(ctx context.Context, in io.Reader, out io.Writer) error {
 		return err
 	}
 	defer c.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	enc := json.NewEncoder(out)
@@ -93,7 +101,7 @@ func run(ctx context.Context, in io.Reader, out io.Writer) error {
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
 			a = Answer{Code: "bad_request", Error: err.Error()}
 		} else {
-			a = serve(ctx, c, req)
+			a = serve(ctx, c, js, req)
 		}
 		if err := enc.Encode(a); err != nil {
 			return fmt.Errorf("writing an answer: %w", err)
@@ -103,7 +111,7 @@ func run(ctx context.Context, in io.Reader, out io.Writer) error {
 }
 
 // serve carries out one request.
-func serve(ctx context.Context, c *producer.Client, req Request) Answer {
+func serve(ctx context.Context, c *producer.Client, js jetstream.JetStream, req Request) Answer {
 	switch req.Op {
 	case "enqueue":
 		return enqueue(ctx, c, req)
@@ -134,6 +142,12 @@ func serve(ctx context.Context, c *producer.Client, req Request) Answer {
 			return failure(err)
 		}
 		return Answer{OK: true, Found: true, Result: &r}
+	case "replay":
+		r, err := dlq.New(js, c.Names()).Replay(ctx, req.Seq)
+		if err != nil {
+			return failure(err)
+		}
+		return Answer{OK: true, ID: r.TaskID}
 	default:
 		return Answer{Code: "bad_request", Error: fmt.Sprintf("unknown op %q", req.Op)}
 	}
@@ -184,6 +198,8 @@ func failure(err error) Answer {
 	switch {
 	case errors.As(err, &uc):
 		code = "duplicate_unique"
+	case errors.Is(err, producer.ErrResultDiscarded):
+		code = "result_discarded"
 	case errors.Is(err, producer.ErrTaskFinished):
 		code = "task_finished"
 	case errors.Is(err, producer.ErrTaskNotFound):

@@ -116,13 +116,18 @@ func handlers(full bool, breakType string) *consumer.Mux {
 	})
 	mux.HandleFunc("conformance.fail", func(_ context.Context, t *consumer.Task) ([]byte, error) {
 		var p struct {
-			SucceedAt int `json:"succeed_at"`
+			SucceedAt    int `json:"succeed_at"`
+			RetryAfterMS int `json:"retry_after_ms"`
 		}
 		if err := json.Unmarshal(t.Payload, &p); err != nil {
 			return nil, consumer.Permanent(fmt.Errorf("payload: %w", err))
 		}
 		if t.Attempt < p.SucceedAt {
-			return nil, fmt.Errorf("conformance failure on attempt %d", t.Attempt)
+			err := fmt.Errorf("conformance failure on attempt %d", t.Attempt)
+			if p.RetryAfterMS > 0 {
+				return nil, consumer.RetryAfter(err, time.Duration(p.RetryAfterMS)*time.Millisecond)
+			}
+			return nil, err
 		}
 		return json.Marshal(map[string]int{"attempt": t.Attempt})
 	})
