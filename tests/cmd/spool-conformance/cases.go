@@ -57,6 +57,9 @@ type Case struct {
 	Run func(ctx context.Context, k *Kit) error
 	// Why says, for a case not covered, what is missing.
 	Why string
+	// Consumers, when set, is the one pull mode the case applies to:
+	// type or priority.
+	Consumers string
 }
 
 // Outcome is one row of the table.
@@ -107,23 +110,27 @@ func selectCases(level Level, run string) ([]Case, error) {
 }
 
 // runCase runs one case under its timeout and turns its error into a row.
-func runCase(ctx context.Context, k *Kit, c Case, timeout time.Duration) Outcome {
+func runCase(ctx context.Context, k *Kit, c Case, o options) Outcome {
+	timeout := o.timeout
 	if c.Run == nil {
 		return Outcome{Case: c, Verdict: NotCovered, Why: c.Why}
+	}
+	if c.Consumers != "" && c.Consumers != o.consumers {
+		return Outcome{Case: c, Verdict: NotCovered, Why: "applies where workers pull by " + c.Consumers + " (--consumers " + c.Consumers + ")"}
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
 	err := c.Run(cctx, k)
-	o := Outcome{Case: c, Verdict: Pass, Took: time.Since(start)}
+	row := Outcome{Case: c, Verdict: Pass, Took: time.Since(start)}
 	if err != nil {
-		o.Verdict = Fail
-		o.Why = err.Error()
+		row.Verdict = Fail
+		row.Why = err.Error()
 		if errors.Is(err, context.DeadlineExceeded) && cctx.Err() != nil {
-			o.Why = fmt.Sprintf("timed out after %s: %s", timeout, err)
+			row.Why = fmt.Sprintf("timed out after %s: %s", timeout, err)
 		}
 	}
-	return o
+	return row
 }
 
 // printTable writes the rows and a closing count line.

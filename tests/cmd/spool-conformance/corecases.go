@@ -17,7 +17,7 @@ import (
 // coreCases are the core worker's cases.
 func coreCases() []Case {
 	return []Case{
-		{Name: "core/consumers", Level: Core, Section: secPull, Run: caseConsumers},
+		{Name: "core/consumers", Level: Core, Section: secPull, Run: caseConsumers, Consumers: "type"},
 		{Name: "core/complete", Level: Core, Section: secWork, Run: caseComplete},
 		{Name: "core/output-text", Level: Core, Section: secOutput, Run: caseOutput([]byte("plain text, not JSON"), spool.ResultEncodingText)},
 		{Name: "core/output-binary", Level: Core, Section: secOutput, Run: caseOutput([]byte{0xff, 0xfe, 0x00, 0x01, 'x'}, spool.ResultEncodingBase64)},

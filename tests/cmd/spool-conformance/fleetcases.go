@@ -18,8 +18,9 @@ const fleetWorkerName = "conformance-kit-fleet"
 // fleetCases are the core cases that need a second worker.
 func fleetCases() []Case {
 	return []Case{
-		{Name: "core/fleet", Level: Core, Section: secPull, Run: caseFleet},
-		{Name: "core/unserved-stays-queued", Level: Core, Section: secPull, Run: caseUnserved},
+		{Name: "core/fleet", Level: Core, Section: secPull, Run: caseFleet, Consumers: "type"},
+		{Name: "core/unserved-stays-queued", Level: Core, Section: secPull, Run: caseUnserved, Consumers: "type"},
+		{Name: "core/no-handler", Level: Core, Section: secPull, Run: caseNoHandler, Consumers: "priority"},
 	}
 }
 
@@ -98,6 +99,19 @@ func caseUnserved(ctx context.Context, k *Kit) error {
 		return fmt.Errorf("task %s of %s was delivered (acks: %v)", id, TypeUnserved, kinds(a))
 	}
 	return nil
+}
+
+// caseNoHandler: pulling by priority, a task of a type the worker has no
+// handler for is dead-lettered with no_handler.
+func caseNoHandler(ctx context.Context, k *Kit) error {
+	id, seq, s, err := k.runTask(ctx, spool.Normal, TypeUnserved, "nohandler", []byte(`{}`), nil, spool.StateDead)
+	if err != nil {
+		return err
+	}
+	if s.Doc.Reason != spool.ReasonNoHandler {
+		return fmt.Errorf("dead with reason %q, want no_handler", s.Doc.Reason)
+	}
+	return k.checkDeadLetter(ctx, s, id, seq, spool.Normal, TypeUnserved, []byte(`{}`), spool.ReasonNoHandler, 1, nil)
 }
 
 // startFleetWorker runs the kit's own Go worker serving TypeOther on its

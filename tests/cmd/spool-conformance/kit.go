@@ -59,7 +59,7 @@ func startKit(ctx context.Context, o options, stderr io.Writer) (*Kit, error) {
 		level = slog.LevelInfo
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	settings := streams.Settings{Consumers: "type", AckWait: ackWait, MaxDeliver: maxDeliver}
+	settings := streams.Settings{Consumers: o.consumers, AckWait: ackWait, MaxDeliver: maxDeliver}
 	srv, err := spooltest.New(ctx, spooltest.WithSettings(settings), spooltest.WithLogger(logger))
 	if err != nil {
 		return nil, err
@@ -129,7 +129,7 @@ func (k *Kit) env() []string {
 	for _, kv := range [][2]string{
 		{"SPOOL_NATS_URL", k.srv.URL},
 		{"SPOOL_PREFIX", k.names.Prefix()},
-		{"SPOOL_CONSUMERS", "type"},
+		{"SPOOL_CONSUMERS", k.o.consumers},
 		{"SPOOL_ACK_WAIT", ackWait.String()},
 		{"SPOOL_MAX_DELIVER", strconv.Itoa(maxDeliver)},
 		{"SPOOL_DEFAULT_MAX_RETRIES", "3"},
@@ -164,8 +164,13 @@ func (k *Kit) servedTypes() []string {
 }
 
 // waitServing waits until every type has a consumer at every priority.
+// Pulling by priority, provisioning made them: it waits until the worker
+// pulls.
 func (k *Kit) waitServing(ctx context.Context, types []string) error {
 	return poll(ctx, 100*time.Millisecond, func() error {
+		if k.o.consumers == "priority" {
+			return k.waitPulling(ctx)
+		}
 		for _, typ := range types {
 			for _, p := range spool.Priorities {
 				subj, err := k.names.TaskSubject(p, typ)
@@ -197,4 +202,23 @@ func poll(ctx context.Context, interval time.Duration, cond func() error) error 
 		case <-t.C:
 		}
 	}
+}
+
+// waitPulling checks that the worker has a pull request waiting on a
+// priority consumer: with few slots a worker need not poll them all.
+func (k *Kit) waitPulling(ctx context.Context) error {
+	for _, p := range spool.Priorities {
+		ci, err := k.js.Consumer(ctx, k.names.TaskStream(), k.names.Consumer(p))
+		if err != nil {
+			return err
+		}
+		info, err := ci.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.NumWaiting > 0 {
+			return nil
+		}
+	}
+	return errors.New("no pull request waiting on any priority consumer")
 }

@@ -44,7 +44,10 @@ type options struct {
 	run     string
 	timeout time.Duration
 	verbose bool
-	command []string
+	// consumers is how the provisioned deployment pulls: type or
+	// priority.
+	consumers string
+	command   []string
 }
 
 func parseArgs(args []string, stderr io.Writer) (options, error) {
@@ -56,8 +59,9 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.run, "run", "", "run only the cases whose name matches this regular expression")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "time each case may take")
 	fs.BoolVar(&o.verbose, "v", false, "copy the command's output and the kit's log to stderr")
+	fs.StringVar(&o.consumers, "consumers", "type", "how workers pull in the deployment the kit provisions: type or priority")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: spool-conformance --level producer|core|full [--run REGEXP] [--timeout D] [-v] -- COMMAND [ARGS...]\n"+
+		fmt.Fprintf(stderr, "usage: spool-conformance --level producer|core|full [--consumers type|priority] [--run REGEXP] [--timeout D] [-v] -- COMMAND [ARGS...]\n"+
 			"       spool-conformance --level LEVEL --list\n\n")
 		fs.PrintDefaults()
 	}
@@ -67,6 +71,9 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	var err error
 	if o.level, err = parseLevel(*level); err != nil {
 		return o, err
+	}
+	if o.consumers != "type" && o.consumers != "priority" {
+		return o, fmt.Errorf("--consumers: %q is not type or priority", o.consumers)
 	}
 	if o.timeout <= 0 {
 		return o, fmt.Errorf("--timeout: %s must be positive", o.timeout)
@@ -106,7 +113,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if ctx.Err() != nil {
 			break
 		}
-		row := runCase(ctx, k, c, o.timeout)
+		row := runCase(ctx, k, c, o)
 		k.logger.Info("case done", "case", c.Name, "verdict", row.Verdict, "why", row.Why)
 		rows = append(rows, row)
 	}
