@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -80,8 +79,6 @@ func caseComplete(ctx context.Context, k *Kit) error {
 		return fmt.Errorf("attempts %d, want 1", d.Attempts)
 	case d.Type != TypeEcho || d.Priority != spool.High:
 		return fmt.Errorf("type %q priority %q, want %s high", d.Type, d.Priority, TypeEcho)
-	case d.Worker == "":
-		return errors.New("no worker named in the document")
 	}
 	ack := s.Acks[len(s.Acks)-1]
 	md := ackTime(ack)

@@ -117,18 +117,16 @@ func settling(k *Kit, recs []Record, ids []string, seqs []uint64) int {
 	return n
 }
 
-// overlap is the most runs that overlap at one time; a run without both
-// times counts as running throughout.
+// overlap is the most runs that overlap at one time, of those whose
+// document has both started_at and finished_at (optional fields).
 func overlap(runs []spool.Result) int {
 	type edge struct {
 		at    time.Time
 		delta int
 	}
 	var edges []edge
-	always := 0
 	for _, r := range runs {
 		if r.StartedAt == nil || r.FinishedAt == nil {
-			always++
 			continue
 		}
 		edges = append(edges, edge{*r.StartedAt, 1}, edge{*r.FinishedAt, -1})
@@ -145,7 +143,7 @@ func overlap(runs []spool.Result) int {
 		now += e.delta
 		most = max(most, now)
 	}
-	return most + always
+	return most
 }
 
 // caseCancelRunning: a cancelled running task ends cancelled at once and
