@@ -72,11 +72,14 @@ func wantAttempt(result []byte, n int) error {
 	return nil
 }
 
-// kinds lists the verbs of acks for a message.
+// kinds lists the verbs of acks for a message, a NAK with its body.
 func kinds(acks []Ack) []string {
 	out := make([]string, len(acks))
 	for i, a := range acks {
 		out[i] = fmt.Sprintf("%s@%d", a.Kind(), a.Delivered)
+		if a.Kind() == "-NAK" && a.Body != "-NAK" {
+			out[i] = fmt.Sprintf("%q@%d", a.Body, a.Delivered)
+		}
 	}
 	return out
 }
