@@ -60,21 +60,30 @@ func (c *Command) startLocked() error {
 	return nil
 }
 
+// restartPause is how long the kit waits before it starts an exited
+// worker again, as a process manager does.
+const restartPause = 100 * time.Millisecond
+
 // watch waits for the process and starts it again if the kit did not stop
 // it.
 func (c *Command) watch(cmd *exec.Cmd, done chan struct{}) {
 	err := cmd.Wait()
 	close(done)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.keep || c.cmd != cmd {
+	mine := c.keep && c.cmd == cmd
+	if mine {
+		c.exits++
+	}
+	c.mu.Unlock()
+	if !mine {
 		return
 	}
-	c.exits++
 	c.logger.Info("the worker exited; starting it again", "err", err)
-	time.Sleep(100 * time.Millisecond) // a pause before the restart, as a process manager makes
-	if !c.keep {
-		return
+	<-time.After(restartPause)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.keep || c.cmd != cmd {
+		return // stopped, or started anew, meanwhile
 	}
 	if err := c.startLocked(); err != nil {
 		c.waitEr = err
@@ -121,6 +130,9 @@ type Driver struct {
 	out   *bufio.Scanner
 	lines chan []byte
 	mu    sync.Mutex
+	// late is set once a request went unanswered: its answer may still
+	// come and would be taken for the next one's.
+	late bool
 }
 
 func startDriver(argv, env []string, stderr io.Writer, verbose bool) (*Driver, error) {
@@ -172,6 +184,9 @@ type Answer struct {
 func (d *Driver) ask(ctx context.Context, req map[string]any) (Answer, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.late {
+		return Answer{}, errors.New("the driver did not answer an earlier request in time: its answers can no longer be matched")
+	}
 	b, err := json.Marshal(req)
 	if err != nil {
 		return Answer{}, err
@@ -190,6 +205,7 @@ func (d *Driver) ask(ctx context.Context, req map[string]any) (Answer, error) {
 		}
 		return a, nil
 	case <-ctx.Done():
+		d.late = true
 		return Answer{}, fmt.Errorf("no answer to %s: %w", b, ctx.Err())
 	}
 }

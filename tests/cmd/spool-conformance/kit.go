@@ -91,6 +91,9 @@ func (k *Kit) start(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, startupTimeout)
 	defer cancel()
 	if err := k.waitServing(sctx, k.servedTypes()); err != nil {
+		if n := k.worker.Exits(); n > 0 {
+			err = fmt.Errorf("%w; it exited %d times (-v shows its output)", err, n)
+		}
 		return fmt.Errorf("the worker did not start: %w", err)
 	}
 	return nil
