@@ -88,20 +88,29 @@ func allCases() []Case {
 }
 
 // selectCases returns the cases of level whose name matches run (all when
-// run is empty).
-func selectCases(level Level, run string) ([]Case, error) {
-	var re *regexp.Regexp
+// run is empty); those skip matches are not to run.
+func selectCases(level Level, run, skip string) ([]Case, error) {
+	var re, skipRe *regexp.Regexp
+	var err error
 	if run != "" {
-		var err error
 		if re, err = regexp.Compile(run); err != nil {
 			return nil, fmt.Errorf("--run: %w", err)
 		}
 	}
+	if skip != "" {
+		if skipRe, err = regexp.Compile(skip); err != nil {
+			return nil, fmt.Errorf("--skip: %w", err)
+		}
+	}
 	var out []Case
 	for _, c := range allCases() {
-		if level.includes(c.Level) && (re == nil || re.MatchString(c.Name)) {
-			out = append(out, c)
+		if !level.includes(c.Level) || (re != nil && !re.MatchString(c.Name)) {
+			continue
 		}
+		if skipRe != nil && skipRe.MatchString(c.Name) {
+			c.Run, c.Why = nil, "skipped with --skip"
+		}
+		out = append(out, c)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("--run %q selects no case of level %s", run, level)

@@ -42,6 +42,7 @@ type options struct {
 	level   Level
 	list    bool
 	run     string
+	skip    string
 	timeout time.Duration
 	verbose bool
 	// consumers is how the provisioned deployment pulls: type or
@@ -57,11 +58,12 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	level := fs.String("level", "core", "conformance level: producer, core or full")
 	fs.BoolVar(&o.list, "list", false, "list the cases of the level and exit")
 	fs.StringVar(&o.run, "run", "", "run only the cases whose name matches this regular expression")
+	fs.StringVar(&o.skip, "skip", "", "report the cases whose name matches this regular expression as not covered, without running them")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "time each case may take")
 	fs.BoolVar(&o.verbose, "v", false, "copy the command's output and the kit's log to stderr")
 	fs.StringVar(&o.consumers, "consumers", "type", "how workers pull in the deployment the kit provisions: type or priority")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: spool-conformance --level producer|core|full [--consumers type|priority] [--run REGEXP] [--timeout D] [-v] -- COMMAND [ARGS...]\n"+
+		fmt.Fprintf(stderr, "usage: spool-conformance --level producer|core|full [--consumers type|priority] [--run REGEXP] [--skip REGEXP] [--timeout D] [-v] -- COMMAND [ARGS...]\n"+
 			"       spool-conformance --level LEVEL --list\n\n")
 		fs.PrintDefaults()
 	}
@@ -94,7 +96,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "spool-conformance:", err)
 		return 2
 	}
-	cases, err := selectCases(o.level, o.run)
+	cases, err := selectCases(o.level, o.run, o.skip)
 	if err != nil {
 		fmt.Fprintln(stderr, "spool-conformance:", err)
 		return 2
