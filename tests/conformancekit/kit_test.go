@@ -76,9 +76,16 @@ var closing = regexp.MustCompile(`(?m)^(\d+) cases: (\d+) pass, (\d+) fail, (\d+
 // not written yet.
 func passes(t *testing.T, level, consumers string, allowOpen bool, command ...string) {
 	t.Helper()
-	out, code := kit(t, append([]string{"--level", level, "--consumers", consumers, "--"}, command...)...)
+	passesWith(t, level, consumers, allowOpen, nil, command...)
+}
+
+// passesWith is passes with more flags for the kit.
+func passesWith(t *testing.T, level, consumers string, allowOpen bool, flags []string, command ...string) {
+	t.Helper()
+	args := append([]string{"--level", level, "--consumers", consumers}, flags...)
+	out, code := kit(t, append(append(args, "--"), command...)...)
 	t.Logf("spool-conformance --level %s --consumers %s:\n%s", level, consumers, out)
-	writeTable(t, level+" --consumers "+consumers, out)
+	writeTable(t, fmt.Sprintf("%s --consumers %s %s-- %s", level, consumers, strings.Join(append(flags, ""), " "), filepath.Base(command[len(command)-1])), out)
 	m := closing.FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("no closing line in the kit's output (exit %d)", code)
@@ -128,7 +135,7 @@ func writeTable(t *testing.T, run, out string) {
 		t.Errorf("writing the table: %v", err)
 		return
 	}
-	if _, err := fmt.Fprintf(f, "\nspool-conformance --level %s, the Go %s:\n%s", run, map[bool]string{true: "producer driver", false: "worker"}[strings.HasPrefix(run, "producer")], out); err != nil {
+	if _, err := fmt.Fprintf(f, "\nspool-conformance --level %s:\n%s", run, out); err != nil {
 		t.Errorf("writing the table: %v", err)
 	}
 	if err := f.Close(); err != nil {
@@ -174,4 +181,36 @@ func TestKitListsTheCases(t *testing.T) {
 	if _, code := kit(t, "--level", "core", "--run", "nothing-matches", "--", "true"); code != 2 {
 		t.Errorf("--run with no match: exit %d, want 2", code)
 	}
+}
+
+// nodeProgram returns the command that runs a program of examples/node,
+// failing with an install hint when node or its packages are missing.
+func nodeProgram(t *testing.T, name string) []string {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatal("node is not installed: install Node.js 20 or newer (make deps says how), then run make examples")
+	}
+	dir, err := filepath.Abs(filepath.Join("..", "..", "examples", "node"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@nats-io", "transport-node")); err != nil {
+		t.Fatalf("the example's npm packages are not installed: run `npm ci` in examples/node (%v)", err)
+	}
+	return []string{node, filepath.Join(dir, name)}
+}
+
+// TestNodeProducerMeetsTheProducerLevel: the Node producer has no replay
+// of dead letters, so that case is skipped.
+func TestNodeProducerMeetsTheProducerLevel(t *testing.T) {
+	passesWith(t, "producer", "type", true, []string{"--skip", "producer/dead-letter-replay"}, nodeProgram(t, "conformance-producer.js")...)
+}
+
+func TestNodeWorkerMeetsTheCoreLevel(t *testing.T) {
+	passes(t, "core", "type", false, nodeProgram(t, "conformance.js")...)
+}
+
+func TestNodeWorkerMeetsTheCoreLevelPullingByPriority(t *testing.T) {
+	passes(t, "core", "priority", false, nodeProgram(t, "conformance.js")...)
 }
