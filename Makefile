@@ -24,13 +24,14 @@ FUZZ_SMOKE ?= 20000x
 deps: ## Check for what the tests need beyond Go (chromium, script, node and npm, redis-server): install it as root, else name the command
 	@scripts/deps.sh
 
-# The fault suite (tests/faults) writes its summary table to a directory of
-# this run's own (go test shows a passing package's output only with -v).
+# The fault suite (tests/faults) and the conformance kit (tests/conformancekit)
+# write their tables to a directory of this run's own (go test shows a
+# passing package's output only with -v).
 test: deps vet tools examples ## Check the tools, vet, run every module's tests with the race detector, fuzz each target for FUZZ_SMOKE (20000 inputs)
 	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/spool-test-XXXXXX") && trap 'rm -rf "$$tmp"' EXIT && \
-	  echo "SPOOL_FAULTS_TABLE=$$tmp/faults-table.txt $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)" && \
-	  { SPOOL_FAULTS_TABLE=$$tmp/faults-table.txt $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS); rc=$$?; \
-	    if [ -f "$$tmp/faults-table.txt" ]; then cat "$$tmp/faults-table.txt"; fi; exit $$rc; }
+	  echo "SPOOL_FAULTS_TABLE=$$tmp/faults-table.txt SPOOL_CONFORMANCE_TABLE=$$tmp/conformance-table.txt $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)" && \
+	  { SPOOL_FAULTS_TABLE=$$tmp/faults-table.txt SPOOL_CONFORMANCE_TABLE=$$tmp/conformance-table.txt $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS); rc=$$?; \
+	    for f in faults-table.txt conformance-table.txt; do if [ -f "$$tmp/$$f" ]; then cat "$$tmp/$$f"; fi; done; exit $$rc; }
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SMOKE)
 
 soak: ## The fault suite at soak size (SPOOL_SOAK=1: 5x the tasks and faults, durable fsync throughout)

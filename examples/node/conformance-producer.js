@@ -27,6 +27,13 @@ function failure(err) {
   return { ok: false, code, error: err.message };
 }
 
+// found answers a document, or result_discarded for the marker of a
+// discarded result.
+function found(id, doc) {
+  if (doc.result_discarded) return { ok: false, code: "result_discarded", error: `task ${id} completed; its result was discarded` };
+  return { ok: true, found: true, result: doc };
+}
+
 async function serve(req) {
   switch (req.op) {
     case "enqueue": {
@@ -39,10 +46,10 @@ async function serve(req) {
     }
     case "result": {
       const doc = await producer.result(req.id);
-      return doc ? { ok: true, found: true, result: doc } : { ok: true };
+      return doc ? found(req.id, doc) : { ok: true };
     }
     case "wait":
-      return { ok: true, found: true, result: await producer.wait(req.id, ms(req.timeout, 30000)) };
+      return found(req.id, await producer.wait(req.id, ms(req.timeout, 30000)));
     case "cancel":
       return { ok: true, found: true, result: await producer.cancel(req.id, { by: req.by ?? "", reason: req.reason ?? "" }) };
     default:

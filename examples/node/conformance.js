@@ -6,7 +6,7 @@
 //   spool-conformance --level core -- node examples/node/conformance.js
 
 import { connect } from "@nats-io/transport-node";
-import { Worker, permanent } from "./index.js";
+import { Worker, permanent, retryAfter } from "./index.js";
 import { parseDuration } from "./lib/names.js";
 
 const env = process.env;
@@ -22,7 +22,11 @@ const json = (t) => {
 const handlers = {
   "conformance.echo": (t) => t.payload,
   "conformance.fail": (t) => {
-    if (t.attempt < json(t).succeed_at) throw new Error(`conformance failure on attempt ${t.attempt}`);
+    const p = json(t);
+    if (t.attempt < p.succeed_at) {
+      const err = new Error(`conformance failure on attempt ${t.attempt}`);
+      throw p.retry_after_ms > 0 ? retryAfter(err, p.retry_after_ms) : err;
+    }
     return { attempt: t.attempt };
   },
   "conformance.fatal": () => {
