@@ -38,7 +38,6 @@ type dispatcher struct {
 	groups     int
 	lanes      []lane
 	maxDeliver [numPriorities]int           // 0: unlimited; the lowest of the partitions'
-	maxAckPend [numPriorities]int           // 0: unlimited; the lowest of the partitions'
 	ackWait    [numPriorities]time.Duration // the shortest of the partitions'
 
 	// Set by begin. attempt runs an attempt of a pulled task; hard ends
@@ -251,6 +250,12 @@ func (d *dispatcher) dispatch() (plans []pullPlan, start []job) {
 		case st.maybe && !d.pl.outstanding(i):
 			laneCaps[i] = 1
 		}
+		if room := d.roomLocked(i); room >= 0 {
+			// The server delivers no more than the consumer's cap: a
+			// fetch for more would hold slots until the cap frees.
+			laneCaps[i] = min(laneCaps[i], room)
+			resting[i] = resting[i] || room == 0
+		}
 		if laneCaps[i] > 0 {
 			caps[p] = min(caps[p]+laneCaps[i], 2*d.o.MaxConcurrency)
 			known = true
@@ -414,7 +419,13 @@ func (d *dispatcher) refresh() {
 		}
 		pauseChanged := st.paused != info.Paused
 		st.paused = info.Paused
-		high := d.maxAckPend[p] > 0 && info.NumAckPending >= d.maxAckPend[p]*9/10
+		// A consumer capped by its type's concurrency limit is meant to
+		// reach its MaxAckPending.
+		maxAck := st.maxAck
+		if st.limit > 0 {
+			maxAck = 0
+		}
+		high := maxAck > 0 && info.NumAckPending >= maxAck*9/10
 		warn := high && !st.ackPendingHigh
 		st.ackPendingHigh = high
 		d.mu.Unlock()
@@ -423,7 +434,7 @@ func (d *dispatcher) refresh() {
 		}
 		if warn {
 			d.log.Warn("priority near MaxAckPending: tasks in retry backoff count against it, and at the limit the server delivers no fresh task of this priority; raise SPOOL_MAX_ACK_PENDING",
-				"stream", stream, "priority", p.String(), "ack_pending", info.NumAckPending, "max_ack_pending", d.maxAckPend[p])
+				"stream", stream, "priority", p.String(), "ack_pending", info.NumAckPending, "max_ack_pending", maxAck)
 		}
 	}
 }
@@ -441,6 +452,11 @@ type lane struct {
 type prioState struct {
 	// busy is the slots running an attempt of the lane's tasks.
 	busy int
+	// held is the lane's tasks in this worker: running or queued.
+	held int
+	// maxAck is the consumer's MaxAckPending as the worker last set or
+	// read it; limit is its concurrency cap (see capLanes), 0 for none.
+	maxAck, limit int
 	// pending is the consumer's NumPending at the last pull or refresh:
 	// tasks never delivered. 0 means the priority looks empty.
 	pending uint64

@@ -145,7 +145,8 @@ func newPuller(d *dispatcher, nc *nats.Conn) (*puller, error) {
 		pulls:    &d.pulls,
 	}
 	lanes := make([]laneName, len(d.lanes))
-	for i, ln := range d.lanes {
+	for i := range d.lanes {
+		ln := &d.lanes[i] // stream and cons are fixed after Start
 		lanes[i] = laneName{ln.stream.CachedInfo().Config.Name, ln.cons.CachedInfo().Name}
 	}
 	pl.setLanes(lanes)

@@ -150,6 +150,7 @@ func (l *Limiter) onSlot(m *nats.Msg) {
 		return
 	}
 	delete(l.taken, key)
+	l.slotFreedLocked(key)
 }
 
 // takeSlot creates one free slot key of the limit of n slots: the slots
