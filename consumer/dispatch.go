@@ -236,6 +236,7 @@ func (d *dispatcher) dispatch() (plans []pullPlan, start []job) {
 	_, oldest := d.backlogLocked()
 	laneCaps, resting := d.laneCaps, d.resting
 	known := false
+	var capped [][2]int // lanes with a concurrency cap to pull, and how many
 	now := time.Now()
 	for i := range d.lanes {
 		st := &d.lanes[i]
@@ -251,14 +252,27 @@ func (d *dispatcher) dispatch() (plans []pullPlan, start []job) {
 			laneCaps[i] = 1
 		}
 		if room := d.roomLocked(i); room >= 0 {
-			// The server delivers no more than the consumer's cap: a
-			// fetch for more would hold slots until the cap frees.
-			laneCaps[i] = min(laneCaps[i], room)
-			resting[i] = resting[i] || room == 0
+			// The server delivers no more than the consumer's cap, and
+			// the next task only once the last one's ack reached it: the
+			// lane is pulled with a long-poll for its room (below),
+			// which waits for that ack without holding up the rounds of
+			// fetches of the other lanes.
+			if n := min(laneCaps[i], room); n > 0 && !d.pl.outstanding(i) {
+				capped = append(capped, [2]int{i, n})
+			}
+			laneCaps[i] = 0
+			resting[i] = resting[i] || room == 0 || d.pl.outstanding(i)
 		}
 		if laneCaps[i] > 0 {
 			caps[p] = min(caps[p]+laneCaps[i], 2*d.o.MaxConcurrency)
 			known = true
+		}
+	}
+	for _, c := range capped {
+		if n := min(c[1], d.slots.spare()); n > 0 {
+			d.slots.reserve(n, true)
+			plans = append(plans, d.pl.planLocked(c[0], n, true))
+			resting[c[0]] = true
 		}
 	}
 	if known {
@@ -269,7 +283,7 @@ func (d *dispatcher) dispatch() (plans []pullPlan, start []job) {
 			// pulled together in the next round, in larger batches (the
 			// server answers fetch requests one by one, so batches carry
 			// the throughput).
-			return nil, start
+			return plans, start
 		}
 		if !d.o.Strict {
 			// Strict mode pulls no task ahead: one pulled ahead could
@@ -282,7 +296,7 @@ func (d *dispatcher) dispatch() (plans []pullPlan, start []job) {
 			// wait for a pull: the next round waits until it can ask
 			// for half of what the slots and the queue take, rather
 			// than pulling a few tasks at a time.
-			return nil, start
+			return plans, start
 		}
 		alloc := d.sched.allocate(free, caps, d.sched.effective(d.o.now(), oldest))
 		used := 0

@@ -174,15 +174,15 @@ func (pl *puller) setLanes(lanes []laneName) {
 }
 
 // planLocked records a request of n tasks of a lane (a long-poll when
-// poll), whose slots the caller reserved, and returns it for sending. mu
-// is held.
+// poll, which ends as n tasks came or it expires), whose slots the caller
+// reserved, and returns it for sending. mu is held.
 func (pl *puller) planLocked(lane int, n int, poll bool) pullPlan {
 	pl.seq++
 	wait := pullAnswerWait
 	r := jsproto.PullRequest{Batch: n, NoWait: true}
 	if poll {
 		wait += pl.pollWait
-		r = jsproto.PullRequest{Batch: 1, Expires: pl.pollWait}
+		r = jsproto.PullRequest{Batch: n, Expires: pl.pollWait}
 	}
 	now := time.Now()
 	pl.req[lane] = pullRequest{id: pl.seq, want: n, poll: poll, sent: now, deadline: now.Add(wait)}
