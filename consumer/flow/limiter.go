@@ -72,9 +72,13 @@ type Limiter struct {
 	releasing sync.WaitGroup
 
 	cancel context.CancelFunc
-	rules  *limits.View
-	subs   []*nats.Subscription
-	done   sync.WaitGroup
+	// closing is closed as Close starts: the delayed looks at waiting
+	// rooms (wakeLater) end.
+	closing   chan struct{}
+	closeOnce sync.Once
+	rules     *limits.View
+	subs      []*nats.Subscription
+	done      sync.WaitGroup
 
 	mu    sync.Mutex
 	taken map[string]time.Time // slot key → until when the view holds it taken
@@ -182,7 +186,7 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 	l := &Limiter{
 		js: c.JS, leases: leases, subj: "$KV." + c.Names.LeasesBucket() + ".",
 		owner: c.Owner, ttl: c.TTL, io: c.IOTimeout, log: c.Logger,
-		tasks: tasks, names: c.Names, onRule: c.OnRule,
+		tasks: tasks, names: c.Names, onRule: c.OnRule, closing: make(chan struct{}),
 		taken: map[string]time.Time{},
 		mine:  map[*Lease]struct{}{}, stats: map[string]*TypeStats{},
 		lines: map[string][]*waiter{}, busy: map[string]time.Time{}, slotLines: map[string][]*slotWaiter{},
@@ -224,6 +228,7 @@ func (l *Limiter) Close() {
 	if l == nil {
 		return
 	}
+	l.closeOnce.Do(func() { close(l.closing) })
 	l.releasing.Wait()
 	l.cancel()
 	l.rules.Stop()
