@@ -111,6 +111,9 @@ type Limiter struct {
 	busy map[string]time.Time
 	// onRule is Config.OnRule.
 	onRule func()
+	// markers are the revisions of the delete markers this worker wrote
+	// for slot keys (see createSlotKey).
+	markers map[string]uint64
 	// slotLines are, per type, the tasks of this worker waiting for a
 	// type-wide slot, first come first served (see AcquireWaiting).
 	slotLines map[string][]*slotWaiter
@@ -189,7 +192,7 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 		tasks: tasks, names: c.Names, onRule: c.OnRule, closing: make(chan struct{}),
 		taken: map[string]time.Time{},
 		mine:  map[*Lease]struct{}{}, stats: map[string]*TypeStats{},
-		lines: map[string][]*waiter{}, busy: map[string]time.Time{}, slotLines: map[string][]*slotWaiter{},
+		lines: map[string][]*waiter{}, busy: map[string]time.Time{}, slotLines: map[string][]*slotWaiter{}, markers: map[string]uint64{},
 		rateLast: map[string]instant{}, rateIdle: map[string]time.Time{},
 		reserved: map[string]int{}, ratePace: map[string]time.Duration{},
 	}

@@ -320,7 +320,7 @@ func (l *Limiter) seen(room string, busy bool) {
 // deleteSlot frees slot k held at revision rev.
 func (l *Limiter) deleteSlot(ctx context.Context, k string, rev uint64) {
 	rctx, cancel := context.WithTimeout(ctx, l.io)
-	err := l.leases.Delete(rctx, k, jetstream.LastRevision(rev))
+	err := l.deleteSlotKey(rctx, k, rev)
 	cancel()
 	if err != nil {
 		l.log.Warn("releasing a flow-control slot failed; it frees when its TTL runs out", "slot", k, "error", err)
