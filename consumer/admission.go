@@ -59,13 +59,14 @@ func (s *admission) attempt(lane int, msg jetstream.Msg, beat time.Time) {
 	hdr := msg.Headers()
 	seq := md.Sequence.Stream
 	a := attemptInfo{
-		msg:     msg,
-		p:       p,
-		stream:  md.Stream,
-		seq:     seq,
-		attempt: int(md.NumDelivered),
-		id:      spool.TaskID(hdr, seq),
-		beat:    beat,
+		msg:      msg,
+		p:        p,
+		stream:   md.Stream,
+		consumer: md.Consumer,
+		seq:      seq,
+		attempt:  int(md.NumDelivered),
+		id:       spool.TaskID(hdr, seq),
+		beat:     beat,
 	}
 	a.enq, a.handedBack = spool.EnqueueTimes(hdr, md.Timestamp)
 	_, typ, subjErr := s.policy.Names.ParseTaskSubject(msg.Subject())

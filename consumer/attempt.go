@@ -42,6 +42,7 @@ type attemptInfo struct {
 	msg         jetstream.Msg
 	p           spool.Priority
 	stream      string // the task partition's stream
+	consumer    string // the consumer that delivered it
 	seq         uint64
 	attempt     int
 	maxAttempts int

@@ -38,7 +38,6 @@ type dispatcher struct {
 	groups     int
 	lanes      []lane
 	maxDeliver [numPriorities]int           // 0: unlimited; the lowest of the partitions'
-	maxAckPend [numPriorities]int           // 0: unlimited; the lowest of the partitions'
 	ackWait    [numPriorities]time.Duration // the shortest of the partitions'
 
 	// Set by begin. attempt runs an attempt of a pulled task; hard ends
@@ -237,6 +236,7 @@ func (d *dispatcher) dispatch() (plans []pullPlan, start []job) {
 	_, oldest := d.backlogLocked()
 	laneCaps, resting := d.laneCaps, d.resting
 	known := false
+	var capped [][2]int // lanes with a concurrency cap to pull, and how many
 	now := time.Now()
 	for i := range d.lanes {
 		st := &d.lanes[i]
@@ -251,9 +251,28 @@ func (d *dispatcher) dispatch() (plans []pullPlan, start []job) {
 		case st.maybe && !d.pl.outstanding(i):
 			laneCaps[i] = 1
 		}
+		if room := d.roomLocked(i); room >= 0 {
+			// The server delivers no more than the consumer's cap, and
+			// the next task only once the last one's ack reached it: the
+			// lane is pulled with a long-poll for its room (below),
+			// which waits for that ack without holding up the rounds of
+			// fetches of the other lanes.
+			if n := min(laneCaps[i], room); n > 0 && !d.pl.outstanding(i) {
+				capped = append(capped, [2]int{i, n})
+			}
+			laneCaps[i] = 0
+			resting[i] = resting[i] || room == 0 || d.pl.outstanding(i)
+		}
 		if laneCaps[i] > 0 {
 			caps[p] = min(caps[p]+laneCaps[i], 2*d.o.MaxConcurrency)
 			known = true
+		}
+	}
+	for _, c := range capped {
+		if n := min(c[1], d.slots.spare()); n > 0 {
+			d.slots.reserve(n, true)
+			plans = append(plans, d.pl.planLocked(c[0], n, true))
+			resting[c[0]] = true
 		}
 	}
 	if known {
@@ -264,7 +283,7 @@ func (d *dispatcher) dispatch() (plans []pullPlan, start []job) {
 			// pulled together in the next round, in larger batches (the
 			// server answers fetch requests one by one, so batches carry
 			// the throughput).
-			return nil, start
+			return plans, start
 		}
 		if !d.o.Strict {
 			// Strict mode pulls no task ahead: one pulled ahead could
@@ -277,7 +296,7 @@ func (d *dispatcher) dispatch() (plans []pullPlan, start []job) {
 			// wait for a pull: the next round waits until it can ask
 			// for half of what the slots and the queue take, rather
 			// than pulling a few tasks at a time.
-			return nil, start
+			return plans, start
 		}
 		alloc := d.sched.allocate(free, caps, d.sched.effective(d.o.now(), oldest))
 		used := 0
@@ -414,7 +433,13 @@ func (d *dispatcher) refresh() {
 		}
 		pauseChanged := st.paused != info.Paused
 		st.paused = info.Paused
-		high := d.maxAckPend[p] > 0 && info.NumAckPending >= d.maxAckPend[p]*9/10
+		// A consumer capped by its type's concurrency limit is meant to
+		// reach its MaxAckPending.
+		maxAck := st.maxAck
+		if st.limit > 0 {
+			maxAck = 0
+		}
+		high := maxAck > 0 && info.NumAckPending >= maxAck*9/10
 		warn := high && !st.ackPendingHigh
 		st.ackPendingHigh = high
 		d.mu.Unlock()
@@ -423,7 +448,7 @@ func (d *dispatcher) refresh() {
 		}
 		if warn {
 			d.log.Warn("priority near MaxAckPending: tasks in retry backoff count against it, and at the limit the server delivers no fresh task of this priority; raise SPOOL_MAX_ACK_PENDING",
-				"stream", stream, "priority", p.String(), "ack_pending", info.NumAckPending, "max_ack_pending", d.maxAckPend[p])
+				"stream", stream, "priority", p.String(), "ack_pending", info.NumAckPending, "max_ack_pending", maxAck)
 		}
 	}
 }
@@ -441,6 +466,11 @@ type lane struct {
 type prioState struct {
 	// busy is the slots running an attempt of the lane's tasks.
 	busy int
+	// held is the lane's tasks in this worker: running or queued.
+	held int
+	// maxAck is the consumer's MaxAckPending as the worker last set or
+	// read it; limit is its concurrency cap (see capLanes), 0 for none.
+	maxAck, limit int
 	// pending is the consumer's NumPending at the last pull or refresh:
 	// tasks never delivered. 0 means the priority looks empty.
 	pending uint64

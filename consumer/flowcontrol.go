@@ -15,6 +15,7 @@ import (
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/jsproto"
 	"github.com/spoolq/spool/shared/limits"
+	"github.com/spoolq/spool/streams"
 )
 
 // flowControl is the worker's side of flow control: the limits gate
@@ -35,6 +36,11 @@ type flowControl struct {
 	kicking   sync.WaitGroup     // kicks being served
 	sweepStop chan struct{}      // ends sweepHeld
 	sweepDone chan struct{}
+	// rules is signalled at each change of the rules in force;
+	// followRules applies them until rulesStop closes.
+	rules     chan struct{}
+	rulesStop chan struct{}
+	rulesDone chan struct{}
 }
 
 // startFlowControl binds the flow-control limiter and the turns of
@@ -42,7 +48,7 @@ type flowControl struct {
 // provisioned before flow control has no buckets for it: the worker then
 // runs without limits.
 func startFlowControl(ctx context.Context, io *taskIO, nc *nats.Conn, tasks jetstream.Stream, owner string) (*flowControl, error) {
-	f := &flowControl{io: io, tasks: tasks}
+	f := &flowControl{io: io, tasks: tasks, rules: make(chan struct{}, 1)}
 	ttl := time.Duration(0)
 	for _, d := range io.ackWait {
 		if d > 0 && (ttl == 0 || d < ttl) {
@@ -56,7 +62,7 @@ func startFlowControl(ctx context.Context, io *taskIO, nc *nats.Conn, tasks jets
 	err := bind.Do(ctx, "binding the flow-control buckets", func(ctx context.Context) (err error) {
 		l, err = flow.New(ctx, flow.Config{
 			JS: io.js, Conn: nc, Names: io.names, Owner: owner,
-			TTL: ttl, IOTimeout: io.ioTimeout, Logger: io.log,
+			TTL: ttl, IOTimeout: io.ioTimeout, Logger: io.log, OnRule: f.ruleChanged,
 		})
 		return err
 	})
@@ -102,7 +108,42 @@ func (f *flowControl) close() {
 		<-f.sweepDone
 		f.sweepStop = nil
 	}
+	if f.rulesStop != nil {
+		close(f.rulesStop)
+		<-f.rulesDone
+		f.rulesStop = nil
+	}
 	f.limiter.Close()
+}
+
+// ruleChanged notes a change of the rules for followRules; it never
+// blocks.
+func (f *flowControl) ruleChanged() {
+	select {
+	case f.rules <- struct{}{}:
+	default:
+	}
+}
+
+// followRules runs apply with the rules in force now, and again after
+// each change of them until close. With flow control off it does nothing.
+func (f *flowControl) followRules(ctx context.Context, apply func(context.Context, streams.RuleOf)) {
+	if f.limiter == nil {
+		return
+	}
+	apply(ctx, f.limiter.Rule)
+	f.rulesStop, f.rulesDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(f.rulesDone)
+		for {
+			select {
+			case <-f.rulesStop:
+				return
+			case <-f.rules:
+				apply(f.io.ctx, f.limiter.Rule)
+			}
+		}
+	}()
 }
 
 // stats are the limiter's counters by type, nil with flow control off.
@@ -147,15 +188,22 @@ func (f *flowControl) admitLimits(a *attemptInfo, meta spool.Meta) bool {
 		f.limiter.Drop(f.io.ctx, gs...)
 		return true
 	}
-	ctx, cancel := context.WithTimeout(f.io.ctx, f.io.admitTimeout(a.p))
+	budget := f.io.admitTimeout(a.p)
+	ctx, cancel := context.WithTimeout(f.io.ctx, budget)
 	defer cancel()
-	lease, err := f.limiter.AcquireGranted(ctx, a.typ, meta.Key, a.id, gs)
+	// A task delivered through its type's own consumer was let through
+	// by the limit's cap (capLanes): a slot frees for it in a moment.
+	wait := time.Duration(0)
+	if a.consumer == f.io.names.TypeConsumer(a.p, a.typ) {
+		wait = min(capWait, budget/2)
+	}
+	lease, err := f.limiter.AcquireWaiting(ctx, a.typ, meta.Key, a.id, gs, wait)
 	if err == nil {
 		a.lease = lease
 		return true
 	}
 	var denied *flow.DeniedError
-	wait := time.Duration(0)
+	wait = 0
 	if errors.As(err, &denied) {
 		if (denied.Limit == "concurrency" || denied.Limit == "key_concurrency") && f.limiter.CanPark() {
 			f.waitForSlot(*a, meta, denied)

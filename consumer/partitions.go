@@ -78,11 +78,10 @@ func (d *dispatcher) bindPartitions(ctx context.Context, js jetstream.JetStream,
 				if err != nil {
 					return err
 				}
-				d.lanes[laneOf(j*len(patterns)+q, p)] = lane{stream: stream, cons: c}
 				cfg := c.CachedInfo().Config
+				d.lanes[laneOf(j*len(patterns)+q, p)] = lane{stream: stream, cons: c, prioState: prioState{maxAck: cfg.MaxAckPending}}
 				d.ackWait[p] = lowest(d.ackWait[p], cfg.AckWait)
 				d.maxDeliver[p] = lowest(d.maxDeliver[p], cfg.MaxDeliver)
-				d.maxAckPend[p] = lowest(d.maxAckPend[p], cfg.MaxAckPending)
 			}
 		}
 	}

@@ -145,7 +145,8 @@ func newPuller(d *dispatcher, nc *nats.Conn) (*puller, error) {
 		pulls:    &d.pulls,
 	}
 	lanes := make([]laneName, len(d.lanes))
-	for i, ln := range d.lanes {
+	for i := range d.lanes {
+		ln := &d.lanes[i] // stream and cons are fixed after Start
 		lanes[i] = laneName{ln.stream.CachedInfo().Config.Name, ln.cons.CachedInfo().Name}
 	}
 	pl.setLanes(lanes)
@@ -173,15 +174,15 @@ func (pl *puller) setLanes(lanes []laneName) {
 }
 
 // planLocked records a request of n tasks of a lane (a long-poll when
-// poll), whose slots the caller reserved, and returns it for sending. mu
-// is held.
+// poll, which ends as n tasks came or it expires), whose slots the caller
+// reserved, and returns it for sending. mu is held.
 func (pl *puller) planLocked(lane int, n int, poll bool) pullPlan {
 	pl.seq++
 	wait := pullAnswerWait
 	r := jsproto.PullRequest{Batch: n, NoWait: true}
 	if poll {
 		wait += pl.pollWait
-		r = jsproto.PullRequest{Batch: 1, Expires: pl.pollWait}
+		r = jsproto.PullRequest{Batch: n, Expires: pl.pollWait}
 	}
 	now := time.Now()
 	pl.req[lane] = pullRequest{id: pl.seq, want: n, poll: poll, sent: now, deadline: now.Add(wait)}

@@ -25,6 +25,7 @@ func (d *dispatcher) admitLocked(lane int, poll bool, m jetstream.Msg) (start, h
 		return false, true
 	}
 	d.attempts.Add(1)
+	d.lanes[lane].held++
 	if !d.slots.runnable(poll) {
 		d.slots.enqueue()
 		d.queue = append(d.queue, job{lane: lane, msg: m, at: time.Now()})
@@ -80,6 +81,9 @@ func (d *dispatcher) handBackQueued() {
 	q := d.queue
 	d.queue = nil
 	d.slots.queued = 0
+	for _, j := range q {
+		d.lanes[j.lane].held--
+	}
 	d.mu.Unlock()
 	for _, j := range q {
 		if err := j.msg.Nak(); err != nil {
@@ -176,6 +180,7 @@ func (d *dispatcher) release(lane int, run time.Duration) (next job, ok bool) {
 	d.mu.Lock()
 	d.inSlot = ewma(d.inSlot, run)
 	d.lanes[lane].busy--
+	d.lanes[lane].held--
 	if d.slots.queued > 0 && d.hard.Err() == nil {
 		next = d.popLocked()
 		d.slots.handOver(lanePriority(lane), lanePriority(next.lane))

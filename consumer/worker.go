@@ -195,6 +195,7 @@ func (w *Worker) startStages(ctx context.Context, res *results.Store) error {
 	w.mu.Lock()
 	w.flow = flow // read by Stats
 	w.mu.Unlock()
+	flow.followRules(ctx, d.capLanes)
 	if w.pauses, err = startPauses(ctx, io, w.nc, d.tasks, w.cancels); err != nil {
 		flow.close()
 		return err

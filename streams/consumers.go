@@ -64,17 +64,7 @@ func (t Topology) metadata() map[string]string {
 // types matching pattern, with the settings recorded on SPOOL_TASKS
 // (taskStream, its configuration; the defaults where one is missing).
 func TypeConsumerConfig(names spool.Names, taskStream jetstream.StreamConfig, p spool.Priority, pattern string) jetstream.ConsumerConfig {
-	s := DefaultSettings()
-	md := taskStream.Metadata
-	if d, err := time.ParseDuration(md[AckWaitKey]); err == nil && d > 0 {
-		s.AckWait = d
-	}
-	if n, err := strconv.Atoi(md[MaxDeliverKey]); err == nil && n > 0 {
-		s.MaxDeliver = n
-	}
-	if n, err := strconv.Atoi(md[MaxAckPendingKey]); err == nil && n > 0 {
-		s.MaxAckPending = n
-	}
+	s := templateSettings(taskStream)
 	return jetstream.ConsumerConfig{
 		Durable:       names.TypeConsumer(p, pattern),
 		Description:   "Spool workers pulling " + p.String() + " tasks of " + pattern,
@@ -87,6 +77,23 @@ func TypeConsumerConfig(names spool.Names, taskStream jetstream.StreamConfig, p 
 		MaxWaiting:    512,
 		ReplayPolicy:  jetstream.ReplayInstantPolicy,
 	}
+}
+
+// templateSettings reads the consumer settings SPOOL_TASKS records for
+// the type consumers, the defaults where one is missing.
+func templateSettings(taskStream jetstream.StreamConfig) Settings {
+	s := DefaultSettings()
+	md := taskStream.Metadata
+	if d, err := time.ParseDuration(md[AckWaitKey]); err == nil && d > 0 {
+		s.AckWait = d
+	}
+	if n, err := strconv.Atoi(md[MaxDeliverKey]); err == nil && n > 0 {
+		s.MaxDeliver = n
+	}
+	if n, err := strconv.Atoi(md[MaxAckPendingKey]); err == nil && n > 0 {
+		s.MaxAckPending = n
+	}
+	return s
 }
 
 // TypePatterns lists by priority the type patterns of the type consumers

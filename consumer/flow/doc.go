@@ -20,6 +20,12 @@
 // slot over. Pump releases a room's tasks while its limit has free slots;
 // the worker's sweep of held subjects calls it.
 //
+// Where workers pull by type, the consumer of a limited type carries the
+// limit as MaxAckPending, so the server lets a task through only as one
+// ends. Such a task waits for its slot in its worker's line for the type
+// (AcquireWaiting): a slot the worker releases goes straight to the first
+// in line, and a slot freed elsewhere wakes it.
+//
 // Per-key ordering (a rule's "ordered") is not a lease: the worker and the
 // producer run it through shared/limits.Turns, before the Limiter's leases.
 package flow

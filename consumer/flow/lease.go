@@ -147,9 +147,11 @@ func (l *Limiter) onSlot(m *nats.Msg) {
 	defer l.mu.Unlock()
 	if op == "" {
 		l.taken[key] = time.Now().Add(l.ttl)
+		delete(l.markers, key) // written again: the marker is not its last entry
 		return
 	}
 	delete(l.taken, key)
+	l.slotFreedLocked(key)
 }
 
 // takeSlot creates one free slot key of the limit of n slots: the slots
@@ -186,7 +188,7 @@ func (l *Limiter) scanSlots(ctx context.Context, typ, key string, n int, value [
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, l.io)
-		rev, err := l.leases.Create(rctx, k, value, jetstream.KeyTTL(l.ttl))
+		rev, err := l.createSlotKey(rctx, k, value)
 		cancel()
 		switch {
 		case err == nil:

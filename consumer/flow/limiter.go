@@ -72,9 +72,13 @@ type Limiter struct {
 	releasing sync.WaitGroup
 
 	cancel context.CancelFunc
-	rules  *limits.View
-	subs   []*nats.Subscription
-	done   sync.WaitGroup
+	// closing is closed as Close starts: the delayed looks at waiting
+	// rooms (wakeLater) end.
+	closing   chan struct{}
+	closeOnce sync.Once
+	rules     *limits.View
+	subs      []*nats.Subscription
+	done      sync.WaitGroup
 
 	mu    sync.Mutex
 	taken map[string]time.Time // slot key → until when the view holds it taken
@@ -105,6 +109,14 @@ type Limiter struct {
 	// busy is when each waiting room was last seen holding tasks (see
 	// roomBusy).
 	busy map[string]time.Time
+	// onRule is Config.OnRule.
+	onRule func()
+	// markers are the revisions of the delete markers this worker wrote
+	// for slot keys (see createSlotKey).
+	markers map[string]uint64
+	// slotLines are, per type, the tasks of this worker waiting for a
+	// type-wide slot, first come first served (see AcquireWaiting).
+	slotLines map[string][]*slotWaiter
 }
 
 // TypeStats count one type's flow-control decisions in this worker.
@@ -147,6 +159,10 @@ type Config struct {
 	// IOTimeout bounds each KV request.
 	IOTimeout time.Duration
 	Logger    *slog.Logger
+	// OnRule, if not nil, is called after each change of the rules in
+	// force, loaded ones included, from the watch's goroutine: it must
+	// not block.
+	OnRule func()
 }
 
 // New binds the buckets, loads the rules (every rule stored is in force
@@ -173,10 +189,10 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 	l := &Limiter{
 		js: c.JS, leases: leases, subj: "$KV." + c.Names.LeasesBucket() + ".",
 		owner: c.Owner, ttl: c.TTL, io: c.IOTimeout, log: c.Logger,
-		tasks: tasks, names: c.Names,
+		tasks: tasks, names: c.Names, onRule: c.OnRule, closing: make(chan struct{}),
 		taken: map[string]time.Time{},
 		mine:  map[*Lease]struct{}{}, stats: map[string]*TypeStats{},
-		lines: map[string][]*waiter{}, busy: map[string]time.Time{},
+		lines: map[string][]*waiter{}, busy: map[string]time.Time{}, slotLines: map[string][]*slotWaiter{}, markers: map[string]uint64{},
 		rateLast: map[string]instant{}, rateIdle: map[string]time.Time{},
 		reserved: map[string]int{}, ratePace: map[string]time.Duration{},
 	}
@@ -215,6 +231,7 @@ func (l *Limiter) Close() {
 	if l == nil {
 		return
 	}
+	l.closeOnce.Do(func() { close(l.closing) })
 	l.releasing.Wait()
 	l.cancel()
 	l.rules.Stop()
@@ -228,8 +245,11 @@ func (l *Limiter) unsubscribe() {
 	}
 }
 
-// ruleChanged logs a change of the rules in force.
+// ruleChanged logs a change of the rules in force, and tells OnRule.
 func (l *Limiter) ruleChanged(name string, r *limits.Rule, err error) {
+	if l.onRule != nil {
+		defer l.onRule()
+	}
 	switch {
 	case err != nil:
 		// A raw writer's bad rule keeps the last good one in force.
@@ -289,6 +309,15 @@ func (l *Limiter) Acquire(ctx context.Context, typ, key, taskID string) (*Lease,
 // waiting task. When the type's concurrency limit is full, the key's slot
 // taken before is kept for the task's wait (DeniedError.Kept).
 func (l *Limiter) AcquireGranted(ctx context.Context, typ, key, taskID string, gs []Grant) (*Lease, error) {
+	return l.AcquireWaiting(ctx, typ, key, taskID, gs, 0)
+}
+
+// AcquireWaiting is AcquireGranted for a task the server delivered under
+// a cap of its type's concurrency limit (the consumer's MaxAckPending):
+// when the type's limit is full it waits up to wait for one of its slots
+// to be freed, and tries again, before it returns the *DeniedError. The
+// slot of the task's key taken before is kept while it waits.
+func (l *Limiter) AcquireWaiting(ctx context.Context, typ, key, taskID string, gs []Grant, wait time.Duration) (*Lease, error) {
 	rule, ok := l.Rule(typ)
 	if !ok || !rule.Limits() {
 		l.Drop(ctx, gs...)
@@ -298,8 +327,37 @@ func (l *Limiter) AcquireGranted(ctx context.Context, typ, key, taskID string, g
 	if err != nil {
 		return nil, fmt.Errorf("encoding lease holder: %w", err)
 	}
+	deadline := time.Now().Add(wait)
 	lease := &Lease{l: l, typ: typ, value: value}
-	err = l.acquire(ctx, rule.ForKey(key), key, lease, gs)
+	for {
+		// In line before the try, so a slot freed while it runs is not
+		// missed.
+		var w *slotWaiter
+		if wait > 0 {
+			w = l.joinSlotLine(typ)
+		}
+		err = l.acquire(ctx, rule.ForKey(key), key, lease, gs)
+		var d *DeniedError
+		if w == nil {
+			break
+		}
+		if err == nil || !errors.As(err, &d) || d.Limit != "concurrency" || !time.Now().Before(deadline) {
+			l.leaveSlotLine(ctx, typ, w)
+			break
+		}
+		g, ok := awaitSlot(ctx, w, deadline)
+		if !ok {
+			l.leaveSlotLine(ctx, typ, w)
+			break
+		}
+		// The slot handed over joins the key's slot kept; a freed one is
+		// created by the next try.
+		gs = d.Kept
+		if g.Rev > 0 {
+			gs = append(gs, g)
+		}
+		lease = &Lease{l: l, typ: typ, value: value}
+	}
 	if err != nil {
 		// ctx may be what ended: give the release a context of its own.
 		lease.release(context.WithoutCancel(ctx))

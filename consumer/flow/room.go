@@ -93,14 +93,43 @@ func (l *Limiter) Park(ctx context.Context, denied *DeniedError, key, msgID stri
 }
 
 // Wake hands a slot of the limit that turned a task away to the oldest
-// task of its waiting room, if a slot is free: a parker calls it after
-// its park, so a slot freed while it parked is not left unused (the
-// releaser may have found the room empty just before).
+// task of its waiting room, if a slot is free, now and a few times
+// shortly after (wakeLater): a parker calls it after its park, so a slot
+// freed while it parked is not left unused (its releaser may not have
+// looked at the room).
 func (l *Limiter) Wake(ctx context.Context, denied *DeniedError, key string) {
 	if denied.Limit != "key_concurrency" {
 		key = ""
 	}
 	l.Pump(ctx, denied.Type, key)
+	l.releasing.Add(1)
+	go l.wakeLater(denied.Type, key)
+}
+
+// wakeAgain are the delays, one after the other, after which a parker
+// looks again for a free slot for its room: a releaser that had not seen
+// the room holding tasks frees its slot without reading the room, and the
+// free reaches this worker's view of the slots a moment later. The sweep
+// of held subjects is the last resort.
+var wakeAgain = []time.Duration{50 * time.Millisecond, 250 * time.Millisecond, time.Second}
+
+// wakeLater pumps the room of typ's limit (key's when not empty) after
+// each of wakeAgain, until Close starts. A look while the view shows
+// every slot taken costs no round trip.
+func (l *Limiter) wakeLater(typ, key string) {
+	defer l.releasing.Done()
+	for _, d := range wakeAgain {
+		t := time.NewTimer(d)
+		select {
+		case <-l.closing:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), l.io)
+		l.Pump(ctx, typ, key)
+		cancel()
+	}
 }
 
 // Pump releases the oldest tasks of the waiting room of typ's
@@ -201,6 +230,9 @@ func (l *Limiter) slotsOf(typ, key string) int {
 // the room if a task arrived meanwhile).
 func (l *Limiter) handOn(ctx context.Context, k string, rev uint64) {
 	room, typ, key, ok := limits.RoomOf(l.names, k)
+	if ok && key == "" && l.handLocal(typ, room, k, rev) {
+		return
+	}
 	if !ok || !l.CanPark() {
 		l.deleteSlot(ctx, k, rev)
 		return
@@ -210,9 +242,10 @@ func (l *Limiter) handOn(ctx context.Context, k string, rev uint64) {
 	if l.roomBusy(room) {
 		again = l.give(ctx, room, k, rev, nil)
 	} else {
-		// Not seen holding tasks lately: free the slot, and the read
-		// after the delete finds a task parked meanwhile.
-		again = l.free(ctx, room, k, rev)
+		// Not seen holding tasks lately: free the slot without reading
+		// the room. A task parked meanwhile is found by its parker, who
+		// looks again for a free slot shortly after its park (Wake).
+		l.deleteSlot(ctx, k, rev)
 	}
 	unlock()
 	if again {
@@ -287,7 +320,7 @@ func (l *Limiter) seen(room string, busy bool) {
 // deleteSlot frees slot k held at revision rev.
 func (l *Limiter) deleteSlot(ctx context.Context, k string, rev uint64) {
 	rctx, cancel := context.WithTimeout(ctx, l.io)
-	err := l.leases.Delete(rctx, k, jetstream.LastRevision(rev))
+	err := l.deleteSlotKey(rctx, k, rev)
 	cancel()
 	if err != nil {
 		l.log.Warn("releasing a flow-control slot failed; it frees when its TTL runs out", "slot", k, "error", err)

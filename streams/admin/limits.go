@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/spoolq/spool/shared/limits"
+	"github.com/spoolq/spool/streams"
 )
 
 // Flow-control rules and their usage, for the broker, the dashboard and
@@ -19,13 +20,18 @@ func (c *Client) Limits(ctx context.Context) ([]limits.Usage, error) {
 
 // SetLimit validates r and stores it as the rule of its type or type
 // pattern (r.Type; a rule that limits nothing removes it). Workers apply
-// it within a second.
+// it within a second; where they pull by type, the type consumers it caps
+// carry its concurrency limit as MaxAckPending at once.
 func (c *Client) SetLimit(ctx context.Context, r limits.Rule) error {
 	if err := r.Validate(); err != nil {
 		return err
 	}
 	_, err := withLimits(ctx, c, func(ctx context.Context, st *limits.Store) (struct{}, error) {
-		return struct{}{}, st.Put(ctx, r)
+		if err := st.Put(ctx, r); err != nil {
+			return struct{}{}, err
+		}
+		c.capConsumers(ctx, st)
+		return struct{}{}, nil
 	})
 	return err
 }
@@ -34,9 +40,24 @@ func (c *Client) SetLimit(ctx context.Context, r limits.Rule) error {
 // types fall to the next matching pattern rule, or run unlimited.
 func (c *Client) DeleteLimit(ctx context.Context, name string) error {
 	_, err := withLimits(ctx, c, func(ctx context.Context, st *limits.Store) (struct{}, error) {
-		return struct{}{}, st.Delete(ctx, name)
+		if err := st.Delete(ctx, name); err != nil {
+			return struct{}{}, err
+		}
+		c.capConsumers(ctx, st)
+		return struct{}{}, nil
 	})
 	return err
+}
+
+// capConsumers sets, where workers pull by type, the MaxAckPending of the
+// type consumers to the concurrency limits now stored
+// (streams.CapConsumers). A failure is logged: the rule is stored, and
+// each worker sets the caps of the consumers it pulls as it sees the
+// change.
+func (c *Client) capConsumers(ctx context.Context, st *limits.Store) {
+	if err := streams.CapConsumersFromStore(ctx, c.js, c.names, st); err != nil {
+		c.logger.WarnContext(ctx, "setting the concurrency caps of the type consumers; the workers set them", "error", err)
+	}
 }
 
 // Limit returns the rule stored under a type or type pattern (not the

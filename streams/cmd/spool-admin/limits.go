@@ -15,6 +15,7 @@ import (
 
 	"github.com/spoolq/spool/shared/cli"
 	"github.com/spoolq/spool/shared/limits"
+	"github.com/spoolq/spool/streams"
 )
 
 const limitsUsage = `usage: spool-admin limits <command> [flags]
@@ -176,6 +177,7 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err := st.Delete(ctx, fs.Arg(0)); err != nil {
 			return err
 		}
+		capConsumers(ctx, sess, st, stderr)
 		fmt.Fprintf(stdout, "rule of %s removed\n", fs.Arg(0))
 		return nil
 	case "unblock":
@@ -186,6 +188,7 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err := st.Put(ctx, rule); err != nil {
 			return err
 		}
+		capConsumers(ctx, sess, st, stderr)
 		fmt.Fprintf(stdout, "rule of %s set: %s\n", rule.Type, describe(rule))
 		return nil
 	}
@@ -391,4 +394,14 @@ func familyFlags(family, cmd, usage string, stderr io.Writer) (fs *flag.FlagSet,
 	asJSON = fs.Bool("json", false, "print JSON")
 	timeout = fs.Duration("timeout", 30*time.Second, "time allowed for the command")
 	return fs, url, asJSON, timeout, cli.Verbose(fs)
+}
+
+// capConsumers sets, where workers pull by type, the MaxAckPending of the
+// type consumers to the concurrency limits now stored. A failure is a
+// warning: the rule is stored, and the workers set the caps of the
+// consumers they pull as they see the change.
+func capConsumers(ctx context.Context, sess *session, st *limits.Store, stderr io.Writer) {
+	if err := streams.CapConsumersFromStore(ctx, sess.js, sess.cfg.Names(), st); err != nil {
+		fmt.Fprintf(stderr, "warning: the rule is stored, but setting the type consumers' concurrency caps failed (the workers set them): %v\n", err)
+	}
 }

@@ -32,6 +32,17 @@ func (b *bench) limits(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Workers pulling by type: a limited type's consumer carries its
+	// concurrency limit, so the server holds it.
+	restore, err := b.pullByType(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := restore(context.WithoutCancel(ctx)); err != nil {
+			b.log.Warn("putting back how workers pull", "error", err)
+		}
+	}()
 	rate := max(1, n/10) // ten seconds of backlog
 	for _, v := range []struct {
 		name string

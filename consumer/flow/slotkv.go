@@ -1,0 +1,54 @@
+package flow
+
+import (
+	"context"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Freeing and taking a slot key. A KV create of a key whose last entry is
+// a delete costs three requests (a write that fails, a read of the last
+// entry, a write at its revision), and a concurrency slot is deleted and
+// created again at every use. So the Limiter writes its deletes itself,
+// keeps the revision of each delete marker it wrote, and takes the slot
+// back with one compare-and-set write at that revision; when the marker
+// is not the key's last entry any more, it falls back to the KV create.
+
+// maxMarkers bounds the delete markers a Limiter remembers (keys of
+// many flow-control keys): past it, it forgets them all.
+const maxMarkers = 10_000
+
+// deleteSlotKey writes the delete of slot key k if its last revision is
+// still rev, and remembers the marker's revision.
+func (l *Limiter) deleteSlotKey(ctx context.Context, k string, rev uint64) error {
+	m := &nats.Msg{Subject: l.subj + k, Header: nats.Header{"KV-Operation": []string{"DEL"}}}
+	ack, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev))
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	if len(l.markers) >= maxMarkers {
+		clear(l.markers)
+	}
+	l.markers[k] = ack.Sequence
+	l.mu.Unlock()
+	return nil
+}
+
+// createSlotKey creates slot key k with value and the slot TTL: a write at
+// the revision of the delete marker this Limiter wrote last for k, else a
+// KV create. It fails with jetstream.ErrKeyExists when k is held.
+func (l *Limiter) createSlotKey(ctx context.Context, k string, value []byte) (uint64, error) {
+	l.mu.Lock()
+	seq, ok := l.markers[k]
+	delete(l.markers, k)
+	l.mu.Unlock()
+	if ok {
+		rev, err := l.put(ctx, k, value, seq, l.ttl)
+		if err == nil || !isWrongLastSeq(err) {
+			return rev, err
+		}
+	}
+	return l.leases.Create(ctx, k, value, jetstream.KeyTTL(l.ttl))
+}
