@@ -244,7 +244,7 @@ func TestDiscardedResultRedeliveryRunsAtOnce(t *testing.T) {
 	const ackWait = 4 * time.Second
 	// A redelivery waits for an earlier attempt on a replicated stream
 	// only (admission.awaitOutcome): the test needs a cluster.
-	e := newClusterEnv(t, streams.Settings{AckWait: ackWait})
+	e := newClusterEnv(t, streams.Settings{Consumers: streams.ConsumersByPriority, AckWait: ackWait})
 	e.publishID(spool.Normal, "job", "keeps", nil, nil)
 	e.publishID(spool.Normal, "job", "discards", nil, map[string]string{spool.HeaderResult: string(spool.DiscardResult)})
 	// Earlier attempts that never settle (their worker was killed): both

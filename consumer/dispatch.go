@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -77,6 +78,9 @@ type dispatcher struct {
 	// (see slots).
 	queue       []job
 	rtt, inSlot time.Duration
+	// switched logs once that the deployment switched to pulling by type
+	// under this worker, which pulls by priority (retireIfSwitched).
+	switched sync.Once
 }
 
 func newDispatcher(o *config, log *slog.Logger, stopping <-chan struct{}) *dispatcher {
@@ -241,7 +245,7 @@ func (d *dispatcher) dispatch() (plans []pullPlan, start []job) {
 	for i := range d.lanes {
 		st := &d.lanes[i]
 		p := lanePriority(i)
-		resting[i] = now.Before(st.restUntil) || st.paused
+		resting[i] = now.Before(st.restUntil) || st.paused || st.retired
 		laneCaps[i] = 0
 		switch {
 		case resting[i]:
@@ -404,7 +408,7 @@ func (d *dispatcher) refresh() {
 		ln := &d.lanes[i] // stream and cons are fixed after Start
 		p := lanePriority(i)
 		d.mu.Lock()
-		skip := d.pl.polling(i)
+		skip := d.pl.polling(i) || ln.retired
 		local := ln.busy
 		d.mu.Unlock()
 		if skip {
@@ -419,6 +423,9 @@ func (d *dispatcher) refresh() {
 		cancel()
 		stream := ln.stream.CachedInfo().Config.Name
 		if err != nil {
+			if errors.Is(err, jetstream.ErrConsumerNotFound) && d.retireIfSwitched(i) {
+				continue
+			}
 			if !d.isStopping() {
 				d.log.Warn("reading consumer state", "stream", stream, "priority", p.String(), "error", err)
 			}
@@ -491,4 +498,8 @@ type prioState struct {
 	// pause, read at each refresh): nothing is pulled, so no slot waits
 	// on it.
 	paused bool
+	// retired is set when the lane's priority consumer was removed
+	// because the deployment switched to pulling by type: the lane is
+	// never pulled again (see retireIfSwitched).
+	retired bool
 }

@@ -28,7 +28,7 @@ import (
 func TestCompletionsKeepTheirTaskThroughAStall(t *testing.T) {
 	t.Parallel()
 	const ackWait = 3 * time.Second
-	e := newEnv(t, streams.Settings{AckWait: ackWait})
+	e := newEnv(t, streams.Settings{Consumers: streams.ConsumersByPriority, AckWait: ackWait})
 	ctx := testCtx(t)
 	bucket, err := e.js.Stream(ctx, "KV_"+e.names.ResultsBucket())
 	if err != nil {
@@ -109,7 +109,7 @@ func TestOverdueTaskSurvivesConsumerLeaderChange(t *testing.T) {
 	// comes after the new leader's first look at its pending tasks (0.5
 	// to 1.5s after it takes over).
 	const ackWait = 9 * time.Second
-	e := newClusterEnv(t, streams.Settings{AckWait: ackWait})
+	e := newClusterEnv(t, streams.Settings{Consumers: streams.ConsumersByPriority, AckWait: ackWait})
 	e.publishID(spool.Normal, "slow", "overdue", nil, nil)
 	// The task waits in the stream for longer than the AckWait.
 	<-time.After(ackWait + time.Second)
@@ -178,7 +178,7 @@ func TestOverdueTaskSurvivesConsumerLeaderChange(t *testing.T) {
 func TestRedeliveryWaitsForTheEarlierAttempt(t *testing.T) {
 	t.Parallel()
 	const ackWait = 4 * time.Second // the redelivery waits up to 1s
-	e := newClusterEnv(t, streams.Settings{AckWait: ackWait})
+	e := newClusterEnv(t, streams.Settings{Consumers: streams.ConsumersByPriority, AckWait: ackWait})
 	ctx := testCtx(t)
 	e.publishID(spool.Normal, "job", "held", nil, nil)
 	first := e.fetchOne(spool.Normal)

@@ -73,7 +73,7 @@ func (e *env) typeIn(stem string, p spool.Priority, k int) string {
 func TestWorkerPullsEveryPartition(t *testing.T) {
 	t.Parallel()
 	const k = 3
-	e := newPartitionedEnv(t, k, streams.Settings{})
+	e := newPartitionedEnv(t, k, streams.Settings{Consumers: streams.ConsumersByPriority})
 	var types [k]string
 	for part := range k {
 		types[part] = e.typeIn("spread", spool.Normal, part)
@@ -156,7 +156,7 @@ func TestWorkerPullsEveryPartition(t *testing.T) {
 func TestWeightedSharesAcrossPartitions(t *testing.T) {
 	t.Parallel()
 	const k = 3
-	e := newPartitionedEnv(t, k, streams.Settings{})
+	e := newPartitionedEnv(t, k, streams.Settings{Consumers: streams.ConsumersByPriority})
 	const perPriority = 400
 	const window = 480 // every priority stays non-empty: critical needs 200 of its 400
 	var order log[spool.Priority]
@@ -313,7 +313,7 @@ func TestOrderedKeysAcrossPartitions(t *testing.T) {
 func TestPauseAndCancelAcrossPartitions(t *testing.T) {
 	t.Parallel()
 	const k = 3
-	e := newPartitionedEnv(t, k, streams.Settings{})
+	e := newPartitionedEnv(t, k, streams.Settings{Consumers: streams.ConsumersByPriority})
 	ctx := testCtx(t)
 	adm, err := admin.New(e.connect(), admin.WithLogger(testLogger(t)))
 	if err != nil {

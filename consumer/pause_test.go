@@ -20,7 +20,7 @@ import (
 // queued task runs on its first delivery.
 func TestPauseAndResumePriority(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, streams.Settings{})
+	e := newEnv(t, streams.Settings{Consumers: streams.ConsumersByPriority})
 	adm, err := admin.New(e.connect(), admin.WithLogger(testLogger(t)))
 	if err != nil {
 		t.Fatal(err)

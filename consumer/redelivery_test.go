@@ -39,7 +39,7 @@ func TestRedeliveryOfStoredOutcome(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, streams.Settings{})
+			e := newEnv(t, streams.Settings{Consumers: streams.ConsumersByPriority})
 			ctx := testCtx(t)
 			const id, key = "stored-1", "one-at-a-time"
 			e.publishID(spool.Normal, "job", id, []byte(`{}`), map[string]string{spool.HeaderUniqueKey: key, spool.HeaderUniqueTTL: "1h"})

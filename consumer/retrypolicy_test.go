@@ -98,7 +98,7 @@ func TestRetryDelayFuncPerType(t *testing.T) {
 // Snoozes do not count as attempts; the task completes on attempt 1.
 func TestSnoozeVerdict(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, streams.Settings{})
+	e := newEnv(t, streams.Settings{Consumers: streams.ConsumersByPriority})
 	var calls counter
 	mux := consumer.NewMux()
 	mux.HandleFunc("work", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
@@ -239,7 +239,7 @@ func TestRetryBackoff(t *testing.T) {
 // run while they wait.
 func TestBackoffDoesNotBlockFresh(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, streams.Settings{})
+	e := newEnv(t, streams.Settings{Consumers: streams.ConsumersByPriority})
 	mux := consumer.NewMux()
 	mux.HandleFunc("fail", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
 		return nil, errors.New("not yet")

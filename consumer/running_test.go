@@ -20,7 +20,7 @@ import (
 // timeout; a panic is a failed attempt and the worker lives on.
 func TestTimeoutHeartbeatPanic(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, streams.Settings{AckWait: time.Second})
+	e := newEnv(t, streams.Settings{Consumers: streams.ConsumersByPriority, AckWait: time.Second})
 	var longRuns, panics atomic.Int32
 	mux := consumer.NewMux()
 	mux.HandleFunc("long", func(ctx context.Context, task *consumer.Task) ([]byte, error) {

@@ -20,7 +20,7 @@ import (
 // is removed, and the dead result names the reason.
 func TestDeadLetterInProcess(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, streams.Settings{})
+	e := newEnv(t, streams.Settings{Consumers: streams.ConsumersByPriority})
 	mux := consumer.NewMux()
 	mux.HandleFunc("fail", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
 		return nil, errors.New("always fails")

@@ -23,7 +23,7 @@ import (
 // after the resume.
 func TestPausedTypeWithoutParkedSubjects(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, streams.Settings{})
+	e := newEnv(t, streams.Settings{Consumers: streams.ConsumersByPriority})
 	ctx := testCtx(t)
 	cfg := e.topo.TaskStreamConfig()
 	cfg.Subjects = slices.DeleteFunc(cfg.Subjects, func(s string) bool { return s == e.names.ParkedFilter() })

@@ -273,7 +273,7 @@ func TestDemoHandlers(t *testing.T) {
 // the task.
 func TestMaxDeliverAdvisoryWhileIdle(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, streams.Settings{AckWait: time.Second, MaxDeliver: 2})
+	e := newEnv(t, streams.Settings{Consumers: streams.ConsumersByPriority, AckWait: time.Second, MaxDeliver: 2})
 	seq := e.publishID(spool.Low, "job", "crashy", nil, nil)
 	// Two deliveries to a "worker" that crashes: fetched, never acked.
 	cons, err := e.js.Consumer(testCtx(t), e.names.TaskStream(), e.names.Consumer(spool.Low))
@@ -365,7 +365,7 @@ func TestWorkerOnCluster(t *testing.T) {
 // loop, and pulling resumes once the consumer is back.
 func TestPullFailureRestsAndRecovers(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, streams.Settings{})
+	e := newEnv(t, streams.Settings{Consumers: streams.ConsumersByPriority})
 	var logs streamstest.SyncBuffer
 	mux := consumer.NewMux()
 	mux.HandleFunc("job", func(ctx context.Context, task *consumer.Task) ([]byte, error) {

@@ -7,12 +7,14 @@ import (
 
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/embedded"
 	"github.com/spoolq/spool/streams/streamstest"
 )
 
 func TestDelayedTaskFiresAtItsTime(t *testing.T) {
 	t.Parallel()
-	e := startEnv(t)
+	e := newEnv(t, embedded.Options{}, streams.Settings{Consumers: streams.ConsumersByPriority})
 	ctx := ctxFor(t)
 	const delay = 1500 * time.Millisecond
 	res, err := e.client.Enqueue(ctx, producer.Task{
@@ -82,7 +84,7 @@ func TestDelayedTaskFiresAtItsTime(t *testing.T) {
 
 func TestProcessAtInThePastRunsNow(t *testing.T) {
 	t.Parallel()
-	e := startEnv(t)
+	e := newEnv(t, embedded.Options{}, streams.Settings{Consumers: streams.ConsumersByPriority})
 	ctx := ctxFor(t)
 	res, err := e.client.Enqueue(ctx, producer.NewTask("late", nil), producer.ProcessAt(time.Now().Add(-time.Hour)))
 	if err != nil {

@@ -83,7 +83,7 @@ func TestEnqueueWarnsOfUnservedTypeByType(t *testing.T) {
 // metadata says what they serve; with none running the warning says so.
 func TestEnqueueWarnsOfUnservedTypeByPriority(t *testing.T) {
 	t.Parallel()
-	e := startEnv(t)
+	e := newEnv(t, embedded.Options{}, streams.Settings{Consumers: streams.ConsumersByPriority})
 	ctx := ctxFor(t)
 	res, err := e.client.Enqueue(ctx, producer.NewTask("sv.y", nil))
 	if err != nil {
@@ -133,7 +133,7 @@ func TestEnqueueWarnsOfUnservedTypeByPriority(t *testing.T) {
 // no longer than ServedCheckTimeout.
 func TestEnqueueWarnsOfNothingUnknown(t *testing.T) {
 	t.Parallel()
-	e := startEnv(t)
+	e := newEnv(t, embedded.Options{}, streams.Settings{Consumers: streams.ConsumersByPriority})
 	ctx := ctxFor(t)
 	nc := connectTo(t, e)
 	sub, err := nc.Subscribe("$SRV.PING."+fleet.ServiceName, func(*nats.Msg) {}) // listens, never answers

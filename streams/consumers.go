@@ -34,7 +34,8 @@ const (
 )
 
 // ConsumersOf reads how workers pull from SPOOL_TASKS's configuration:
-// ConsumersByPriority when nothing is recorded.
+// ConsumersByPriority when nothing is recorded, as on a stream provisioned
+// before the mode was a setting.
 func ConsumersOf(taskStream jetstream.StreamConfig) string {
 	if taskStream.Metadata[ConsumersKey] == ConsumersByType {
 		return ConsumersByType
@@ -47,6 +48,9 @@ func (t Topology) metadata() map[string]string {
 	md := map[string]string{}
 	if t.Settings.Partitions > 1 {
 		md[PartitionsKey] = strconv.Itoa(t.Settings.Partitions)
+	}
+	if t.Settings.Consumers == ConsumersByPriority {
+		md[ConsumersKey] = ConsumersByPriority
 	}
 	if t.Settings.Consumers == ConsumersByType {
 		md[ConsumersKey] = ConsumersByType

@@ -10,13 +10,14 @@ import (
 )
 
 // resolveConsumers fills an empty Settings.Consumers with what SPOOL_TASKS
-// records, ConsumersByPriority for a new deployment, so a provision that
-// does not name the mode keeps it.
+// records, so a provision that does not name the mode keeps it. A new
+// deployment pulls by type. A stream that records no mode pulls by
+// priority: it was provisioned before the mode was a setting.
 func resolveConsumers(ctx context.Context, js jetstream.JetStream, t Topology) (Topology, error) {
 	if t.Settings.Consumers != "" {
 		return t, nil
 	}
-	t.Settings.Consumers = ConsumersByPriority
+	t.Settings.Consumers = ConsumersByType
 	s, err := js.Stream(ctx, t.Names.TaskStream())
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):

@@ -29,7 +29,7 @@ func TestProvisionPartitions(t *testing.T) {
 	js := startCluster(t, embedded.Options{Name: "part", Mappings: map[string]string{src: dst}})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	topo, err := streams.New(names, streams.Settings{Replicas: 3, Partitions: k})
+	topo, err := streams.New(names, streams.Settings{Replicas: 3, Partitions: k, Consumers: streams.ConsumersByPriority})
 	if err != nil {
 		t.Fatal(err)
 	}

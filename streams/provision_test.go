@@ -121,6 +121,7 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	_, js := startServer(t)
 	ctx := ctxFor(t)
 	topo := topology(t, "spool")
+	topo.Settings.Consumers = streams.ConsumersByPriority
 	if err := streams.Provision(ctx, js, topo, testLogger(t)); err != nil {
 		t.Fatalf("first provision: %v", err)
 	}
@@ -302,5 +303,61 @@ func TestProvisionNarrowsBuckets(t *testing.T) {
 	m.Header.Set("Nats-Rollup", "all")
 	if _, err := js.PublishMsg(ctx, m); err == nil {
 		t.Fatal("a roll-up on the results bucket was stored")
+	}
+}
+
+// A new deployment pulls by type: SPOOL_TASKS records it and provisioning
+// makes no priority consumer. A stream that records no mode predates the
+// setting: a provision that does not name the mode keeps it pulling by
+// priority, and records that.
+func TestProvisionDefaultConsumers(t *testing.T) {
+	t.Parallel()
+	_, js := startServer(t)
+	ctx := ctxFor(t)
+	fresh := topology(t, "fresh")
+	if err := streams.Provision(ctx, js, fresh, testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, fresh.Names.TaskStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.Metadata[streams.ConsumersKey]; got != streams.ConsumersByType {
+		t.Errorf("a new deployment records %s %q, want %q", streams.ConsumersKey, got, streams.ConsumersByType)
+	}
+	for _, p := range spool.Priorities {
+		if _, err := s.Consumer(ctx, fresh.Names.Consumer(p)); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.Errorf("a new deployment has priority consumer %s (%v)", fresh.Names.Consumer(p), err)
+		}
+	}
+
+	// An older deployment: pulling by priority, with no mode recorded.
+	old := topology(t, "old")
+	old.Settings.Consumers = streams.ConsumersByPriority
+	if err := streams.Provision(ctx, js, old, testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	s, err = js.Stream(ctx, old.Names.TaskStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	delete(cfg.Metadata, streams.ConsumersKey)
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Provision(ctx, js, topology(t, "old"), testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = js.Stream(ctx, old.Names.TaskStream()); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.Metadata[streams.ConsumersKey]; got != streams.ConsumersByPriority {
+		t.Errorf("a stream that recorded no mode, provisioned again: %s %q, want %q", streams.ConsumersKey, got, streams.ConsumersByPriority)
+	}
+	for _, p := range spool.Priorities {
+		if _, err := s.Consumer(ctx, old.Names.Consumer(p)); err != nil {
+			t.Errorf("priority consumer %s of a stream that recorded no mode: %v", old.Names.Consumer(p), err)
+		}
 	}
 }

@@ -49,8 +49,9 @@ type Settings struct {
 	// type) or ConsumersByType (one consumer per priority and served type
 	// pattern, created by the workers that serve it: each worker pulls only
 	// its types, and a type nobody serves waits). SPOOL_CONSUMERS; empty
-	// keeps what SPOOL_TASKS records, priority for a new one.
-	Consumers string `envconfig:"CONSUMERS" desc:"how workers pull: priority (every worker serves every type) or type (each worker pulls only the types it serves); empty keeps what the task stream records"`
+	// keeps what SPOOL_TASKS records: type for a new deployment, priority
+	// for a stream that records none (provisioned before the setting).
+	Consumers string `envconfig:"CONSUMERS" desc:"how workers pull: priority (every worker serves every type) or type (each worker pulls only the types it serves); empty keeps what the task stream records, type for a new deployment"`
 }
 
 // MaxPartitions caps Settings.Partitions: a worker sends pull requests to

@@ -31,7 +31,7 @@ type routerEnv struct {
 
 func newRouterEnv(t *testing.T) *routerEnv {
 	t.Helper()
-	e := streamstest.Start(t, streams.Settings{MaxDeliver: 2, AckWait: time.Second})
+	e := streamstest.Start(t, streams.Settings{MaxDeliver: 2, AckWait: time.Second, Consumers: streams.ConsumersByPriority})
 	return &routerEnv{url: e.URL, nc: e.NC, js: e.JS, names: e.Names, topo: e.Topology}
 }
 

@@ -9,13 +9,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolq/spool/producer/httpapi"
+	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/embedded"
 	"github.com/spoolq/spool/streams/streamstest"
 )
 
 func TestMetrics(t *testing.T) {
 	t.Parallel()
-	b := startBroker(t, embedded.Options{}, httpapi.Options{Token: "tok", Registry: prometheus.NewPedanticRegistry()})
+	b := startBrokerWith(t, embedded.Options{}, streams.Settings{Consumers: streams.ConsumersByPriority}, httpapi.Options{Token: "tok", Registry: prometheus.NewPedanticRegistry()})
 	if r := b.do(t, "POST", "/v1/tasks", "tok", []byte(`{"type":"report","priority":"high","payload":{"a":1}}`)); r.status != 201 {
 		t.Fatalf("enqueue: %d %s", r.status, r.body)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spoolq/spool/producer/httpapi"
+	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/streams/embedded"
 )
@@ -40,7 +41,7 @@ type overviewDoc struct {
 // TestOverview), and with real consumers by tests/ui and tests/devstack.
 func TestOverviewQueue(t *testing.T) {
 	t.Parallel()
-	b := startBroker(t, embedded.Options{}, httpapi.Options{})
+	b := startBrokerWith(t, embedded.Options{}, streams.Settings{Consumers: streams.ConsumersByPriority}, httpapi.Options{})
 	for range 3 {
 		if r := b.do(t, "POST", "/v1/tasks", "", []byte(`{"type":"ov.test","priority":"low"}`)); r.status != 201 {
 			t.Fatalf("enqueue: %d %s", r.status, r.body)
@@ -181,7 +182,7 @@ func TestOverviewAtScale(t *testing.T) {
 		tasks = n
 	}
 	const deadLetters = 10_000
-	b := startBroker(t, embedded.Options{}, httpapi.Options{})
+	b := startBrokerWith(t, embedded.Options{}, streams.Settings{Consumers: streams.ConsumersByPriority}, httpapi.Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	js, err := jetstream.New(b.nc, jetstream.WithPublishAsyncMaxPending(4096))

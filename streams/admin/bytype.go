@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -152,6 +153,34 @@ func (c *Client) syncPauses(ctx context.Context, match func(p spool.Priority, pa
 		}
 		if err := list.Err(); err != nil {
 			return fmt.Errorf("listing the consumers of stream %q: %w", stream, err)
+		}
+	}
+	return nil
+}
+
+// recordedPauses marks, where workers pull by type, the priorities whose
+// pause the pause bucket holds. A priority's pause is a record there that
+// the type consumers follow; with no type consumer of the priority yet,
+// the record alone says it is paused. A deployment without the bucket has
+// no such pause.
+func (c *Client) recordedPauses(ctx context.Context, ps []PriorityStatus) error {
+	kv, err := c.js.KeyValue(ctx, c.names.PausedBucket())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("binding bucket %q: %w", c.names.PausedBucket(), err)
+	}
+	now := time.Now()
+	for i := range ps {
+		// The pattern ">" matches no exact type: only the priority's
+		// own pause is read.
+		until, err := streams.TypeConsumerPause(ctx, kv, ps[i].Priority, ">", now)
+		if err != nil {
+			return err
+		}
+		if !until.IsZero() {
+			ps[i].Paused, ps[i].PausedUntil = true, &until
 		}
 	}
 	return nil

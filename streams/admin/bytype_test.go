@@ -87,7 +87,7 @@ func TestByTypeStatusAndPause(t *testing.T) {
 // keeps the queued tasks.
 func TestConsumersSwitch(t *testing.T) {
 	t.Parallel()
-	e := streamstest.Start(t, streams.Settings{})
+	e := streamstest.Start(t, streams.Settings{Consumers: streams.ConsumersByPriority})
 	ctx := streamstest.Context(t)
 	for range 4 {
 		if _, err := e.JS.Publish(ctx, "spool.tasks.normal.sw.x", []byte("{}")); err != nil {

@@ -193,7 +193,7 @@ type percentilesDoc struct {
 
 func TestOverview(t *testing.T) {
 	t.Parallel()
-	e := streamstest.Start(t, streams.Settings{})
+	e := streamstest.Start(t, streams.Settings{Consumers: streams.ConsumersByPriority})
 	ctx := streamstest.Context(t)
 	for range 3 {
 		if _, err := e.JS.Publish(ctx, "spool.tasks.low.ov.test", []byte("{}")); err != nil {

@@ -95,7 +95,7 @@ func TestServingByType(t *testing.T) {
 // process that lists no types may serve any.
 func TestServingByPriority(t *testing.T) {
 	t.Parallel()
-	e := streamstest.Start(t, streams.Settings{})
+	e := streamstest.Start(t, streams.Settings{Consumers: streams.ConsumersByPriority})
 	c := newClient(t, e, admin.WithFleetWait(5*time.Second))
 	ctx := streamstest.Context(t)
 

@@ -128,6 +128,11 @@ func (c *Client) status(ctx context.Context) (Status, error) {
 			st.Unserved = append(st.Unserved, un...)
 		}
 	}
+	if byType {
+		if err := c.recordedPauses(ctx, st.Priorities); err != nil {
+			return st, err
+		}
+	}
 	// The places beside the task subjects (streams.Places), all in
 	// SPOOL_TASKS.
 	waiting, err := streams.CountWaiting(ctx, tasks, names)

@@ -44,7 +44,7 @@ func TestNewValidatesOptions(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	t.Parallel()
-	e := streamstest.Start(t, streams.Settings{})
+	e := streamstest.Start(t, streams.Settings{Consumers: streams.ConsumersByPriority})
 	c := newClient(t, e)
 	ctx := streamstest.Context(t)
 	for range 3 {

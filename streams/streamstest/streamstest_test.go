@@ -17,7 +17,7 @@ func TestMain(m *testing.M) {
 
 func TestStartProvisions(t *testing.T) {
 	t.Parallel()
-	e := streamstest.Start(t, streams.Settings{AckWait: 2 * time.Second})
+	e := streamstest.Start(t, streams.Settings{AckWait: 2 * time.Second, Consumers: streams.ConsumersByPriority})
 	info := e.Stream(t, e.Names.TaskStream()).CachedInfo()
 	if !info.Config.AllowMsgSchedules {
 		t.Fatalf("task stream not provisioned as designed: %+v", info.Config)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/streamstest"
 	"github.com/spoolq/spool/tests/devstack"
 )
@@ -73,7 +74,12 @@ func TestREADME(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
+	// By priority: the README's CLI and library examples enqueue types no
+	// demo handler serves (email.send, report.build) and read their
+	// results, which exist only where such a task is dead-lettered
+	// no_handler; pulling by type, the default, it waits unserved.
 	st, err := devstack.Start(ctx, devstack.Options{
+		Settings:    streams.Settings{Consumers: streams.ConsumersByPriority},
 		StoreDir:    t.TempDir(),
 		Logger:      slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Worker:      true,

@@ -128,7 +128,7 @@ func crashing(t *testing.T, cons jetstream.Consumer) (stop func()) {
 func testMaxDeliver(t *testing.T, s *stack) {
 	s.router()
 	res := s.enqueue(producer.NewTask("crashes.worker", []byte("body")), producer.MaxRetries(5))
-	cons, err := s.env.JS.Consumer(streamstest.Context(t), s.names.TaskStream(), s.names.Consumer(spool.Normal))
+	cons, err := s.taskConsumer(s.names.TaskStream(), spool.Normal, "crashes.worker")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -162,3 +162,20 @@ func (s *stack) waitEmpty() {
 		return nil
 	})
 }
+
+// taskConsumer binds the consumer that delivers the tasks of typ at
+// priority p on stream (SPOOL_TASKS or a partition's): the priority's own
+// where workers pull by priority, else the type consumer of typ, made from
+// the template SPOOL_TASKS records as a worker serving typ would.
+func (s *stack) taskConsumer(stream string, p spool.Priority, typ string) (jetstream.Consumer, error) {
+	ctx := streamstest.Context(s.t)
+	tasks, err := s.env.JS.Stream(ctx, s.names.TaskStream())
+	if err != nil {
+		return nil, err
+	}
+	cfg := tasks.CachedInfo().Config
+	if streams.ConsumersOf(cfg) != streams.ConsumersByType {
+		return s.env.JS.Consumer(ctx, stream, s.names.Consumer(p))
+	}
+	return s.env.JS.CreateConsumer(ctx, stream, streams.TypeConsumerConfig(s.names, cfg, p, typ))
+}

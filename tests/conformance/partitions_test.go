@@ -30,7 +30,10 @@ const partitions = 3
 // the others working.
 func TestPartitions(t *testing.T) {
 	t.Parallel()
-	settings := streams.Settings{Storage: "file", Partitions: partitions, AckWait: time.Second, MaxDeliver: 2}
+	// By priority: pulling by type, the worker would make a consumer per
+	// type, priority and partition, about 200 here (bytypeparts_test.go in
+	// the fault suite covers partitions pulled by type).
+	settings := streams.Settings{Storage: "file", Partitions: partitions, AckWait: time.Second, MaxDeliver: 2, Consumers: streams.ConsumersByPriority}
 	env := streamstest.StartCluster(t, 3, settings)
 	// StartCluster provisioned the partitions under the default prefix,
 	// the one its servers map.
@@ -45,7 +48,7 @@ func TestPartitions(t *testing.T) {
 	// A task that crashes its worker at every delivery, in a partition
 	// after the first: the router reads it there and dead-letters it.
 	crash, crashType, part := s.enqueueOutsidePartition0("crashes")
-	cons, err := env.JS.Consumer(streamstest.Context(t), s.names.PartitionStream(part), s.names.Consumer(spool.Normal))
+	cons, err := s.taskConsumer(s.names.PartitionStream(part), spool.Normal, crashType)
 	if err != nil {
 		t.Fatal(err)
 	}

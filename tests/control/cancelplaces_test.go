@@ -100,7 +100,9 @@ func (r *placeRuns) waitStarted(t *testing.T, id string) {
 // not run again); a key's turn and a limit's slot go on to the next task.
 func TestCancelInEveryPlace(t *testing.T) {
 	t.Parallel()
-	s := newStack(t)
+	// Pulling by priority, a paused type's tasks are parked; pulling by
+	// type, its own consumers are paused and its tasks stay queued.
+	s := newStackWith(t, streams.Settings{Consumers: streams.ConsumersByPriority})
 	ctx := streamstest.Context(t)
 	nc := s.env.Connect(t)
 	adm, err := admin.New(nc, admin.WithLogger(streamstest.Logger(t)))

@@ -26,7 +26,13 @@ type stack struct {
 
 func newStack(t *testing.T) *stack {
 	t.Helper()
-	env := streamstest.Start(t, streams.Settings{})
+	return newStackWith(t, streams.Settings{})
+}
+
+// newStackWith provisions the topology with settings.
+func newStackWith(t *testing.T, settings streams.Settings) *stack {
+	t.Helper()
+	env := streamstest.Start(t, settings)
 	client, err := producer.New(env.Connect(t), producer.WithLogger(streamstest.Logger(t)))
 	if err != nil {
 		t.Fatal(err)

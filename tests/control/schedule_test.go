@@ -44,7 +44,9 @@ func (k *ticks) count() int {
 func restartable(t *testing.T) (env *streamstest.Env, restart func()) {
 	t.Helper()
 	store := t.TempDir()
-	env = streamstest.StartWith(t, embedded.Options{StoreDir: store}, streams.Settings{})
+	// By priority: its scenarios read the priority consumers, and park
+	// the tasks of a paused type.
+	env = streamstest.StartWith(t, embedded.Options{StoreDir: store}, streams.Settings{Consumers: streams.ConsumersByPriority})
 	u, err := url.Parse(env.URL)
 	if err != nil {
 		t.Fatal(err)

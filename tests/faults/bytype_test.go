@@ -59,7 +59,7 @@ func TestTypeFleet(t *testing.T) {
 	admin := func(env []string, args ...string) []byte { return spoolAdmin(t, ctx, srv.url, env, args...) }
 
 	// A deployment that pulled by priority, switched to pulling by type.
-	admin(nil, "provision")
+	admin([]string{"SPOOL_CONSUMERS=priority"}, "provision")
 	admin([]string{"SPOOL_CONSUMERS=type"}, "provision")
 	tasksStream, err := js.Stream(ctx, names.TaskStream())
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/embedded"
 	"github.com/spoolq/spool/streams/streamstest"
 	"github.com/spoolq/spool/tests/checker"
@@ -32,7 +33,9 @@ func TestNodeLoss(t *testing.T) {
 	t.Cleanup(c.Shutdown)
 	url := c.ClientURLs()
 	nc := connect(t, url, "faults-cluster")
-	js := provision(t, nc, settings(3))
+	s := settings(3)
+	s.Consumers = streams.ConsumersByPriority // the scenario moves the leader of a priority consumer
+	js := provision(t, nc, s)
 	chk := checker.New()
 	chk.ExplainUnfaulted("result write or ack lost in a leader change")
 	fl, client := twoWorkers(t, url, nc, chk)

@@ -226,7 +226,11 @@ func TestControlsCancelEveryPlaceUnderKills(t *testing.T) {
 	start := time.Now()
 	srv := startServer(t, t.TempDir(), 0, soak())
 	nc := connect(t, srv.url, "faults-cancel-places")
-	js := provision(t, nc, settings(1))
+	// By priority: a paused type's tasks are parked, which the scenario
+	// cancels there; pulling by type they would stay queued.
+	s := settings(1)
+	s.Consumers = streams.ConsumersByPriority
+	js := provision(t, nc, s)
 	ctx := ctxFor(t, time.Duration(scale(3))*time.Minute)
 	holds, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: holdBucket})
 	if err != nil {

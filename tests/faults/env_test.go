@@ -189,9 +189,10 @@ func settle(t testing.TB, ctx context.Context, js jetstream.JetStream, timeout t
 	return ids
 }
 
-// idle reports nil once no priority consumer has a task to deliver or
-// awaiting its ack (running, or in retry backoff), and the DLQ router has
-// no MAX_DELIVERIES advisory left to act on.
+// idle reports nil once no worker consumer (a priority's, or a type
+// pattern's where workers pull by type) has a task to deliver or awaiting
+// its ack (running, or in retry backoff), and the DLQ router has no
+// MAX_DELIVERIES advisory left to act on.
 func idle(ctx context.Context, js jetstream.JetStream) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -206,21 +207,31 @@ func idle(ctx context.Context, js jetstream.JetStream) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range spool.Priorities {
-		c, err := s.Consumer(ctx, names.Consumer(p))
-		if err != nil {
-			return err
-		}
-		ci, err := c.Info(ctx)
-		if err != nil {
-			return err
-		}
+	infos, err := workerConsumers(ctx, s)
+	if err != nil {
+		return err
+	}
+	for _, ci := range infos {
 		if ci.NumPending > 0 || ci.NumAckPending > 0 {
-			return fmt.Errorf("%s: %d tasks to deliver, %d awaiting an ack; %s", p, ci.NumPending, ci.NumAckPending,
+			return fmt.Errorf("%s: %d tasks to deliver, %d awaiting an ack; %s", ci.Name, ci.NumPending, ci.NumAckPending,
 				describe(ctx, s, s.CachedInfo().State.FirstSeq))
 		}
 	}
 	return nil
+}
+
+// workerConsumers returns the infos of the consumers on the task stream:
+// the five priority consumers, or the type consumers the workers made.
+func workerConsumers(ctx context.Context, s jetstream.Stream) ([]*jetstream.ConsumerInfo, error) {
+	var infos []*jetstream.ConsumerInfo
+	list := s.ListConsumers(ctx)
+	for ci := range list.Info() {
+		infos = append(infos, ci)
+	}
+	if err := list.Err(); err != nil {
+		return nil, fmt.Errorf("listing the consumers of %s: %w", names.TaskStream(), err)
+	}
+	return infos, nil
 }
 
 // leftovers returns the task ids of the messages still in the task stream.
@@ -255,21 +266,13 @@ func leftovers(ctx context.Context, js jetstream.JetStream) ([]string, error) {
 // explain a task that does not settle.
 func describe(ctx context.Context, s jetstream.Stream, first uint64) string {
 	var b strings.Builder
-	for _, p := range spool.Priorities {
-		c, err := s.Consumer(ctx, names.Consumer(p))
-		if err != nil {
-			fmt.Fprintf(&b, "%s: %v; ", p, err)
-			continue
-		}
-		ci, err := c.Info(ctx)
-		if err != nil {
-			fmt.Fprintf(&b, "%s: %v; ", p, err)
-			continue
-		}
-		{
-			fmt.Fprintf(&b, "%s: pending %d, ack pending %d, redelivered %d, waiting pulls %d, delivered stream seq %d, ack floor stream seq %d; ",
-				p, ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, ci.Delivered.Stream, ci.AckFloor.Stream)
-		}
+	infos, err := workerConsumers(ctx, s)
+	if err != nil {
+		fmt.Fprintf(&b, "%v; ", err)
+	}
+	for _, ci := range infos {
+		fmt.Fprintf(&b, "%s: pending %d, ack pending %d, redelivered %d, waiting pulls %d, delivered stream seq %d, ack floor stream seq %d; ",
+			ci.Name, ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, ci.Delivered.Stream, ci.AckFloor.Stream)
 	}
 	if m, err := s.GetMsg(ctx, first); err == nil {
 		fmt.Fprintf(&b, "oldest: seq %d subject %s time %s headers %v", m.Sequence, m.Subject, m.Time.Format(time.RFC3339Nano), m.Header)

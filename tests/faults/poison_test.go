@@ -21,6 +21,7 @@ import (
 	"github.com/spoolq/spool/producer"
 	"github.com/spoolq/spool/producer/httpapi"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/admin"
 	"github.com/spoolq/spool/tests/checker"
 )
@@ -64,7 +65,11 @@ func TestPoisonInput(t *testing.T) {
 	start := time.Now()
 	srv := startServer(t, t.TempDir(), 0, false)
 	nc := connect(t, srv.url, "faults-poison")
-	js := provision(t, nc, settings(1))
+	// By priority, the workers receive the unknown types and dead-letter
+	// them no_handler; by type, such tasks would wait unserved.
+	s := settings(1)
+	s.Consumers = streams.ConsumersByPriority
+	js := provision(t, nc, s)
 	chk := checker.New()
 	fl := newFleet(t, srv.url, chk, "SPOOL_CONCURRENCY=4")
 	for range 2 {

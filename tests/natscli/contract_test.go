@@ -183,7 +183,9 @@ func TestContractExamples(t *testing.T) {
 	t.Parallel()
 	bin := natsBin(t)
 	blocks := contractBlocks(t)
-	env := streamstest.Start(t, streams.Settings{})
+	// By priority: the contract's examples pause spool-normal and show a
+	// task no handler serves dead-lettered, as workers pulling by priority do.
+	env := streamstest.Start(t, streams.Settings{Consumers: streams.ConsumersByPriority})
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	url := env.URL

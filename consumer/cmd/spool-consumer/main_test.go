@@ -130,7 +130,8 @@ func TestRunRefusesBadConfig(t *testing.T) {
 
 // With SPOOL_REMOTE_ROUTES and no Go handler, the binary serves types by
 // pattern with a responder on another connection (any language would do),
-// returns its bytes faithfully, and reports each route in its stats.
+// returns its bytes faithfully, leaves a type no route serves queued and
+// reports each route in its stats.
 func TestRunRemoteRoutes(t *testing.T) {
 	e := streamstest.Start(t, streams.Settings{})
 	ctx := streamstest.Context(t)
@@ -185,7 +186,7 @@ func TestRunRemoteRoutes(t *testing.T) {
 	}
 	docs := map[string]spool.Result{}
 	streamstest.WaitFor(t, 20*time.Second, func() error {
-		for _, id := range []string{"thumb-1", "other-1", "none-1"} {
+		for _, id := range []string{"thumb-1", "other-1"} {
 			var doc spool.Result
 			en, err := kv.Get(ctx, id)
 			if err != nil {
@@ -207,8 +208,17 @@ func TestRunRemoteRoutes(t *testing.T) {
 	if d := docs["other-1"]; d.State != spool.StateDead || d.Reason != spool.ReasonPermanent || !strings.Contains(d.Error, "cannot do handlers.other") {
 		t.Errorf("other-1: %+v", d)
 	}
-	if d := docs["none-1"]; d.State != spool.StateDead || d.Reason != spool.ReasonNoHandler {
-		t.Errorf("none-1: %+v", d)
+	// Pulling by type, the default, a type no route serves waits in the
+	// queue: nothing delivers it, so nothing dead-letters it.
+	if en, err := kv.Get(ctx, "none-1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("none-1, of a type no route serves: result %v, %v; want none", en, err)
+	}
+	tasks, err := e.JS.Stream(ctx, "SPOOL_TASKS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tasks.GetLastMsgForSubject(ctx, "spool.tasks.normal.unrouted"); err != nil {
+		t.Errorf("none-1, of a type no route serves, is not queued: %v", err)
 	}
 
 	// The stats document lists each route with its counters.

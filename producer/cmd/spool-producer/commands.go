@@ -435,6 +435,11 @@ func (s *session) noResult(ctx context.Context, cfg Config, id, after string) er
 	for _, p := range st.Priorities {
 		queued += p.Pending + uint64(p.InFlight)
 	}
+	// Where workers pull by type, a task of a type no consumer delivers
+	// is queued without counting as any consumer's pending.
+	for _, u := range st.Unserved {
+		queued += u.Queued
+	}
 	// A task also waits without a document beside the task subjects:
 	// parked while its type is paused, held for its key's turn, in a
 	// concurrency limit's waiting room (streams.Places).

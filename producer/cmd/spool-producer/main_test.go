@@ -47,6 +47,12 @@ func ctxFor(t *testing.T) context.Context {
 
 func startServer(t *testing.T) *server {
 	t.Helper()
+	return startServerWith(t, streams.Settings{})
+}
+
+// startServerWith starts a server provisioned with settings.
+func startServerWith(t *testing.T, settings streams.Settings) *server {
+	t.Helper()
 	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +67,7 @@ func startServer(t *testing.T) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo, err := streams.New(spool.DefaultNames(), streams.Settings{})
+	topo, err := streams.New(spool.DefaultNames(), settings)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,7 +463,7 @@ func TestVariablesAreKnown(t *testing.T) {
 // type, reading the fleet's handlers metadata.
 func TestLoadWarnsWhenNoHandler(t *testing.T) {
 	t.Parallel()
-	s := startServer(t)
+	s := startServerWith(t, streams.Settings{Consumers: streams.ConsumersByPriority})
 	load := func(args ...string) string {
 		t.Helper()
 		var stdout, stderr bytes.Buffer
@@ -511,7 +517,7 @@ func TestLoadWarnsWhenNoHandler(t *testing.T) {
 // stderr; a served type gets no warning.
 func TestEnqueueWarnsOfUnservedType(t *testing.T) {
 	t.Parallel()
-	s := startServer(t)
+	s := startServerWith(t, streams.Settings{Consumers: streams.ConsumersByPriority})
 	enqueue := func(args ...string) (string, string) {
 		t.Helper()
 		var stdout, stderr bytes.Buffer

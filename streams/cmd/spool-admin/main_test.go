@@ -105,6 +105,7 @@ func TestStatusCountsTasks(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	t.Setenv("SPOOL_LOG_LEVEL", "warn")
+	t.Setenv("SPOOL_CONSUMERS", "priority") // counts of the priority consumers
 	var out, errOut bytes.Buffer
 	if err := run(t.Context(), []string{"provision", "--url", s.ClientURL()}, &out, &errOut); err != nil {
 		t.Fatal(err)

@@ -106,7 +106,7 @@ func openCluster(ctx context.Context, cfg config, syncAlways bool, mode, mapping
 		return fail(fmt.Errorf("opening JetStream: %w", err))
 	}
 	names := spool.DefaultNames()
-	topo, err := streams.New(names, streams.Settings{Replicas: clusterSize})
+	topo, err := streams.New(names, benchSettings(streams.Settings{Replicas: clusterSize}))
 	if err != nil {
 		nc.Close()
 		return fail(err)

@@ -76,7 +76,7 @@ func runPartitions(ctx context.Context, cfg config, res *results, log *slog.Logg
 // partitions measures one partition count on a fresh topology.
 func (b *bench) partitions(ctx context.Context, k int) error {
 	names := partitionNames(k)
-	topo, err := streams.New(names, streams.Settings{Replicas: clusterSize, Partitions: k})
+	topo, err := streams.New(names, benchSettings(streams.Settings{Replicas: clusterSize, Partitions: k}))
 	if err != nil {
 		return err
 	}

@@ -70,7 +70,7 @@ func runMode(ctx context.Context, cfg config, syncAlways bool, res *results, log
 		return fmt.Errorf("opening JetStream: %w", err)
 	}
 	names := spool.DefaultNames()
-	topo, err := streams.New(names, streams.Settings{})
+	topo, err := streams.New(names, benchSettings(streams.Settings{}))
 	if err != nil {
 		return err
 	}

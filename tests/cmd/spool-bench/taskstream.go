@@ -82,3 +82,11 @@ func (b *bench) topUp(ctx context.Context, n int) error {
 	}
 	return nil
 }
+
+// benchSettings names how the bench's workers pull: by priority, as the
+// deployments the recorded figures compare with, and because the raw
+// baselines and the backlog reads use the priority consumers.
+func benchSettings(s streams.Settings) streams.Settings {
+	s.Consumers = streams.ConsumersByPriority
+	return s
+}
