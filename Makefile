@@ -1,6 +1,6 @@
 # Spool: run `make help` for the targets.
 SHELL := /bin/bash
-MODULES := shared streams producer consumer tests
+MODULES := shared streams producer consumer tests examples/go
 GO ?= go
 # Each module's packages, so `go test` works at a go.work root with no module of its own.
 PKGS = $(foreach m,$(MODULES),./$(m)/...)
