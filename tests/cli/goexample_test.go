@@ -24,6 +24,8 @@ var goExamples = []struct{ path, bin string }{
 	{"examples/go/worker/main.go", "worker"},
 }
 
+// TestREADMEGoPrograms checks that the README shows each complete Go
+// program verbatim, so the program a reader copies is the one
 // TestGoExamples runs.
 func TestREADMEGoPrograms(t *testing.T) {
 	t.Parallel()
