@@ -1,6 +1,6 @@
 # Spool: run `make help` for the targets.
 SHELL := /bin/bash
-MODULES := shared streams producer consumer tests
+MODULES := shared streams producer consumer tests examples/go
 GO ?= go
 # Each module's packages, so `go test` works at a go.work root with no module of its own.
 PKGS = $(foreach m,$(MODULES),./$(m)/...)
@@ -11,9 +11,11 @@ TEST_TIMEOUT ?= 15m
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
-run: ## Run the dev stack in the foreground (Ctrl-C stops it; SPOOL_NATS_URL, SPOOL_HTTP_ADDR, SPOOL_METRICS_ADDR, SPOOL_DEV_STORE move it)
+# run builds the commands first, so the block its banner prints (bin/ on
+# PATH) finds spool-admin, spool-producer and spool-consumer.
+run: ## Build the commands into bin/ and run the dev stack in the foreground (Ctrl-C stops it; SPOOL_NATS_URL, SPOOL_HTTP_ADDR, SPOOL_METRICS_ADDR, SPOOL_DEV_STORE move it)
 	@mkdir -p bin
-	$(GO) build -o bin/spool-dev ./tests/cmd/spool-dev
+	$(GO) build -o bin/ ./streams/cmd/... ./producer/cmd/... ./consumer/cmd/... ./tests/cmd/spool-dev
 	exec ./bin/spool-dev
 
 # Fuzzing budgets are execution counts (Nx): with a duration, Go's fuzz

@@ -2,10 +2,10 @@
 // Worker.Stats() (and, when given, the DLQ router's Stats() and the
 // dead-letter count) when scraped: nothing is added to the task path.
 //
-// Every metric is listed in Names; the README documents them. Counters and
-// histograms are cumulative since the worker started; the histograms use the
-// worker's own buckets (fleet.Bounds, 50µs doubling up to
-// about 3.5 minutes), exposed as constant histograms.
+// Every metric is listed in Names; docs/guide/metrics.md documents them.
+// Counters and histograms are cumulative since the worker started; the
+// histograms use the worker's own buckets (fleet.Bounds, 50µs doubling up
+// to about 3.5 minutes), exposed as constant histograms.
 package metrics
 
 import (

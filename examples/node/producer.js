@@ -7,8 +7,8 @@
 //
 // It expects a fleet serving demo.echo (Go: spool-consumer --demo returns
 // the payload) and node.* (handler.js, routed by spool-consumer with
-// SPOOL_REMOTE_ROUTES='node.>=spool.remote.{type}'): see the README's "Workers in
-// any language". tests/nodeexample runs it against such a fleet.
+// SPOOL_REMOTE_ROUTES='node.>=spool.remote.{type}'): see
+// docs/guide/remote-handlers.md. tests/nodeexample runs it against such a fleet.
 
 import { connect } from "@nats-io/transport-node";
 import { Producer, TaskFinishedError, UniqueConflictError, output } from "./index.js";

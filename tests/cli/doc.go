@@ -9,6 +9,7 @@
 //     a stale example fails the tests. Blocks that cannot run here are
 //     listed in readmeExcluded with the reason.
 //
-// TestMain builds spool-producer, spool-admin, spool-consumer and spool-dev
-// once (with -race, reusing the test build's cache).
+// TestMain builds spool-producer, spool-admin, spool-consumer, spool-dev and
+// the Go example programs of examples/go once (with -race, reusing the test
+// build's cache).
 package cli

@@ -29,7 +29,9 @@ func run(m *testing.M) int {
 		"github.com/spoolq/spool/producer/cmd/spool-producer",
 		"github.com/spoolq/spool/streams/cmd/spool-admin",
 		"github.com/spoolq/spool/consumer/cmd/spool-consumer",
-		"github.com/spoolq/spool/tests/cmd/spool-dev")
+		"github.com/spoolq/spool/tests/cmd/spool-dev",
+		"github.com/spoolq/spool/examples/go/producer",
+		"github.com/spoolq/spool/examples/go/worker")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building the binaries:", err)

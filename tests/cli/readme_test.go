@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,45 +23,82 @@ import (
 	"github.com/spoolq/spool/tests/devstack"
 )
 
-// readmeExcluded lists the README's shell blocks that TestREADME does not
-// run, by their first line, with the reason. A listed block that is no
-// longer in the README fails the test, so the list cannot go stale either.
+// docPages are the Markdown files whose shell blocks TestREADME runs, in
+// the order it runs them against one stack: the README first, then the
+// guides, the dead letters last since its blocks replay and purge them.
+// A guide page not listed here runs after the listed ones but before the
+// dead letters, in name order.
+var docPages = []string{
+	"README.md",
+	"docs/guide/enqueueing.md",
+	"docs/guide/controls.md",
+	"docs/guide/workers.md",
+	"docs/guide/remote-handlers.md",
+	"docs/guide/workflows.md",
+	"docs/guide/flow-control.md",
+	"docs/guide/metrics.md",
+	"docs/guide/configuration.md",
+	"docs/guide/dead-letters.md",
+}
+
+// envBlock is the first line of the README's block that points a terminal
+// at the dev stack. TestREADME runs it, with the stack's addresses, and
+// gives every later command the environment it exports.
+const envBlock = `export SPOOL_NATS_URL=nats://127.0.0.1:4222 NATS_URL=nats://127.0.0.1:4222 \`
+
+// readmeExcluded lists the shell blocks that TestREADME does not run, by
+// their first line, with the reason. A listed block that is no longer in
+// any page fails the test, so the list cannot go stale either.
 var readmeExcluded = map[string]string{
-	"make run    # the dev stack in the foreground, Ctrl-C stops it":                                                          "starts a stack in the foreground and runs the whole test suite; the test runs against a stack of its own",
-	"export SPOOL_NATS_URL=nats://127.0.0.1:4333 SPOOL_HTTP_ADDR=127.0.0.1:8181 \\":                                           "starts a second stack in the foreground; testdata/dev.txtar moves a stack the same way",
+	"make run    # the dev stack in the foreground, Ctrl-C stops it":                "starts a stack in the foreground and runs the whole test suite; the test runs against a stack of its own",
+	"export SPOOL_NATS_URL=nats://127.0.0.1:4333 NATS_URL=nats://127.0.0.1:4333 \\": "starts a second stack in the foreground; testdata/dev.txtar moves a stack the same way",
+	"cd examples/node && npm ci": "runs background services and needs Node.js and npm; tests/nodeexample runs the same fleet",
 	"go get github.com/spoolq/spool/producer@v0.1.0 github.com/spoolq/spool/consumer@v0.1.0":                                  "adds the modules to the reader's own module and talks to no stack; make release-check resolves them",
-	"go run ./tests/cmd/spool-dev --worker=false                 # server and broker on 127.0.0.1, no worker":                 "starts a stack of its own and background services, and needs Node.js and npm; tests/nodeexample runs the same fleet",
+	"spool-dev --worker=false &                                  # a stack with no worker (stop make run first)":              "starts a stack of its own and background services, and needs Node.js and npm; tests/nodeexample runs the same fleet",
 	"SPOOL_REMOTE_ROUTES='billing.>=spool.remote.billing;concurrency=8;timeout=30s,img.*=spool.remote.{type}' spool-consumer": "runs a consumer until stopped; the routes are tested in consumer/remote and spool-consumer's configuration tests",
-	"SPOOL_CONSUMERS=type go run ./streams/cmd/spool-admin provision    # removes the priority consumers":                     "switches the stack's workers to pulling by type and runs a consumer until stopped; tests/faults TestTypeFleet runs both commands on a stack of its own",
+	"SPOOL_CONSUMERS=type spool-admin provision    # removes the priority consumers":                                          "switches the stack's workers to pulling by type and runs a consumer until stopped; tests/faults TestTypeFleet runs both commands on a stack of its own",
 	"spool-producer load --count 100000 --mix critical=1,high=2,normal=4 --size 256   # load generator":                       "runs until stopped (serve) or for 100,000 tasks (load); producer's tests cover both",
 }
 
-// readmeCommand is one command of a shell block, with the output the README
+// readmeCommand is one command of a shell block, with the output the page
 // shows for it, if any.
 type readmeCommand struct {
-	line int    // in README.md
+	line int    // in the page
 	text string // continuation lines joined
 	want string // a JSON object, "..." or "…" standing for the rest
 }
 
-// readmeBlock is one ```sh block.
+// readmeBlock is one ```sh block of a page.
 type readmeBlock struct {
+	file     string
 	line     int
 	first    string
 	commands []readmeCommand
 }
 
-// TestREADME runs every shell block of README.md that talks to a running
-// stack, in order, against one dev stack (worker, broker, metrics), with
-// the binaries and bin/nats on PATH and the README's addresses rewritten
-// to the stack's. Each command must exit 0, must not print one of the
-// broker's error documents, must print the JSON the README shows under it
-// (the fields shown; a value ending in "…" is a prefix), and a nats
-// command must print the stream names its comment promises. A
-// command is retried for a few seconds, since a result appears once a
-// worker ran the task.
+// TestREADME runs every shell block of the README and the guides that
+// talks to a running stack, page by page in docPages order, against one
+// dev stack (worker, broker, metrics), once where workers pull by priority
+// and once where they pull by type, since the pages must hold for both. The README's environment block runs
+// first, with the stack's addresses, and every later command gets what it
+// exports (the binaries this test built come first on PATH). Each command
+// must exit 0, must not print one of the broker's error documents, must
+// print the JSON the page shows under it (the fields shown; a value ending
+// in "…" is a prefix), and a nats command must print the stream names its
+// comment promises. A command is retried for a few seconds, since a result
+// appears once a worker ran the task.
 func TestREADME(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []string{streams.ConsumersByPriority, streams.ConsumersByType} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testREADME(t, streams.Settings{Consumers: mode})
+		})
+	}
+}
+
+// testREADME runs the pages against a dev stack provisioned with settings.
+func testREADME(t *testing.T, settings streams.Settings) {
 	root := repoRoot(t)
 	natsBin := filepath.Join(root, "bin", "nats")
 	if _, err := os.Stat(natsBin); err != nil {
@@ -70,18 +108,17 @@ func TestREADME(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the README's blocks run in bash: %v", err)
 	}
-	blocks := readmeBlocks(t, filepath.Join(root, "README.md"))
+	var blocks []readmeBlock
+	for _, page := range pagesInOrder(t, root) {
+		blocks = append(blocks, readmeBlocks(t, root, page)...)
+	}
 
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
-	// By priority: the README's CLI and library examples enqueue types no
-	// demo handler serves (email.send, report.build) and read their
-	// results, which exist only where such a task is dead-lettered
-	// no_handler; pulling by type, the default, it waits unserved.
 	st, err := devstack.Start(ctx, devstack.Options{
-		Settings:    streams.Settings{Consumers: streams.ConsumersByPriority},
 		StoreDir:    t.TempDir(),
 		Logger:      slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Settings:    settings,
 		Worker:      true,
 		BrokerAddr:  "127.0.0.1:0",
 		MetricsAddr: "127.0.0.1:0",
@@ -93,27 +130,24 @@ func TestREADME(t *testing.T) {
 	broker := strings.TrimPrefix(st.BrokerURL, "http://")
 	metrics := strings.TrimSuffix(strings.TrimPrefix(st.MetricsURL, "http://"), "/metrics")
 	rewrite := strings.NewReplacer(
-		"go run ./streams/cmd/spool-admin", "spool-admin",
-		"go run ./producer/cmd/spool-producer", "spool-producer",
-		"go run ./consumer/cmd/spool-consumer", "spool-consumer",
 		"localhost:8080", broker,
 		"127.0.0.1:8080", broker,
 		"127.0.0.1:9090", metrics,
 		"nats://127.0.0.1:4222", st.URL,
 	)
 	work := t.TempDir()
-	env := []string{
-		"PATH=" + binDir + string(os.PathListSeparator) + filepath.Join(root, "bin") + string(os.PathListSeparator) + os.Getenv("PATH"),
-		"HOME=" + work, "NATS_CONTEXT=", "NO_COLOR=1", "TOKEN=",
-		"SPOOL_NATS_URL=" + st.URL, "NATS_URL=" + st.URL,
-	}
+	env := stackEnv(ctx, t, bash, root, blocks, rewrite)
+	env = append(env, "HOME="+work, "NATS_CONTEXT=", "NO_COLOR=1", "TOKEN=")
 
 	seen := map[string]bool{}
 	ran := 0
 	for _, b := range blocks {
+		if b.first == envBlock {
+			continue
+		}
 		if reason, ok := readmeExcluded[b.first]; ok {
 			seen[b.first] = true
-			t.Logf("README.md:%d: not run: %s", b.line, reason)
+			t.Logf("%s:%d: not run: %s", b.file, b.line, reason)
 			continue
 		}
 		for _, c := range b.commands {
@@ -122,23 +156,92 @@ func TestREADME(t *testing.T) {
 			start := time.Now()
 			streamstest.WaitFor(t, 20*time.Second, func() error {
 				if err := runReadmeCommand(ctx, bash, work, env, cmd, c.want); err != nil {
-					return fmt.Errorf("README.md:%d: %s\n%w", c.line, c.text, err)
+					return fmt.Errorf("%s:%d: %s\n%w", b.file, c.line, c.text, err)
 				}
 				return nil
 			})
 			if took := time.Since(start); took > 2*time.Second {
-				t.Logf("README.md:%d took %s", c.line, took.Round(time.Millisecond))
+				t.Logf("%s:%d took %s", b.file, c.line, took.Round(time.Millisecond))
 			}
 		}
 	}
 	for first := range readmeExcluded {
 		if !seen[first] {
-			t.Errorf("readmeExcluded lists a block the README no longer has: %q", first)
+			t.Errorf("readmeExcluded lists a block no page has any more: %q", first)
 		}
 	}
-	if ran < 30 {
-		t.Errorf("ran %d README commands; the extraction lost some", ran)
+	if ran < 60 {
+		t.Errorf("ran %d commands of the README and the guides; the extraction lost some", ran)
 	}
+}
+
+// pagesInOrder is docPages, with any other page of docs/guide inserted
+// before the dead letters' page; a listed page that is missing fails.
+func pagesInOrder(t *testing.T, root string) []string {
+	t.Helper()
+	for _, p := range docPages {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Fatalf("docPages lists %s: %v", p, err)
+		}
+	}
+	found, err := filepath.Glob(filepath.Join(root, "docs", "guide", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := len(docPages) - 1
+	pages := slices.Clone(docPages[:last])
+	for _, f := range found {
+		rel, err := filepath.Rel(root, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rel = filepath.ToSlash(rel); !slices.Contains(docPages, rel) {
+			pages = append(pages, rel)
+		}
+	}
+	return append(pages, docPages[last])
+}
+
+// stackEnv runs the README's environment block, rewritten to the stack's
+// addresses, in the repository root, and returns the variables it exports,
+// with the test's binaries first on PATH. It fails unless the block puts
+// the repository's bin/ on PATH and points SPOOL_NATS_URL and NATS_URL at
+// the stack.
+func stackEnv(ctx context.Context, t *testing.T, bash, root string, blocks []readmeBlock, rewrite *strings.Replacer) []string {
+	t.Helper()
+	i := slices.IndexFunc(blocks, func(b readmeBlock) bool { return b.first == envBlock })
+	if i < 0 || blocks[i].file != "README.md" || len(blocks[i].commands) != 1 {
+		t.Fatalf("README.md has no block of one command starting %q", envBlock)
+	}
+	b := blocks[i]
+	c := exec.CommandContext(ctx, bash, "-c", rewrite.Replace(b.commands[0].text)+"\nenv -0")
+	c.Dir, c.Env = root, []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	out, err := c.Output()
+	if err != nil {
+		t.Fatalf("README.md:%d: the environment block fails: %v", b.line, err)
+	}
+	vars := map[string]string{}
+	for kv := range strings.SplitSeq(strings.TrimSuffix(string(out), "\x00"), "\x00") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	rewritten := rewrite.Replace("nats://127.0.0.1:4222")
+	for _, k := range []string{"SPOOL_NATS_URL", "NATS_URL"} {
+		if vars[k] != rewritten {
+			t.Fatalf("README.md:%d: the environment block sets %s=%q, want the stack's %s", b.line, k, vars[k], rewritten)
+		}
+	}
+	if first, _, _ := strings.Cut(vars["PATH"], string(os.PathListSeparator)); first != filepath.Join(root, "bin") {
+		t.Fatalf("README.md:%d: the environment block's PATH starts %q, want the repository's bin/", b.line, first)
+	}
+	env := []string{"PATH=" + binDir + string(os.PathListSeparator) + vars["PATH"]}
+	for k, v := range vars {
+		if strings.HasPrefix(k, "SPOOL_") || k == "NATS_URL" {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
 }
 
 // runReadmeCommand runs cmd in bash and checks its exit status and output.
@@ -217,10 +320,10 @@ func matchDocumented(got, want string) error {
 	return nil
 }
 
-// readmeBlocks extracts the ```sh blocks of path.
-func readmeBlocks(t *testing.T, path string) []readmeBlock {
+// readmeBlocks extracts the ```sh blocks of page, a path relative to root.
+func readmeBlocks(t *testing.T, root, page string) []readmeBlock {
 	t.Helper()
-	f, err := os.Open(path)
+	f, err := os.Open(filepath.Join(root, page))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +341,7 @@ func readmeBlocks(t *testing.T, path string) []readmeBlock {
 		trimmed := strings.TrimSpace(line)
 		switch {
 		case cur == nil && trimmed == "```sh":
-			cur = &readmeBlock{line: n}
+			cur = &readmeBlock{file: page, line: n}
 			continue
 		case cur == nil:
 			continue
@@ -275,10 +378,7 @@ func readmeBlocks(t *testing.T, path string) []readmeBlock {
 		t.Fatal(err)
 	}
 	if cur != nil {
-		t.Fatalf("README.md:%d: a shell block is not closed", cur.line)
-	}
-	if len(blocks) == 0 {
-		t.Fatal("no shell blocks in README.md")
+		t.Fatalf("%s:%d: a shell block is not closed", page, cur.line)
 	}
 	return blocks
 }

@@ -25,7 +25,7 @@ import (
 )
 
 // TestNATSCLIEquivalents drives the dev stack with plain nats.go doing what
-// the README's `nats` commands do (the nats CLI itself cannot be built
+// the guides' `nats` commands do (the nats CLI itself cannot be built
 // here):
 //
 //	nats pub spool.tasks.high.demo.echo '{...}' -H Spool-Task-Id:... -H Nats-Msg-Id:... -H Spool-Max-Retries:5

@@ -83,7 +83,7 @@ func natsTTY(t *testing.T, ctx context.Context, bin, url string, args ...string)
 	return out.String(), nil
 }
 
-// TestNATSCLI runs the README's commands with the real nats CLI: a raw task
+// TestNATSCLI runs the guides' commands with the real nats CLI: a raw task
 // published with headers completes and `nats kv get` reads its result; a
 // failing task is found in SPOOL_DLQ with `nats stream view`; `nats micro`
 // lists the worker; `nats stream ls` and `nats kv ls` show the topology.

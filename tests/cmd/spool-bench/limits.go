@@ -20,8 +20,8 @@ import (
 // limit of 50, a per-key limit of 1 over 10,000 keys, and a rate limit.
 // Throughput and CPU per task (consumer + server), each row against the
 // unlimited run. The runs are small (limitsN): a limited type runs at tens
-// to hundreds of tasks a second today, see the README's flow-control
-// costs. Then the head-of-line rows (headOfLine).
+// to hundreds of tasks a second today, see the flow-control
+// guide's costs (docs/guide/flow-control.md). Then the head-of-line rows (headOfLine).
 func (b *bench) limits(ctx context.Context) error {
 	const conc = 100
 	n := b.cfg.limitsN

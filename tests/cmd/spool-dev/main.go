@@ -8,6 +8,9 @@
 // environment moves the stack and points the CLIs at it: the server listens
 // where SPOOL_NATS_URL points, the broker on SPOOL_HTTP_ADDR, the metrics on
 // SPOOL_METRICS_ADDR; SPOOL_DEV_STORE names the store. Flags override them.
+// Its banner prints the shell block that points another terminal at the
+// stack: SPOOL_NATS_URL, NATS_URL for the nats CLI, SPOOL_HTTP_ADDR for curl,
+// and bin/ on PATH.
 package main
 
 import (
@@ -20,6 +23,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -225,10 +229,12 @@ func orEmpty(addr string) string {
 }
 
 func printBanner(w io.Writer, st *devstack.Stack, store string) {
+	n := st.Names
 	fmt.Fprintf(w, "\nSpool dev stack running\n")
 	fmt.Fprintf(w, "  NATS (JetStream)  %s   store %s\n", st.URL, store)
-	fmt.Fprintf(w, "  topology          %s, %s, %s, KV %s and %s\n", st.Names.TaskStream(), st.Names.DLQStream(),
-		st.Names.AdvisoryStream(), st.Names.ResultsBucket(), st.Names.UniqueBucket())
+	fmt.Fprintf(w, "  topology          %s, %s, %s; KV %s, %s, %s, %s, %s, %s, %s\n",
+		n.TaskStream(), n.DLQStream(), n.AdvisoryStream(), n.ResultsBucket(), n.UniqueBucket(),
+		n.CancelBucket(), n.PausedBucket(), n.LimitsBucket(), n.LeasesBucket(), n.WorkflowsBucket())
 	if st.Worker != nil {
 		fmt.Fprintf(w, "  worker            demo.echo, demo.sleep, demo.fail, demo.progress; DLQ router; NATS service spool-consumer\n")
 	}
@@ -238,20 +244,49 @@ func printBanner(w io.Writer, st *devstack.Stack, store string) {
 	}
 	if st.BrokerURL != "" {
 		fmt.Fprintf(w, "  HTTP broker       %s   (dashboard at %s/ui/, OpenAPI at %s/v1/openapi.json)\n", st.BrokerURL, st.BrokerURL, st.BrokerURL)
-		fmt.Fprintf(w, `
-  Enqueue:  curl -s %[1]s/v1/tasks -d '{"type":"demo.echo","priority":"high","payload":{"hello":"world"}}'
-  Result:   curl -s '%[1]s/v1/tasks/<id>?wait=5s'
-  Failing:  curl -s %[1]s/v1/tasks -d '{"type":"demo.fail","payload":{"fail_times":9},"max_retries":1}'
-  Progress: curl -s %[1]s/v1/tasks -d '{"id":"progress-1","type":"demo.progress","payload":{"steps":10}}'
-            and watch it at %[1]s/ui/#task=progress-1
-`, st.BrokerURL)
 	}
-	fmt.Fprintf(w, `  Raw:      nats -s %[1]s pub spool.tasks.normal.demo.echo 'hello' -H Spool-Task-Id:t1
-  Inspect:  nats -s %[1]s stream ls -a  ·  nats -s %[1]s kv get spool_results t1
-  Fleet:    nats -s %[1]s micro info spool-consumer
-  Status:   go run ./streams/cmd/spool-admin status --url %[1]s
-  DLQ:      go run ./streams/cmd/spool-admin dlq list --url %[1]s
+	fmt.Fprintf(w, "\nIn another terminal, from this directory, paste this to point the spool commands,\nnats and curl at this stack:\n\n%s\n", envBlock(st))
+	if st.BrokerURL != "" {
+		fmt.Fprint(w, `
+  Enqueue:  curl -s $SPOOL_HTTP_ADDR/v1/tasks -d '{"id":"hello-1","type":"demo.echo","payload":{"hello":"world"}}'
+  Result:   curl -s "$SPOOL_HTTP_ADDR/v1/tasks/hello-1?wait=5s"
+  Failing:  curl -s $SPOOL_HTTP_ADDR/v1/tasks -d '{"id":"fail-1","type":"demo.fail","payload":{"fail_times":9},"max_retries":1}'
+  Progress: curl -s $SPOOL_HTTP_ADDR/v1/tasks -d '{"id":"progress-1","type":"demo.progress","payload":{"steps":20}}'
+`)
+		fmt.Fprintf(w, "            and watch it at %s/ui/#task=progress-1\n", st.BrokerURL)
+	}
+	fmt.Fprint(w, `  Status:   spool-admin status
+  DLQ:      spool-admin dlq list
+  Raw:      nats pub spool.tasks.normal.demo.echo 'hello' -H Spool-Task-Id:t1   (nats: make tools)
+  Inspect:  nats stream ls -a  ·  nats kv get spool_results t1  ·  nats micro info spool-consumer
 
 Ctrl-C stops everything gracefully.
-`, st.URL)
+`)
+}
+
+// envBlock is the shell block that points a terminal at the stack: the
+// variables the spool commands, nats and the README's curl commands read,
+// and the bin/ directory make run builds into on PATH.
+func envBlock(st *devstack.Stack) string {
+	bin, err := filepath.Abs("bin")
+	if err != nil {
+		bin = "bin"
+	}
+	vars := fmt.Sprintf("export SPOOL_NATS_URL=%s NATS_URL=%s", st.URL, st.URL)
+	if st.BrokerURL != "" {
+		vars += " SPOOL_HTTP_ADDR=" + strings.TrimPrefix(st.BrokerURL, "http://")
+	}
+	return fmt.Sprintf("%s \\\n  PATH=%s:\"$PATH\"", vars, shellQuote(bin))
+}
+
+// shellQuote quotes s for a POSIX shell when it holds anything but the
+// characters of a plain path.
+func shellQuote(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '/' || r == '.' || r == '-' || r == '_' || r == '+' || r == ':' ||
+			('0' <= r && r <= '9') || ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z'))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
