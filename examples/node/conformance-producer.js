@@ -52,6 +52,8 @@ async function serve(req) {
       return found(req.id, await producer.wait(req.id, ms(req.timeout, 30000)));
     case "cancel":
       return { ok: true, found: true, result: await producer.cancel(req.id, { by: req.by ?? "", reason: req.reason ?? "" }) };
+    case "replay":
+      return { ok: true, id: (await producer.replay(req.seq)).id };
     default:
       return { ok: false, code: "bad_request", error: `unknown op ${JSON.stringify(req.op)}` };
   }

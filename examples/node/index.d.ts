@@ -97,6 +97,8 @@ export class Producer {
   cancel(id: string, opts?: { by?: string; reason?: string }): Promise<ResultDoc>;
   deadLetters(opts?: { priority?: Priority | "*"; type?: string; limit?: number }): Promise<DeadLetter[]>;
   deadLetter(priority: Priority, type: string): Promise<DeadLetter | null>;
+  /** replay sends dead letter seq back to its task subject as a new enqueue and deletes it. */
+  replay(seq: number): Promise<{ id: string; subject: string; replays: number }>;
 }
 
 /** One attempt of a task, as a handler sees it. */

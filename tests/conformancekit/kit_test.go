@@ -201,10 +201,10 @@ func nodeProgram(t *testing.T, name string) []string {
 	return []string{node, filepath.Join(dir, name)}
 }
 
-// TestNodeProducerMeetsTheProducerLevel: the Node producer has no replay
-// of dead letters, so that case is skipped.
+// TestNodeProducerMeetsTheProducerLevel: the Node producer driver
+// (examples/node) passes every producer case.
 func TestNodeProducerMeetsTheProducerLevel(t *testing.T) {
-	passesWith(t, "producer", "type", true, []string{"--skip", "producer/dead-letter-replay"}, nodeProgram(t, "conformance-producer.js")...)
+	passes(t, "producer", "type", false, nodeProgram(t, "conformance-producer.js")...)
 }
 
 func TestNodeWorkerMeetsTheCoreLevel(t *testing.T) {

@@ -226,6 +226,44 @@ export class Producer {
     return out;
   }
 
+  /**
+   * replay sends dead letter seq back to its original task subject as a new
+   * enqueue, records the replay in the result document unless a worker
+   * wrote a newer one, then deletes the dead letter (docs/contract.md,
+   * "Dead letters": Replay).
+   * @returns {Promise<{id: string, subject: string, replays: number}>}
+   */
+  async replay(seq) {
+    const n = this.store.names;
+    const m = await tries(() => this.store.jsm.streams.getMessage(n.dlqStream, { seq }));
+    check(m, `dead letter ${seq} not found`);
+    const l = letter(m);
+    const place = l.originalSubject && n.parseTaskSubject(l.originalSubject);
+    check(place && l.taskId, `dead letter ${seq} has no task subject or task id to replay`);
+    const { doc: prev, rev } = await this.store.read(l.taskId);
+    const replays = Math.max((prev?.replays ?? 0) + 1, Number(m.header.get("Spool-Replays") || 0) + 1);
+    const now = rfc3339(nowNanos());
+    const h = headers();
+    for (const [k, v] of m.header) {
+      if (k.toLowerCase().startsWith("nats-") || DEAD_HEADERS.has(k.toLowerCase())) continue;
+      for (const value of v) h.append(k, value);
+    }
+    h.set("Spool-Task-Id", l.taskId);
+    h.set("Spool-Replays", String(replays));
+    h.set("Spool-Replayed-At", now);
+    await tries((timeout) => this.store.js.publish(l.originalSubject, m.data, { msgID: `replay-${seq}`, headers: h, expect: { streamName: n.taskStream }, timeout }));
+    const next = { id: l.taskId, type: place.type, priority: place.priority, state: "pending", attempts: 0, enqueued_at: now, replays, replayed_at: now };
+    const trace = m.header.get("traceparent");
+    if (trace) next.traceparent = trace;
+    try {
+      await this.store.putAt(l.taskId, encodeDoc(next), rev);
+    } catch (err) {
+      if (!conflict(err)) throw err; // else a worker wrote a newer state first: it stands
+    }
+    await tries(() => this.store.jsm.streams.deleteMessage(n.dlqStream, seq, false));
+    return { id: l.taskId, subject: l.originalSubject, replays };
+  }
+
   /** deadLetter reads the latest dead letter of a priority and type, null when there is none. */
   async deadLetter(priority, type) {
     const n = this.store.names;
@@ -247,6 +285,10 @@ function placeOf(n, m, id) {
   if (first !== null) out.handed_back_at = rfc3339(stored);
   return out;
 }
+
+// DEAD_HEADERS are the headers a dead letter adds to its task's, and the
+// first enqueue time a replay drops (a replay is a new enqueue).
+const DEAD_HEADERS = new Set(["spool-error", "spool-reason", "spool-attempts", "spool-failed-at", "spool-original-subject", "spool-original-seq", "spool-enqueued-at"]);
 
 function letter(m) {
   const h = (k) => m.header.get(k);
