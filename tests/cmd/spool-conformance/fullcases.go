@@ -22,7 +22,7 @@ func fullCases() []Case {
 		{Name: "full/snooze", Level: Full, Section: secVerdicts, Run: caseSnooze},
 		{Name: "full/type-pause", Level: Full, Section: secPause, Run: caseTypePause},
 		{Name: "full/service", Level: Full, Section: secService, Run: caseService},
-		{Name: "full/weights-boost", Level: Full, Section: secWork, Why: "no case yet: the share of slots between priorities under load"},
+		{Name: "full/weights", Level: Full, Section: secWork, Run: caseWeights},
 		{Name: "full/concurrency-limit", Level: Full, Section: secFlow, Run: caseConcurrencyLimit},
 		{Name: "full/rate-limit", Level: Full, Section: secFlow, Run: caseRateLimit},
 		{Name: "full/ordered-keys", Level: Full, Section: secOrdered, Run: caseOrderedKeys},
@@ -179,4 +179,57 @@ func caseEvents(ctx context.Context, k *Kit) error {
 		}
 		return nil
 	})
+}
+
+// caseWeights: with a backlog of idle tasks queued first and as many
+// critical ones after it, a worker that shares its slots by priority
+// weight (or strictly) starts mostly critical tasks first, where one that
+// pulls in arrival order would run the idle backlog first. Every idle task
+// still completes. The bound is loose (half of the first starts) so that
+// the idle tasks started before the critical ones were published, and any
+// a worker pulled ahead, cannot fail a worker that weighs priorities.
+func caseWeights(ctx context.Context, k *Kit) error {
+	const n = 16
+	body := payload(map[string]int{"ms": 100})
+	var ids []string
+	critical := map[string]bool{}
+	for _, p := range []spool.Priority{spool.Idle, spool.Critical} {
+		for range n {
+			id := k.id("weights-" + p.String())
+			if _, err := k.publish(ctx, p, TypeSlow, id, body, nil); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+			critical[id] = p == spool.Critical
+		}
+	}
+	var runs []spool.Result
+	for _, id := range ids {
+		r, err := k.waitState(ctx, id, spool.StateCompleted)
+		if err != nil {
+			return err
+		}
+		if r.StartedAt == nil {
+			return fmt.Errorf("completed document of %s has no started_at", id)
+		}
+		runs = append(runs, r)
+	}
+	slices.SortFunc(runs, func(a, b spool.Result) int { return a.StartedAt.Compare(*b.StartedAt) })
+	first := 0
+	var order []string
+	for i, r := range runs {
+		if critical[r.ID] {
+			order = append(order, "C")
+			if i < n {
+				first++
+			}
+		} else {
+			order = append(order, "i")
+		}
+	}
+	if first < n/2 {
+		return fmt.Errorf("%d of the first %d starts were critical with %d idle tasks queued before %d critical ones (start order %s): the worker does not favour the higher priority",
+			first, n, n, n, strings.Join(order, ""))
+	}
+	return nil
 }
