@@ -229,7 +229,9 @@ func TestLimitedTypeDoesNotBlockOthers(t *testing.T) {
 // slot), never handed back and forth; the limit holds throughout.
 func TestFullLimitParksEachTaskOnce(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, streams.Settings{})
+	// By priority: pulling by type, the server caps the consumer and no
+	// task reaches the waiting room (TestPullByTypeFullLimitNoHandBack).
+	e := newEnv(t, streams.Settings{Consumers: streams.ConsumersByPriority})
 	e.putRule(limits.Rule{Type: "capped", Concurrency: 4})
 	const n = 300
 	var running gauge

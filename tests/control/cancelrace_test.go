@@ -45,7 +45,8 @@ func TestCancelRacesCompletion(t *testing.T) {
 
 func cancelRace(t *testing.T, opts ...consumer.Option) {
 	const rounds = 60
-	env := streamstest.Start(t, streams.Settings{})
+	// By priority: the check below reads the five priority consumers.
+	env := streamstest.Start(t, streams.Settings{Consumers: streams.ConsumersByPriority})
 	ctx := streamstest.Context(t)
 	client, err := producer.New(env.Connect(t), producer.WithLogger(streamstest.Logger(t)))
 	if err != nil {
