@@ -115,7 +115,7 @@ func TestClusterRoles(t *testing.T) {
 	ctx := testContext(t)
 
 	admin := connect("spool-admin", 0)
-	topo, err := streams.New(names, streams.Settings{Replicas: 3})
+	topo, err := streams.New(names, streams.Settings{Replicas: 3, Consumers: streams.ConsumersByPriority})
 	if err != nil {
 		t.Fatal(err)
 	}

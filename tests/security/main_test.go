@@ -142,7 +142,11 @@ func startAuth(t *testing.T, provision bool) authServer {
 	a := authServer{passwords: writeSecrets(t, dir)}
 	a.url = startFromConfig(t, filepath.Join(dir, "single-auth.conf")).ClientURL()
 	if provision {
-		a.provision(t, streams.Settings{})
+		// By priority: the role tests pull from and pause the five
+		// priority consumers, and the attacks rely on their filters
+		// covering every task subject; worker_role_test.go covers the
+		// roles where workers pull by type.
+		a.provision(t, streams.Settings{Consumers: streams.ConsumersByPriority})
 	}
 	return a
 }
@@ -156,10 +160,11 @@ func (a authServer) provision(t *testing.T, settings streams.Settings) {
 	}
 }
 
-// topology is the default topology, as spool-admin provisions it.
+// topology is the topology the role tests provision (by priority, see
+// authServer's provision).
 func topology(t *testing.T) streams.Topology {
 	t.Helper()
-	return topologyOf(t, streams.Settings{})
+	return topologyOf(t, streams.Settings{Consumers: streams.ConsumersByPriority})
 }
 
 func topologyOf(t *testing.T, settings streams.Settings) streams.Topology {

@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/spoolq/spool/consumer"
+	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/embedded"
 	"github.com/spoolq/spool/tests/devstack"
 )
@@ -61,7 +62,10 @@ func TestDashboard(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	storeDir := t.TempDir()
+	// By priority, the mode this walk was written for; unserved_test.go
+	// covers the dashboard where workers pull by type.
 	st, err := devstack.Start(ctx, devstack.Options{
+		Settings: streams.Settings{Consumers: streams.ConsumersByPriority},
 		StoreDir: storeDir,
 		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Worker:   true,

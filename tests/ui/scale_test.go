@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/tests/devstack"
 )
 
@@ -44,7 +45,10 @@ func TestDashboardAtScale(t *testing.T) {
 	const queued, dead = 20_000, 10_000
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
+	// By priority: with no worker, the tasks are counted on the priority
+	// consumers; pulling by type they are unserved (unserved_test.go).
 	st, err := devstack.Start(ctx, devstack.Options{
+		Settings:   streams.Settings{Consumers: streams.ConsumersByPriority},
 		StoreDir:   t.TempDir(),
 		Logger:     slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 		BrokerAddr: "127.0.0.1:0",
