@@ -45,18 +45,9 @@ const (
 // only on processes serving its type and none was dead-lettered; and that
 // fault.limited never ran more than its limit at once.
 func TestTypeFleet(t *testing.T) {
-	if err := spoolBinaries(); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	srv := startServer(t, t.TempDir(), 0, false)
-	nc := connect(t, srv.url, "faults-typefleet")
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := ctxFor(t, 4*time.Minute)
-	admin := func(env []string, args ...string) []byte { return spoolAdmin(t, ctx, srv.url, env, args...) }
+	stack := startBinStack(t, "faults-typefleet", 4*time.Minute)
+	srv, nc, js, ctx, start := stack.srv, stack.nc, stack.js, stack.ctx, stack.start
+	admin := func(env []string, args ...string) []byte { return stack.admin(t, env, args...) }
 
 	// A deployment that pulled by priority, switched to pulling by type.
 	admin([]string{"SPOOL_CONSUMERS=priority"}, "provision")

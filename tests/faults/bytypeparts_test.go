@@ -123,6 +123,41 @@ func (h *remoteHandler) running(prefix string) int {
 
 func (h *remoteHandler) wait() { h.wg.Wait() }
 
+// binStack is a scenario's server with the Spool binaries built, a
+// connection to it and spool-admin bound to it: the start of the
+// scenarios that run the binaries as a fleet.
+type binStack struct {
+	srv   *serverHandle
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	ctx   context.Context
+	start time.Time
+}
+
+// startBinStack builds the binaries, starts a server and connects as name;
+// the scenario's context ends after d.
+func startBinStack(t *testing.T, name string, d time.Duration) *binStack {
+	t.Helper()
+	if err := spoolBinaries(); err != nil {
+		t.Fatal(err)
+	}
+	s := &binStack{start: time.Now()}
+	s.srv = startServer(t, t.TempDir(), 0, false)
+	s.nc = connect(t, s.srv.url, name)
+	var err error
+	if s.js, err = jetstream.New(s.nc); err != nil {
+		t.Fatal(err)
+	}
+	s.ctx = ctxFor(t, d)
+	return s
+}
+
+// admin runs spool-admin against the stack with the extra environment.
+func (s *binStack) admin(t *testing.T, env []string, args ...string) []byte {
+	t.Helper()
+	return spoolAdmin(t, s.ctx, s.srv.url, env, args...)
+}
+
 // spoolAdmin runs the spool-admin binary against url with the scenario's
 // settings and extra environment, and returns what it printed; it fails
 // the test when the command fails.

@@ -36,18 +36,9 @@ const switchedLine = "the deployment now pulls by type"
 // that; and that making a priority consumer again, as an old release or a
 // stale script might, is refused by the server beside the type consumers.
 func TestRollingUpgradeToByType(t *testing.T) {
-	if err := spoolBinaries(); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	srv := startServer(t, t.TempDir(), 0, false)
-	nc := connect(t, srv.url, "faults-upgrade")
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := ctxFor(t, 4*time.Minute)
-	admin := func(env []string, args ...string) []byte { return spoolAdmin(t, ctx, srv.url, env, args...) }
+	stack := startBinStack(t, "faults-upgrade", 4*time.Minute)
+	srv, nc, js, ctx, start := stack.srv, stack.nc, stack.js, stack.ctx, stack.start
+	admin := func(env []string, args ...string) []byte { return stack.admin(t, env, args...) }
 	admin([]string{"SPOOL_CONSUMERS=priority"}, "provision")
 
 	chk := checker.New()
