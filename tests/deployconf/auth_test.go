@@ -181,7 +181,8 @@ func TestRolesDenyByConstruction(t *testing.T) {
 		// that became ready, and a task waiting for a flow-control limit,
 		// handed back as a schedule.
 		// Where workers pull by type it makes, lists and pauses task
-		// consumers of any name, with a filter under spool.tasks.> only.
+		// consumers of any name, with a filter under one priority's
+		// spool.tasks.<priority>.> only.
 		"spool-consumer": append([]string{
 			"$JS.API.CONSUMER.MSG.NEXT.SPOOL_DLQ.x", "$JS.API.DIRECT.GET.SPOOL_DLQ",
 			"$JS.API.CONSUMER.CREATE.KV_spool_results.x",
@@ -190,6 +191,9 @@ func TestRolesDenyByConstruction(t *testing.T) {
 			"$KV.spool_paused.email",
 			"$JS.API.CONSUMER.CREATE.SPOOL_TASKS.x.spool.held.>", "$JS.API.CONSUMER.CREATE.SPOOL_TASKS.x.spool.sched.x",
 			"$JS.API.CONSUMER.CREATE.SPOOL_TASKS.x.spool.parked.high.x",
+			// A task consumer's filter stays under one priority.
+			"$JS.API.CONSUMER.CREATE.SPOOL_TASKS.x.spool.tasks.*.x", "$JS.API.CONSUMER.CREATE.SPOOL_TASKS.x.spool.tasks.>",
+			"$JS.API.CONSUMER.CREATE.SPOOL_TASKS.x.spool.tasks.urgent.x",
 			// It reads pauses from spool_paused; only the broker lists.
 			"$JS.API.CONSUMER.LIST.SPOOL_TASKS",
 		}, slices.DeleteFunc(slices.Clone(changeTopology), func(s string) bool {

@@ -145,19 +145,40 @@ func attacks() []attack {
 			map[string]any{"stream_name": "SPOOL_TASKS", "config": map[string]any{"durable_name": "mine", "ack_policy": "explicit"}})},
 		{name: "a consumer of held tasks", do: apiRequest("$JS.API.CONSUMER.CREATE.SPOOL_TASKS.mine.spool.held.>",
 			map[string]any{"stream_name": "SPOOL_TASKS", "config": map[string]any{"durable_name": "mine", "filter_subject": "spool.held.>", "ack_policy": "explicit"}})},
-		// The generic worker role may make a task consumer of any name
-		// (by type, workers make theirs); the stream refuses one whose
-		// filter overlaps another consumer's, here spool-high's.
-		{name: "a task consumer of any name", want: map[string]outcome{"spool-consumer": refused},
+		// Where workers pull by type, the generic worker role may make a
+		// task consumer under any name: a permission cannot hold a
+		// wildcard inside a token, so spool-<priority>-<pattern> cannot be
+		// told from other names. On a type a worker serves, the stream
+		// refuses it for overlapping the type consumer's filter (the
+		// fixture makes spool-high-x, as such a worker would).
+		{name: "a task consumer of any name on a served type", want: map[string]outcome{"spool-consumer": refused},
 			do: apiRequest("$JS.API.CONSUMER.CREATE.SPOOL_TASKS.mine.spool.tasks.high.x",
 				map[string]any{"stream_name": "SPOOL_TASKS", "config": map[string]any{"durable_name": "mine", "filter_subject": "spool.tasks.high.x", "ack_policy": "explicit"}})},
-		// A worker role per service makes its own consumers only, but with
-		// any settings in the body, a push consumer's deliver subject too;
-		// here the stream refuses it for overlapping spool-high's filter.
-		{name: "a push consumer under a billing worker's name", want: map[string]outcome{"spool-consumer": refused, "spool-worker-billing": refused},
+		// ... and on a type no worker serves yet, nothing refuses it
+		// (deploy/README.md).
+		{name: "a task consumer of any name on an unserved type", want: map[string]outcome{"spool-consumer": allowed},
+			do: apiRequest("$JS.API.CONSUMER.CREATE.SPOOL_TASKS.mine-unserved.spool.tasks.high.unserved",
+				map[string]any{"stream_name": "SPOOL_TASKS", "config": map[string]any{"durable_name": "mine-unserved", "filter_subject": "spool.tasks.high.unserved", "ack_policy": "explicit"}})},
+		// A task consumer's filter stays under one priority: none takes
+		// a type's tasks of every priority, or every task.
+		{name: "a task consumer of every priority", do: apiRequest("$JS.API.CONSUMER.CREATE.SPOOL_TASKS.mine-all.spool.tasks.*.y",
+			map[string]any{"stream_name": "SPOOL_TASKS", "config": map[string]any{"durable_name": "mine-all", "filter_subject": "spool.tasks.*.y", "ack_policy": "explicit"}})},
+		{name: "a task consumer of every task", do: apiRequest("$JS.API.CONSUMER.CREATE.SPOOL_TASKS.mine-every.spool.tasks.>",
+			map[string]any{"stream_name": "SPOOL_TASKS", "config": map[string]any{"durable_name": "mine-every", "filter_subject": "spool.tasks.>", "ack_policy": "explicit"}})},
+		// A worker role makes its consumers with any settings in the body,
+		// a push consumer's deliver subject too. Under the name of a type
+		// consumer a worker made, the server refuses to turn it into a
+		// push consumer (the fixture makes spool-high-billing~+).
+		{name: "a push consumer under a served type consumer's name", want: map[string]outcome{"spool-consumer": refused, "spool-worker-billing": refused},
 			do: apiRequest("$JS.API.CONSUMER.CREATE.SPOOL_TASKS.spool-high-billing~+.spool.tasks.high.billing.*",
 				map[string]any{"stream_name": "SPOOL_TASKS", "config": map[string]any{"durable_name": "spool-high-billing~+",
-					"filter_subject": "spool.tasks.high.billing.*", "deliver_subject": "spool.remote.x", "ack_policy": "explicit"}})},
+					"filter_subject": "spool.tasks.high.billing.*", "deliver_subject": "_INBOX.push", "ack_policy": "explicit"}})},
+		// Before any worker made it, nothing refuses it: the deliver
+		// subject is in the body only (deploy/README.md).
+		{name: "a push consumer under an unmade type consumer's name", want: map[string]outcome{"spool-consumer": allowed, "spool-worker-billing": allowed},
+			do: apiRequest("$JS.API.CONSUMER.CREATE.SPOOL_TASKS.spool-low-billing~+.spool.tasks.low.billing.*",
+				map[string]any{"stream_name": "SPOOL_TASKS", "config": map[string]any{"durable_name": "spool-low-billing~+",
+					"filter_subject": "spool.tasks.low.billing.*", "deliver_subject": "_INBOX.push", "ack_policy": "explicit"}})},
 		// A bucket a role may watch: the consumer is created (the watch
 		// needs the right), bounded in life by the stream's limit, and a
 		// longer life is refused.
@@ -212,6 +233,16 @@ func attacks() []attack {
 func TestAttacks(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
+	ctx := testContext(t)
+	// Consumers of served types, as their workers make them.
+	for _, served := range []struct {
+		p       spool.Priority
+		pattern string
+	}{{spool.High, "x"}, {spool.High, "billing.*"}} {
+		if _, err := f.makeTypeConsumer(ctx, f.admin, served.p, served.pattern); err != nil {
+			t.Fatal(err)
+		}
+	}
 	conns := map[string]*client{}
 	for _, role := range attackRoles {
 		conns[role] = f.srv.connect(t, role)

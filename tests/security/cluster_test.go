@@ -115,7 +115,7 @@ func TestClusterRoles(t *testing.T) {
 	ctx := testContext(t)
 
 	admin := connect("spool-admin", 0)
-	topo, err := streams.New(names, streams.Settings{Replicas: 3, Consumers: streams.ConsumersByPriority})
+	topo, err := streams.New(names, streams.Settings{Replicas: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,9 +140,15 @@ func TestClusterRoles(t *testing.T) {
 	}
 
 	consumer := connect("spool-consumer", 2)
-	cons, err := consumer.js.Consumer(ctx, names.TaskStream(), names.Consumer(spool.High))
+	// The type consumer a worker of report makes, made and bound on node 3.
+	stream, err := consumer.js.Stream(ctx, names.TaskStream())
 	if err != nil {
-		t.Fatalf("consumer binding on node 3: %v", err)
+		t.Fatal(err)
+	}
+	cfg := streams.TypeConsumerConfig(names, stream.CachedInfo().Config, spool.High, "report")
+	cons, err := consumer.js.CreateConsumer(ctx, names.TaskStream(), cfg)
+	if err != nil {
+		t.Fatalf("consumer making %s on node 3: %v", cfg.Durable, err)
 	}
 	msg, err := cons.Next(jetstream.FetchMaxWait(waitTimeout))
 	if err != nil {

@@ -29,7 +29,7 @@ func TestConsumerRole(t *testing.T) {
 			if _, err := f.seedTask(ctx, "spool.tasks.critical.report", body); err != nil {
 				return err
 			}
-			cn, err := c.js.Consumer(ctx, names.TaskStream(), names.Consumer(spool.Critical))
+			cn, err := f.makeTypeConsumer(ctx, c, spool.Critical, "report")
 			if err != nil {
 				return err
 			}
@@ -59,7 +59,7 @@ func TestConsumerRole(t *testing.T) {
 			if _, err := f.seedTask(ctx, "spool.tasks.low.retry", []byte("x")); err != nil {
 				return err
 			}
-			cn, err := c.js.Consumer(ctx, names.TaskStream(), names.Consumer(spool.Low))
+			cn, err := f.makeTypeConsumer(ctx, c, spool.Low, "retry")
 			if err != nil {
 				return err
 			}
@@ -262,10 +262,15 @@ func TestConsumerRole(t *testing.T) {
 		// broad role may pause and resume every consumer of SPOOL_TASKS.
 		{name: "pause and resume a task consumer", user: cons,
 			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
-				if _, err := c.js.PauseConsumer(ctx, names.TaskStream(), names.Consumer(spool.Idle), time.Now().Add(time.Hour)); err != nil {
+				cn, err := f.makeTypeConsumer(ctx, c, spool.Idle, "report.*")
+				if err != nil {
 					return err
 				}
-				_, err := c.js.ResumeConsumer(ctx, names.TaskStream(), names.Consumer(spool.Idle))
+				name := cn.CachedInfo().Name
+				if _, err := c.js.PauseConsumer(ctx, names.TaskStream(), name, time.Now().Add(time.Hour)); err != nil {
+					return err
+				}
+				_, err = c.js.ResumeConsumer(ctx, names.TaskStream(), name)
 				return err
 			}},
 		// A worker that finishes a workflow step enqueues the steps that
@@ -312,9 +317,12 @@ func TestConsumerRole(t *testing.T) {
 				_, err := c.js.CreateConsumer(ctx, names.TaskStream(), jetstream.ConsumerConfig{Durable: "evil"})
 				return err
 			}},
-		{name: "delete a consumer", user: cons, denied: `Publish to "$JS.API.CONSUMER.DELETE.SPOOL_TASKS.spool-high"`,
+		{name: "delete a consumer", user: cons, denied: `Publish to "$JS.API.CONSUMER.DELETE.SPOOL_TASKS.spool-high-report"`,
 			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {
-				return c.js.DeleteConsumer(ctx, names.TaskStream(), names.Consumer(spool.High))
+				if _, err := f.makeTypeConsumer(ctx, c, spool.High, "report"); err != nil {
+					return err
+				}
+				return c.js.DeleteConsumer(ctx, names.TaskStream(), names.TypeConsumer(spool.High, "report"))
 			}},
 		{name: "read dead letters", user: cons, denied: `Publish to "$JS.API.DIRECT.GET.SPOOL_DLQ"`,
 			do: func(ctx context.Context, t *testing.T, f *fixture, c *client) error {

@@ -142,11 +142,7 @@ func startAuth(t *testing.T, provision bool) authServer {
 	a := authServer{passwords: writeSecrets(t, dir)}
 	a.url = startFromConfig(t, filepath.Join(dir, "single-auth.conf")).ClientURL()
 	if provision {
-		// By priority: the role tests pull from and pause the five
-		// priority consumers, and the attacks rely on their filters
-		// covering every task subject; worker_role_test.go covers the
-		// roles where workers pull by type.
-		a.provision(t, streams.Settings{Consumers: streams.ConsumersByPriority})
+		a.provision(t, streams.Settings{})
 	}
 	return a
 }
@@ -160,11 +156,11 @@ func (a authServer) provision(t *testing.T, settings streams.Settings) {
 	}
 }
 
-// topology is the topology the role tests provision (by priority, see
-// authServer's provision).
+// topology is the default topology, as spool-admin provisions it: workers
+// pull by type.
 func topology(t *testing.T) streams.Topology {
 	t.Helper()
-	return topologyOf(t, streams.Settings{Consumers: streams.ConsumersByPriority})
+	return topologyOf(t, streams.Settings{})
 }
 
 func topologyOf(t *testing.T, settings streams.Settings) streams.Topology {

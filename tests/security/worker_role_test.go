@@ -64,6 +64,20 @@ func (f *fixture) typeConsumer(ctx context.Context, p spool.Priority, pattern st
 	return streams.TypeConsumerConfig(names, s.CachedInfo().Config, p, pattern), nil
 }
 
+// makeTypeConsumer makes, as c, the consumer of priority p and pattern as
+// a worker serving pattern does, or binds it when it exists.
+func (f *fixture) makeTypeConsumer(ctx context.Context, c *client, p spool.Priority, pattern string) (jetstream.Consumer, error) {
+	cfg, err := f.typeConsumer(ctx, p, pattern)
+	if err != nil {
+		return nil, err
+	}
+	cn, err := c.js.CreateConsumer(ctx, names.TaskStream(), cfg)
+	if errors.Is(err, jetstream.ErrConsumerExists) {
+		return c.js.Consumer(ctx, names.TaskStream(), cfg.Durable)
+	}
+	return cn, err
+}
+
 // byTypeTask is a task a by-type worker step enqueues and must complete.
 type byTypeTask struct {
 	typ string
