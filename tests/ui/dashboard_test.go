@@ -16,7 +16,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/spoolq/spool/consumer"
-	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/embedded"
 	"github.com/spoolq/spool/tests/devstack"
 )
@@ -62,10 +61,7 @@ func TestDashboard(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	storeDir := t.TempDir()
-	// By priority, the mode this walk was written for; unserved_test.go
-	// covers the dashboard where workers pull by type.
 	st, err := devstack.Start(ctx, devstack.Options{
-		Settings: streams.Settings{Consumers: streams.ConsumersByPriority},
 		StoreDir: storeDir,
 		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Worker:   true,
@@ -220,8 +216,10 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("the cancelled task ended %q after the resume", got)
 	}
 
-	// 4b'. Pause a task type from the types panel: its task is parked, not
-	// run; resume from its row: the task runs on its first attempt.
+	// 4b'. Pause a task type from the types panel: its task waits unrun,
+	// queued behind its type consumer, which the pause holds (workers pull
+	// by type and the dev stack's worker serves demo.echo exactly); resume
+	// from its row: the task runs on its first attempt.
 	b.do("asking to pause type demo.echo", 10*time.Second,
 		chromedp.SendKeys(chromedp.CSS("#type-pause-type"), "demo.echo"),
 		chromedp.SendKeys(chromedp.CSS("#type-pause-reason"), "ui check"),
@@ -232,7 +230,7 @@ func TestDashboard(t *testing.T) {
 	typeRow := `document.querySelector('#types-table tr[data-type="demo.echo"]')`
 	b.waitJS("demo.echo shown paused", typeRow+`?.querySelector(".type-state").textContent === "until resumed" && `+typeRow+`.textContent.includes("ui check")`, 10*time.Second)
 	post(t, ctx, st.BrokerURL+"/v1/tasks", `{"type":"demo.echo","priority":"high","id":"ui-typepaused-1","payload":{"n":2}}`)
-	b.waitJS("the task parked", typeRow+`?.querySelector(".parked").textContent === "1"`, 15*time.Second)
+	b.waitJS("the task queued behind the type's pause", numberIn("#prio-high .pending")+` === 1 && `+typeRow+`?.querySelector(".parked").textContent === "0"`, 15*time.Second)
 	b.do("asking to resume demo.echo", 10*time.Second, press(`#types-table tr[data-type="demo.echo"] .type-resume`))
 	b.waitJS("the type resume confirmation", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.includes("Resume task type demo.echo")`, 5*time.Second)
 	b.do("confirming the type resume", 10*time.Second, press("#confirm-ok"))

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/tests/devstack"
 )
@@ -45,10 +46,7 @@ func TestDashboardAtScale(t *testing.T) {
 	const queued, dead = 20_000, 10_000
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
-	// By priority: with no worker, the tasks are counted on the priority
-	// consumers; pulling by type they are unserved (unserved_test.go).
 	st, err := devstack.Start(ctx, devstack.Options{
-		Settings:   streams.Settings{Consumers: streams.ConsumersByPriority},
 		StoreDir:   t.TempDir(),
 		Logger:     slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 		BrokerAddr: "127.0.0.1:0",
@@ -64,6 +62,17 @@ func TestDashboardAtScale(t *testing.T) {
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The type consumer a worker serving scale.task makes: the tasks are
+	// counted on it, as the queue of a service whose workers are away
+	// (tasks of a type no worker ever served are in unserved_test.go).
+	tasks, err := js.Stream(ctx, "SPOOL_TASKS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := streams.TypeConsumerConfig(spool.DefaultNames(), tasks.CachedInfo().Config, spool.Normal, "scale.task")
+	if _, err := tasks.CreateConsumer(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	publishRaw(t, ctx, js, queued, func(int) *nats.Msg {

@@ -485,7 +485,7 @@
 
   // ---- dead letters --------------------------------------------------------
 
-  const dlq = { after: 0, next: 0, pages: [], filter: {}, seen: null, loadedAt: 0, selected: null, loading: false };
+  const dlq = { after: 0, next: 0, pages: [], filter: {}, count: null, stale: false, loadedAt: 0, selected: null, loading: false };
 
   function dlqQuery(extra) {
     const q = new URLSearchParams();
@@ -531,16 +531,23 @@
     return tr;
   }
 
-  // maybeRefreshDLQ reloads the list when the dead-letter count moved, at
-  // most every DLQ_REFRESH_MS and only on the first page (a listing is a
-  // scan on the server).
+  // maybeRefreshDLQ reloads the list once the dead letters changed since
+  // it was loaded: the count moved, or this page replayed or purged some.
+  // A change is kept until the reload happens, at most every
+  // DLQ_REFRESH_MS and only on the first page (a listing is a scan on the
+  // server): the count may come back to the value last seen before then,
+  // as when a replayed task dies again, and the list must still show the
+  // new letter.
   function maybeRefreshDLQ(count) {
-    if (dlq.seen === count) return;
-    if (dlq.after === 0 && Date.now() - dlq.loadedAt > DLQ_REFRESH_MS) {
-      dlq.seen = count;
-      loadDLQ();
+    if (dlq.count !== count) {
+      dlq.count = count;
+      dlq.stale = true;
     }
     $("#dlq-count").textContent = "(" + fmtInt(count) + " in the stream)";
+    if (dlq.stale && !dlq.loading && dlq.after === 0 && Date.now() - dlq.loadedAt > DLQ_REFRESH_MS) {
+      dlq.stale = false;
+      loadDLQ();
+    }
   }
 
   async function openLetter(seq) {
@@ -589,6 +596,8 @@
       box.hidden = true;
       dlq.selected = null;
       await loadDLQ();
+      // The replayed task may die again before the count shows a change.
+      dlq.stale = true;
       $("#dlq-message").textContent = "Replayed #" + seq + (res && res.task_id ? ": task " + res.task_id + " is queued again on " + res.subject : "") + ".";
       if (box.dataset.task) {
         const note = "replayed from the DLQ by this page (dead letter #" + seq + (res && res.replays ? ", replay " + res.replays : "") + ")";
@@ -610,6 +619,7 @@
       dlq.pages = [];
       $("#dlq-detail").hidden = true;
       await loadDLQ();
+      dlq.stale = true;
       $("#dlq-message").textContent = res && res.purged !== undefined ? "Purged " + res.purged + (res.purged === 1 ? " dead letter." : " dead letters.") : "Purged.";
     } catch (e) {
       $("#dlq-message").textContent = "Purge failed: " + e.message;
