@@ -12,6 +12,10 @@
 //
 //	go run ./tests/cmd/spool-bench -out BENCHMARKS.md
 //	BENCH_QUICK=1 go run ./tests/cmd/spool-bench   # tiny counts, a smoke run
+//	go run ./tests/cmd/spool-bench -render BENCHMARKS.json -out BENCHMARKS.md
+//
+// Beside the report it writes the run's medians as JSON (BENCHMARKS.json),
+// from which -render writes the report again.
 package main
 
 import (
@@ -38,6 +42,13 @@ func main() {
 	cfg.flags(fs)
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if cfg.render != "" {
+		if err := renderFile(cfg.render, cfg.out); err != nil {
+			log.Error("rendering the report", "error", err)
+			os.Exit(1)
+		}
+		return
+	}
 	start := time.Now()
 	if err := run(ctx, cfg, log); err != nil {
 		log.Error("benchmark failed", "error", err)
@@ -77,6 +88,7 @@ type config struct {
 	quick       bool
 	runs        int
 	out         string
+	render      string // the JSON figures to write the report from, instead of a run
 	only        string // "default" or "always": one sync mode only
 	profileDir  string // CPU profiles of the consumer children go here
 	scenarios   string // comma-separated scenarios to run; empty: all
@@ -152,7 +164,8 @@ func defaultConfig(quick bool) config {
 
 func (c *config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.runs, "runs", c.runs, "repetitions of every scenario (medians are reported)")
-	fs.StringVar(&c.out, "out", c.out, "report file (empty: stdout only)")
+	fs.StringVar(&c.out, "out", c.out, "report file (empty: stdout only); its figures go beside it as JSON (.md replaced by .json)")
+	fs.StringVar(&c.render, "render", c.render, "write the report from these JSON figures (a report's sidecar) instead of running the benchmarks")
 	fs.StringVar(&c.only, "sync", c.only, "run one sync mode only: default or always")
 	fs.StringVar(&c.bullmqDir, "bullmq-dir", c.bullmqDir, "the BullMQ program of the peers scenario, with its npm packages installed")
 	fs.StringVar(&c.scenarios, "scenarios", c.scenarios, "run only these scenarios (comma-separated: enqueue,processing,pickup,shares,limits,workflows,natsbench,fairness,backlog,peers,cluster,partitions)")

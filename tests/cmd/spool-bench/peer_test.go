@@ -64,9 +64,9 @@ func TestStampPayload(t *testing.T) {
 	}
 }
 
-// TestPeerReport renders asynq and BullMQ figures beside Spool's: rows with
-// Spool and peer figures go to both tables, a row with peer figures only to
-// the peers table, and a skipped run says why.
+// TestPeerReport renders asynq and BullMQ figures beside Spool's under
+// short labels, a peer-only row with no Spool cell, and says why a
+// skipped run has none.
 func TestPeerReport(t *testing.T) {
 	res := newResults()
 	res.modes = []string{"default sync"}
@@ -83,47 +83,34 @@ func TestPeerReport(t *testing.T) {
 	const pickup = "pickup at 200 tasks/s: p50 (µs)"
 	res.add("default sync", pickup, "spool", 200)
 	res.add("default sync", pickup, variantAsynq, 600_000)
-	if res.peerOnly("default sync", both) || !res.peerOnly("default sync", peerOnly) {
-		t.Fatal("peerOnly misjudged the rows")
-	}
 	cfg := defaultConfig(true)
-	cfg.out = filepath.Join(t.TempDir(), "BENCHMARKS.md")
-	if err := writeReport(cfg, res, time.Second); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(cfg.out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	main, peer, ok := strings.Cut(string(b), "### Peers on Redis: asynq and BullMQ, default sync")
+	report := string(renderReport(res.snapshot(cfg, time.Second)))
+	_, peer, ok := strings.Cut(report, "## Peers on Redis: asynq and BullMQ")
 	if !ok {
-		t.Fatalf("no peers table:\n%s", b)
-	}
-	if !strings.Contains(main, "| "+both+" | 300.0 | 200.0 | 0.67 |") || strings.Contains(main, "| "+peerOnly) {
-		t.Errorf("main table:\n%s", main)
+		t.Fatalf("no peers table:\n%s", report)
 	}
 	for _, want := range []string{
-		"asynq v0.26.0 and BullMQ 6.7.0 (Node.js v20.20.2) on redis-server 7.0.15",
-		"| " + both + " | 300.0 | 200.0 | 110.0 | 50.0 | 1.82 | 4.00 |", // median of 100 and 120; Spool / asynq, Spool / BullMQ
-		"| " + peerOnly + " |  |  | 5000 | 1500 |  |  |",
-		"| " + pickup + " |  | 200.0 | 600000 |  | 0.00033 |  |",
+		"| R1 | processing c=10 (tasks/s) | 200 | 110 | 50.0 | 1.82 | 4.00 |", // median of 100 and 120; Spool / asynq, Spool / BullMQ
+		"| R1 | pickup p99 (µs) |  | 5,000 | 1,500 |  |  |",
+		"| R1 | pickup p50 (µs) | 200 | 600,000 |  | 0.00033 |  |",
 	} {
 		if !strings.Contains(peer, want) {
 			t.Errorf("peers table lacks %q:\n%s", want, peer)
 		}
 	}
-	if !strings.Contains(main, "**peers (asynq on Redis)**: asynq v0.26.0") || !strings.Contains(main, "**peers (BullMQ on Redis)**: BullMQ 6.7.0 on Node.js v20.20.2") {
-		t.Errorf("no method note for the peers:\n%s", main)
+	if strings.Contains(report, "## Other figures") {
+		t.Errorf("a peer row fell through to the other figures:\n%s", report)
+	}
+	if !strings.Contains(report, "- **Peers.** asynq v0.26.0 and BullMQ 6.7.0 (Node.js v20.20.2") {
+		t.Errorf("no method note for the peers:\n%s", report)
+	}
+	if !strings.Contains(report, "| processing c=10 ≥ 2× BullMQ | met | 4.00 | 200 / 50.0 tasks/s |") {
+		t.Errorf("no verdict against BullMQ:\n%s", report)
 	}
 
-	skipped := newResults()
-	skipped.modes = []string{"default sync"}
-	skipped.peer.skipped = redisInstallHint
-	if m := peerMethod(skipped); !strings.Contains(m, "skipped: redis-server is not installed") || !strings.Contains(m, "apt-get install redis-server") {
+	m := peerMethod(peerVersions{AsynqSkipped: redisInstallHint})
+	if !strings.Contains(m, "skipped: redis-server is not installed") || !strings.Contains(m, "apt-get install redis-server") {
 		t.Errorf("skip note: %q", m)
-	}
-	if tbl := peerTable(skipped, "default sync"); tbl != "" {
-		t.Errorf("a skipped run has an asynq table: %q", tbl)
 	}
 }
 

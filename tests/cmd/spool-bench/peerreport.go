@@ -2,115 +2,91 @@ package main
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 )
-
-// peerOnly reports whether a row has peer figures (asynq, BullMQ) and no
-// other: the main table leaves it to the peers table (a run of the peers
-// scenario alone).
-func (r *results) peerOnly(mode, row string) bool {
-	prefix := mode + "\x00" + row + "\x00"
-	peer := false
-	for k, v := range r.vals {
-		variant, ok := strings.CutPrefix(k, prefix)
-		if !ok || len(v) == 0 {
-			continue
-		}
-		if variant != variantAsynq && variant != variantBullMQ {
-			return false
-		}
-		peer = true
-	}
-	return peer
-}
 
 // redisPersistence says how redis-server persisted in a sync mode's run.
 func redisPersistence(mode string) string {
 	if mode == "SyncAlways" {
-		return fmt.Sprintf("`appendonly yes`, `appendfsync always` (every write fsynced before Redis replies, as SyncAlways fsyncs every JetStream write) and RDB snapshots (`save %s`)", redisSave)
+		return "`appendonly yes`, `appendfsync always`"
 	}
-	return fmt.Sprintf("Redis's default persistence: RDB snapshots (`save %s`), no append-only file (a crash loses what was written since the last snapshot; JetStream's default sync flushes every 2 minutes)", redisSave)
+	return fmt.Sprintf("RDB snapshots only (`save %s`)", redisSave)
 }
 
-// peerMethod explains the asynq rows; empty when the peers scenario did
-// not run.
-func peerMethod(r *results) string {
-	if r.peer.redis == "" && r.peer.skipped == "" {
-		return ""
-	}
-	if r.peer.skipped != "" {
-		return fmt.Sprintf("- **peers (asynq on Redis)**: skipped: %s.\n", r.peer.skipped)
-	}
-	return asynqMethod(r) + bullmqMethod(r)
-}
-
-// bullmqMethod explains the BullMQ rows.
-func bullmqMethod(r *results) string {
-	if r.bullmq.skipped != "" {
-		return fmt.Sprintf("- **peers (BullMQ on Redis)**: skipped: %s.\n", r.bullmq.skipped)
-	}
-	if r.bullmq.bullmq == "" {
-		return ""
-	}
-	return fmt.Sprintf("- **peers (BullMQ on Redis)**: BullMQ %s on Node.js %s, on the same redis-server as asynq (emptied between runs), after asynq's rows. The program is `tests/cmd/spool-bench/bullmq/bench.mjs`: a `Worker` with `concurrency` = Spool's slots, a no-op processor and BullMQ's defaults otherwise (completed jobs kept, as Spool keeps its result documents). Processing fills the queue with `addBulk` (not timed) as deep as Spool's rows and times from the worker's `run()` until as many `completed` events as Spool's rows count. Pickup: a `Queue` in the same process adds one job every 1/rate s carrying the time it was added; the processor measures from it. CPU per task of the consumer is the Node process's (`process.cpuUsage`), of the server redis-server's.\n",
-		r.bullmq.bullmq, r.bullmq.node)
-}
-
-// asynqMethod explains the asynq rows.
-func asynqMethod(r *results) string {
-	return fmt.Sprintf("- **peers (asynq on Redis)**: asynq %s on redis-server %s, which the harness starts on 127.0.0.1 (random port, temporary directory) for each run; the asynq Server runs in a consume child like Spool's worker. Same payloads as Spool's rows, the same no-op handler, asynq `Concurrency` = Spool's slots, asynq's defaults otherwise (queue `default`, 1s `TaskCheckInterval`, go-redis's pool of 10 connections per CPU); every task is enqueued with `Retention` = Spool's result TTL, so a completed task is kept in Redis as Spool keeps its result document. Enqueue: single = sequential `Client.Enqueue`; batch = %d goroutines calling `Enqueue` (asynq has no batch or asynchronous enqueue). Processing counts the handlers returned (asynq marks a task completed right after, in the same worker goroutine). Pickup: the payload carries the time the harness called `Enqueue` (Spool's rows measure from the stream timestamp, a little later); an idle asynq server polls Redis every 0.5–1.5s by default, so a second pickup row sets `TaskCheckInterval` to %s. CPU per task of the server is redis-server's, snapshot children included (/proc/<pid>/stat: utime+stime+cutime+cstime).\n",
-		r.peer.asynq, r.peer.redis, asynqEnqueuers, asynqFastPoll)
-}
-
-// peerTable renders a sync mode's peer figures (asynq, BullMQ) beside
-// Spool's and raw JetStream's; empty when the mode has none.
-func peerTable(r *results, mode string) string {
-	var rows []string
-	for _, row := range r.rows[mode] {
-		_, na := r.median(mode, row, variantAsynq)
-		_, nb := r.median(mode, row, variantBullMQ)
-		if na+nb > 0 {
-			rows = append(rows, row)
-		}
-	}
-	if len(rows) == 0 {
-		return ""
-	}
+// peerMethod explains the peer rows in a bullet; empty when the peers
+// scenario did not run.
+func peerMethod(p peerVersions) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n### Peers on Redis: asynq and BullMQ, %s\n\nasynq %s", mode, r.peer.asynq)
-	if r.bullmq.bullmq != "" {
-		fmt.Fprintf(&b, " and BullMQ %s (Node.js %s)", r.bullmq.bullmq, r.bullmq.node)
-	}
-	fmt.Fprintf(&b, " on redis-server %s with %s. Spool / peer above 1: Spool is faster (tasks/s) or costlier (µs, writes).\n\n", r.peer.redis, redisPersistence(mode))
-	b.WriteString("| figure | raw JetStream | Spool | asynq (Redis) | BullMQ (Redis) | Spool / asynq | Spool / BullMQ |\n|---|---:|---:|---:|---:|---:|---:|\n")
-	cell := func(v float64, n int) string {
-		if n == 0 {
-			return ""
+	switch {
+	case p.AsynqSkipped != "":
+		fmt.Fprintf(&b, "- **Peers.** asynq skipped: %s.\n", p.AsynqSkipped)
+	case p.Asynq != "":
+		fmt.Fprintf(&b, "- **Peers.** asynq %s", p.Asynq)
+		if p.BullMQ != "" {
+			fmt.Fprintf(&b, " and BullMQ %s (Node.js %s, `tests/cmd/spool-bench/bullmq/bench.mjs`)", p.BullMQ, p.Node)
 		}
-		return fmtVal(v)
-	}
-	for _, row := range rows {
-		raw, nr := r.median(mode, row, "raw")
-		sp, ns := r.median(mode, row, "spool")
-		as, na := r.median(mode, row, variantAsynq)
-		bq, nb := r.median(mode, row, variantBullMQ)
-		ratio := func(peer float64, n int) string {
-			if ns == 0 || n == 0 || peer == 0 {
-				return ""
-			}
-			return fmtRatio(sp / peer)
+		fmt.Fprintf(&b, " on a redis-server %s child, emptied between runs: %s in the default-sync setup, %s in the always one (every write fsynced before Redis replies). Same payloads, no-op handler and concurrency as Spool; completed tasks kept as Spool keeps its result documents (asynq `Retention`, BullMQ's default). Their consumer runs in a child process as Spool's does; CPU per task adds redis-server's, snapshot children included. asynq enqueues from %d goroutines (it has no batch); an idle asynq server polls every 0.5–1.5 s, so a second pickup row sets `TaskCheckInterval` to %s.",
+			p.Redis, redisPersistence("default sync"), redisPersistence("SyncAlways"), asynqEnqueuers, asynqFastPoll)
+		if p.BullMQSkipped != "" {
+			fmt.Fprintf(&b, " BullMQ skipped: %s.", p.BullMQSkipped)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", row, cell(raw, nr), cell(sp, ns), cell(as, na), cell(bq, nb), ratio(as, na), ratio(bq, nb))
+		b.WriteString("\n")
 	}
 	return b.String()
 }
 
-// fmtRatio prints a ratio with two decimals, or two significant digits
-// below 0.1 (Spool's pickup is thousands of times shorter than asynq's
-// default polling: 0.00 would say nothing).
-func fmtRatio(v float64) string {
-	if v != 0 && v < 0.1 {
-		return fmt.Sprintf("%.2g", v)
+// peerShown are the peer rows the report shows, with their short labels;
+// the JSON sidecar keeps the others.
+var peerShown = []struct {
+	re    *regexp.Regexp
+	label string
+}{
+	{regexp.MustCompile(`^processing: \d+ queued, concurrency (\d+) \(tasks/s\)$`), "processing c=$1 (tasks/s)"},
+	{regexp.MustCompile(`^CPU per task: consumer \+ server, concurrency (\d+) \(µs\)$`), "CPU per task c=$1 (µs)"},
+	{regexp.MustCompile(`^network writes per task: consumer, concurrency (\d+)$`), "writes per task c=$1"},
+	{regexp.MustCompile(`^pickup at (\d+) tasks/s: (p50|p99) \(µs\)$`), "pickup $2 (µs)"},
+	{regexp.MustCompile(`^pickup at \d+ tasks/s, asynq TaskCheckInterval (\w+): (p50|p99) \(µs\)$`), "pickup $2, asynq polling every $1 (µs)"},
+	{regexp.MustCompile(`^enqueue: single task (p50|p99) \(µs\)$`), "single enqueue $1 (µs)"},
+	{regexp.MustCompile(`^enqueue: batch throughput \(tasks/s\)$`), "batch enqueue (tasks/s)"},
+}
+
+// peers renders the peers' figures beside Spool's; rows of a peer figure
+// the report does not show are left to the JSON sidecar.
+func (r *report) peers() {
+	var rows [][]string
+	for _, mode := range r.modes() {
+		for _, m := range r.f.Modes {
+			if m.Name != mode {
+				continue
+			}
+			for _, row := range m.Rows {
+				_, okA := row.Values[variantAsynq]
+				_, okB := row.Values[variantBullMQ]
+				if !okA && !okB {
+					continue
+				}
+				r.used[mode+"\x00"+row.Row] = true
+				for _, s := range peerShown {
+					if !s.re.MatchString(row.Row) {
+						continue
+					}
+					label := s.re.ReplaceAllString(row.Row, s.label)
+					sp, okS := r.get(mode, row.Row, "spool")
+					as, okA := r.get(mode, row.Row, variantAsynq)
+					bq, okB := r.get(mode, row.Row, variantBullMQ)
+					if label == "batch enqueue (tasks/s)" && !okS {
+						// Spool's batch figure is under its own row name.
+						sp, okS = r.get(mode, "enqueue: batches waited one by one (tasks/s)", "spool")
+					}
+					rows = append(rows, []string{modeLabels[mode], label, cell(sp, okS), cell(as, okA), cell(bq, okB), ratioCell(sp, okS, as, okA), ratioCell(sp, okS, bq, okB)})
+				}
+			}
+		}
 	}
-	return fmt.Sprintf("%.2f", v)
+	if len(rows) == 0 {
+		return
+	}
+	r.printf("## Peers on Redis: asynq and BullMQ\n\nSpool / peer above 1: Spool is faster (tasks/s) or costlier (µs, writes). An empty BullMQ column: not measured in this run.\n\n")
+	r.table([]string{"setup", "figure", "Spool", "asynq", "BullMQ", "Spool / asynq", "Spool / BullMQ"}, rows, 2)
 }

@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"runtime"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 
 	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
@@ -73,187 +71,34 @@ func cpuModel() string {
 	return "unknown"
 }
 
-func fmtVal(v float64) string {
-	switch {
-	case v == 0:
-		return "0"
-	case v >= 1000:
-		return fmt.Sprintf("%.0f", v)
-	case v >= 10:
-		return fmt.Sprintf("%.1f", v)
-	default:
-		return fmt.Sprintf("%.2f", v)
-	}
-}
-
-// writeReport renders the tables and writes them to cfg.out (and stdout).
+// writeReport renders the run's report, prints it and, unless cfg.out is
+// empty, writes it to cfg.out (keeping the hand-written notes) and its
+// figures beside it as JSON.
 func writeReport(cfg config, r *results, wall time.Duration) error {
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "# Benchmarks\n\n")
-	fmt.Fprintf(&b, "Written by `make bench` (`go run ./tests/cmd/spool-bench`) on %s; the run took %s.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), wall.Round(time.Second))
-	fmt.Fprintf(&b, "| machine | |\n|---|---|\n")
-	fmt.Fprintf(&b, "| CPU | %s, %d cores (`nproc`), %s/%s |\n", cpuModel(), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
-	fmt.Fprintf(&b, "| Go | %s |\n| nats-server | %s (a child process of the harness) |\n| nats.go | %s |\n", runtime.Version(), server.VERSION, nats.Version)
-	fmt.Fprintf(&b, "| storage | file, in a temporary directory; one server per sync mode, topology from `streams.Provision` with default settings (R1) |\n")
-	fmt.Fprintf(&b, "| runs | every figure is the median of %d runs; raw and Spool run back to back in each run |\n\n", cfg.runs)
-	b.WriteString(methodNotes(cfg))
-	if cfg.cluster {
-		b.WriteString(clusterNote())
-	}
-	b.WriteString(peerMethod(r))
-	for _, mode := range r.modes {
-		fmt.Fprintf(&b, "\n## %s\n\n", mode)
-		// The raw columns this mode has, after "raw".
-		var cols []rawColumn
-		for _, c := range rawColumns {
-			for _, row := range r.rows[mode] {
-				if _, n := r.median(mode, row, c.variant); n > 0 {
-					cols = append(cols, c)
-					break
-				}
-			}
-		}
-		b.WriteString("| figure | raw JetStream |")
-		for _, c := range cols {
-			b.WriteString(" " + c.title + " |")
-		}
-		b.WriteString(" Spool | Spool / raw |\n|---|---:|" + strings.Repeat("---:|", len(cols)) + "---:|---:|\n")
-		var wfRows []string
-		for _, row := range r.rows[mode] {
-			if r.peerOnly(mode, row) {
-				continue // in the asynq table below
-			}
-			if strings.HasPrefix(row, "workflow:") {
-				wfRows = append(wfRows, row)
-				continue
-			}
-			raw, nr := r.median(mode, row, "raw")
-			sp, ns := r.median(mode, row, "spool")
-			rawCell := "" // a Spool-only row
-			if nr > 0 {
-				rawCell = fmtVal(raw)
-			}
-			var ratios []string
-			if ns > 0 && raw != 0 {
-				ratios = append(ratios, fmt.Sprintf("%.2f", sp/raw))
-			}
-			cells := ""
-			for _, c := range cols {
-				v, n := r.median(mode, row, c.variant)
-				cell := ""
-				if n > 0 {
-					cell = fmtVal(v)
-					if ns > 0 && v != 0 {
-						ratios = append(ratios, fmt.Sprintf("%.2f of %s", sp/v, c.short))
-					}
-				}
-				cells += " " + cell + " |"
-			}
-			ratio := strings.Join(ratios, "; ")
-			if strings.HasPrefix(row, "shares:") {
-				ratio = "" // a share is compared with its weight, not with raw
-			}
-			spCell := ""
-			if ns > 0 {
-				spCell = fmtVal(sp)
-			}
-			fmt.Fprintf(&b, "| %s | %s |%s %s | %s |\n", row, rawCell, cells, spCell, ratio)
-		}
-		if len(wfRows) > 0 {
-			b.WriteString("\n| workflows | plain Spool tasks | workflow | workflow / plain |\n|---|---:|---:|---:|\n")
-			for _, row := range wfRows {
-				plain, _ := r.median(mode, row, variantPlain)
-				wf, _ := r.median(mode, row, variantWorkflow)
-				ratio := ""
-				if plain != 0 {
-					ratio = fmt.Sprintf("%.2f", wf/plain)
-				}
-				fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", strings.TrimPrefix(row, "workflow: "), fmtVal(plain), fmtVal(wf), ratio)
-			}
-		}
-		b.WriteString(peerTable(r, mode))
-	}
-	b.WriteString(targetTable(cfg, r))
-	os.Stdout.Write(b.Bytes())
+	f := r.snapshot(cfg, wall)
+	out := renderReport(f)
+	os.Stdout.Write(out)
 	if cfg.out == "" {
 		return nil
 	}
-	return writeKeepingNotes(cfg.out, b.Bytes())
+	if err := f.write(sidecarPath(cfg.out)); err != nil {
+		return err
+	}
+	return writeKeepingNotes(cfg.out, out)
 }
 
-// target is one row of the target table: Spool's figure of row over the
-// variant's, at most (atMost) or at least bound.
-type target struct {
-	what, mode, row, variant string
-	bound                    float64
-	atMost                   bool
-}
-
-// targetTable renders the targets of the performance issue with a verdict
-// each, from this run's medians.
-func targetTable(cfg config, r *results) string {
-	var ts []target
-	proc := func(c int) string {
-		return fmt.Sprintf("processing: %d queued, concurrency %d (tasks/s)", cfg.queued, c)
+// renderFile writes the report of the figures in the JSON file path to
+// out, keeping its notes: -render.
+func renderFile(path, out string) error {
+	f, err := readFigures(path)
+	if err != nil {
+		return err
 	}
-	for _, c := range cfg.concs {
-		switch c {
-		case 10:
-			ts = append(ts,
-				target{"processing with results, concurrency 10, ≥ 0.8× raw + results (the floor)", "default sync", proc(c), "raw-results", 0.8, false},
-				target{"results discarded, concurrency 10, ≥ 0.5× raw", "default sync", proc(c) + ", results discarded", "raw", 0.5, false},
-				target{"processing, concurrency 10, ≥ 2× BullMQ", "default sync", proc(c), variantBullMQ, 2, false},
-			)
-		case 50:
-			ts = append(ts,
-				target{"processing, concurrency 50, ≥ 2× BullMQ", "default sync", proc(c), variantBullMQ, 2, false},
-			)
-		case 100:
-			ts = append(ts,
-				target{"processing with results, concurrency 100, ≥ 0.9× raw + results (the floor)", "default sync", proc(c), "raw-results", 0.9, false},
-				target{"CPU per task (consumer + server), concurrency 100, ≤ 1.15× raw + results", "default sync", "CPU per task: consumer + server, concurrency 100 (µs)", "raw-results", 1.15, true},
-				target{"results discarded, concurrency 100, ≥ 0.8× raw", "default sync", proc(c) + ", results discarded", "raw", 0.8, false},
-			)
-		}
-		ts = append(ts, target{fmt.Sprintf("SyncAlways processing, concurrency %d, ≥ 0.9× raw + results", c), "SyncAlways", proc(c), "raw-results", 0.9, false})
+	if out == "" {
+		_, err := os.Stdout.Write(renderReport(f))
+		return err
 	}
-	pickupP99 := fmt.Sprintf("pickup at %d tasks/s: p99 (µs)", cfg.pickupRate)
-	ts = append(ts,
-		target{"streaming enqueue ≥ 0.8× raw PublishAsync", "default sync", "enqueue: streaming (tasks/s)", "raw", 0.8, false},
-		target{"streaming enqueue ≥ 0.8× raw PublishAsync with Nats-Msg-Id", "default sync", "enqueue: streaming (tasks/s)", "raw+headers", 0.8, false},
-		target{"streaming enqueue without enqueued events (WithEnqueuedEvents(false)) ≥ 0.8× raw PublishAsync", "default sync", "enqueue: streaming, no enqueued events (tasks/s)", "raw", 0.8, false},
-		target{"SyncAlways streaming enqueue ≥ 0.8× raw PublishAsync", "SyncAlways", "enqueue: streaming (tasks/s)", "raw", 0.8, false},
-		target{"pickup p99 ≤ 2× raw", "default sync", pickupP99, "raw", 2, true},
-		target{"pickup p99 ≤ BullMQ's", "default sync", pickupP99, variantBullMQ, 1, true},
-	)
-	var b strings.Builder
-	b.WriteString("\n## Targets\n\n| target | Spool / baseline | verdict |\n|---|---:|---|\n")
-	for _, t := range ts {
-		sp, ns := r.median(t.mode, t.row, "spool")
-		base, nb := r.median(t.mode, t.row, t.variant)
-		if ns == 0 || nb == 0 || base == 0 {
-			fmt.Fprintf(&b, "| %s | | not measured in this run |\n", t.what)
-			continue
-		}
-		v := sp / base
-		verdict := "met"
-		if (t.atMost && v > t.bound) || (!t.atMost && v < t.bound) {
-			verdict = "not met"
-		}
-		fmt.Fprintf(&b, "| %s | %.2f | %s |\n", t.what, v, verdict)
-	}
-	return b.String()
-}
-
-// rawColumn is a raw variant shown beside "raw" (nats.go's defaults).
-type rawColumn struct{ variant, title, short string }
-
-var rawColumns = []rawColumn{
-	{"raw+headers", "raw + Nats-Msg-Id", "raw+Nats-Msg-Id"},
-	{"raw-bounded", "raw, bounded", "bounded"},
-	{"raw-results", "raw + results", "raw+results"},
-	{"raw-acksync", "raw, acks confirmed", "acks confirmed"},
+	return writeKeepingNotes(out, renderReport(f))
 }
 
 // notesMarker starts the hand-written part of BENCHMARKS.md, which a new
@@ -264,7 +109,7 @@ func writeKeepingNotes(path string, table []byte) error {
 	out := table
 	if old, err := os.ReadFile(path); err == nil {
 		if i := bytes.Index(old, []byte(notesMarker)); i >= 0 {
-			out = append(append(out, '\n'), old[i:]...)
+			out = append(append(bytes.Clone(table), '\n'), old[i:]...)
 		}
 	}
 	if err := os.WriteFile(path, out, 0o644); err != nil {
@@ -273,17 +118,219 @@ func writeKeepingNotes(path string, table []byte) error {
 	return nil
 }
 
-func methodNotes(c config) string {
-	return fmt.Sprintf(`How each figure is made:
+// report renders figures into Markdown. Every lookup marks its row as
+// shown, and rows no table showed end in a last table under their full
+// names, so a new scenario's rows appear before the report learns them.
+type report struct {
+	f    *figures
+	vals map[string]median
+	used map[string]bool
+	b    strings.Builder
+}
 
-- **enqueue**: single task = %d sequential publishes waiting for the ack (raw `+"`js.Publish`"+`, Spool `+"`Client.Enqueue`"+`), 128-byte payload; batch = %d tasks in batches of %d with %d publishes in flight (raw `+"`PublishMsgAsync`"+` without headers, raw with the header the contract needs on an immediate task, `+"`Nats-Msg-Id`"+` (dedup; Spool's client sends the same), Spool `+"`EnqueueBatch`"+`), waiting for every ack; streaming = the same tasks through `+"`EnqueueAsync`"+`, and again from a client made `+"`WithEnqueuedEvents(false)`"+` (the row "no enqueued events" repeats the streaming row's raw figures). Each variant starts on a freshly created stream.
-- **processing**: the normal priority holds %d queued tasks; the consumer (a child process) processes %d of them (%d with SyncAlways) with a no-op handler. Raw = `+"`Consume`"+` with nats.go's defaults (pulls of up to 500, the next once 250 are handled, heartbeats) + `+"`Ack`"+` in the callback, what a user writes first; raw, bounded = the same with `+"`PullMaxMessages(concurrency)`"+`, as many tasks in flight as the worker has slots; raw + results = the same defaults, the callback writing a small result document to the task's key in `+"`spool_results`"+` with `+"`PublishAsync`"+` and a goroutine acking each task once its result's PubAck is in, what a user writes first when results must be stored before the ack; Spool = a `+"`consumer.Worker`"+` with that many slots, writing the result states to `+"`spool_results`"+` (completed stored before the ack).
-- **pickup**: an idle consumer; %d tasks published one at a time at %d tasks/s; stream timestamp → handler start (raw: delivery of a waiting `+"`Fetch(1)`"+`).
-- **shares**: %d tasks queued in each of the five priorities, %d slots, boost off; the share of the first %d tasks started per priority, against the configured weights (raw round-robins the five consumers). The longest wait of idle is the longest time without an idle task starting.
-- **backlog**: %d drains of %d tasks at concurrency %d, each after a top-up to %d and then to %d queued tasks; throughput over all drains; RSS is the consumer children's peak (VmHWM).
-- **workflows**: a worker of 100 slots with a no-op handler in the harness's process. Chain: the median of %d chains of 10 steps (each receiving the previous result), submit to final state, against 10 plain tasks each enqueued once the previous completed (`+"`Enqueue`"+` + `+"`Wait`"+`). Group: %d members and one callback taking all their results, submit to final state, against %d plain tasks from `+"`EnqueueBatch`"+` until the stream is empty.
-- **CPU per task**: user+sys of the producer (this process, getrusage), the consumer child (getrusage) and the server child (/proc/<pid>/stat) over the measured window, divided by the tasks.
-`, c.latencyN, c.batchN, c.batchSize, 4096, c.queued, c.processN, c.processNAlw, c.pickupN, c.pickupRate,
-		c.sharesPer, c.sharesSlots, c.sharesWin, c.backlogReps, c.backlogN, c.backlogConc, c.backlogLo, c.backlogHi,
-		c.wfChains, c.wfGroup, c.wfGroup)
+func newReport(f *figures) *report {
+	r := &report{f: f, vals: map[string]median{}, used: map[string]bool{}}
+	for _, m := range f.Modes {
+		for _, row := range m.Rows {
+			for variant, v := range row.Values {
+				r.vals[m.Name+"\x00"+row.Row+"\x00"+variant] = v
+			}
+		}
+	}
+	return r
+}
+
+// get returns a median and whether the run has it, and marks the row shown.
+func (r *report) get(mode, row, variant string) (float64, bool) {
+	r.used[mode+"\x00"+row] = true
+	v, ok := r.vals[mode+"\x00"+row+"\x00"+variant]
+	return v.Median, ok && v.Runs > 0
+}
+
+// matches returns the submatches of the rows of mode that re matches.
+func (r *report) matches(mode string, re *regexp.Regexp) [][]string {
+	var out [][]string
+	for _, m := range r.f.Modes {
+		if m.Name != mode {
+			continue
+		}
+		for _, row := range m.Rows {
+			if sm := re.FindStringSubmatch(row.Row); sm != nil {
+				out = append(out, sm)
+			}
+		}
+	}
+	return out
+}
+
+func (r *report) printf(format string, a ...any) { fmt.Fprintf(&r.b, format, a...) }
+
+// table writes a Markdown table: the first left columns left-aligned (at
+// least one), the others right-aligned.
+func (r *report) table(head []string, rows [][]string, left ...int) {
+	if len(rows) == 0 {
+		return
+	}
+	l := 1
+	if len(left) > 0 {
+		l = left[0]
+	}
+	r.printf("| %s |\n|%s%s\n", strings.Join(head, " | "), strings.Repeat("---|", l), strings.Repeat("---:|", len(head)-l))
+	for _, row := range rows {
+		r.printf("| %s |\n", strings.Join(row, " | "))
+	}
+	r.printf("\n")
+}
+
+// modes are the single-server and cluster modes in the order of the run,
+// with their short labels.
+var modeLabels = map[string]string{
+	"default sync":             "R1",
+	"SyncAlways":               "R1 always",
+	"cluster R3, default sync": "R3",
+	"cluster R3, SyncAlways":   "R3 always",
+}
+
+func (r *report) modes() []string {
+	var out []string
+	for _, m := range r.f.Modes {
+		if _, ok := modeLabels[m.Name]; ok {
+			out = append(out, m.Name)
+		}
+	}
+	return out
+}
+
+func renderReport(f *figures) []byte {
+	r := newReport(f)
+	targets := r.targetRows()
+	r.printf("# Benchmarks\n\n")
+	r.summary(targets)
+	r.printf("## Targets\n\n")
+	r.table([]string{"target", "verdict", "measured", "from"}, targets, 2)
+	r.method()
+	r.processing()
+	r.enqueue()
+	r.pickup()
+	r.shares()
+	r.flowControl()
+	r.spoolOnly("Fairness of keys", "fairness: ", "figure (Spool)")
+	r.backlog()
+	r.workflows()
+	r.peers()
+	r.leaderChange()
+	r.partitions()
+	r.spoolOnlyRaw("Cross-check with `nats bench`", "cross-check: nats bench ", "msgs/s (raw JetStream)")
+	r.others()
+	return []byte(strings.TrimRight(r.b.String(), "\n") + "\n")
+}
+
+// summary is the three lines at the top: the run, the verdicts, the
+// headline figure.
+func (r *report) summary(targets [][]string) {
+	f := r.f
+	r.printf("`make bench` (`go run ./tests/cmd/spool-bench`) of %s, %s: medians of %d runs on %s, %d cores (%s/%s), %s, nats-server %s, nats.go %s.\n\n",
+		f.Written.Format("2006-01-02 15:04 MST"), time.Duration(f.WallSeconds*float64(time.Second)),
+		f.Runs, f.Machine.CPU, f.Machine.Cores, f.Machine.OS, f.Machine.Arch, f.Machine.Go, f.Machine.NATSServer, f.Machine.NATSGo)
+	verdicts := map[string]int{}
+	for _, t := range targets {
+		verdicts[t[1]]++
+	}
+	r.printf("Targets: %d met, %d not met, %d not measured in this run (below).\n\n",
+		verdicts[verdictMet], verdicts[verdictNotMet], verdicts[verdictNone])
+	row, ok := r.procRow("default sync", 100, "")
+	sp, okS := r.get("default sync", row, "spool")
+	floor, okF := r.get("default sync", row, "raw-results")
+	raw, okR := r.get("default sync", row, "raw")
+	if ok && okS && okF && okR {
+		r.printf("Processing, default sync, concurrency 100, no-op handler: Spool %s tasks/s, %s× a minimal nats.go consumer that stores each result before its ack (raw + results) and %s× raw JetStream that stores none.\n\n",
+			fmtNum(sp), fmtRatio(sp/floor), fmtRatio(sp/raw))
+		return
+	}
+	r.printf("The processing figures at concurrency 100 are not in this run.\n\n")
+}
+
+// fmtNum prints a figure with thousands separators from 1,000 on and
+// three significant digits below.
+func fmtNum(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case v >= 1000 || v <= -1000:
+		s := fmt.Sprintf("%.0f", v)
+		neg := strings.HasPrefix(s, "-")
+		s = strings.TrimPrefix(s, "-")
+		var b strings.Builder
+		for i, c := range s {
+			if i > 0 && (len(s)-i)%3 == 0 {
+				b.WriteByte(',')
+			}
+			b.WriteRune(c)
+		}
+		if neg {
+			return "-" + b.String()
+		}
+		return b.String()
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+// fmtRatio prints a ratio with two decimals, or two significant digits
+// below 0.1 (Spool's pickup is thousands of times shorter than asynq's
+// default polling: 0.00 would say nothing).
+func fmtRatio(v float64) string {
+	if v != 0 && v < 0.1 {
+		return fmt.Sprintf("%.2g", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// cell prints a figure, or nothing when the run lacks it.
+func cell(v float64, ok bool) string {
+	if !ok {
+		return ""
+	}
+	return fmtNum(v)
+}
+
+// ratioCell prints a / b, or nothing when either is missing.
+func ratioCell(a float64, aok bool, b float64, bok bool) string {
+	if !aok || !bok || b == 0 {
+		return ""
+	}
+	return fmtRatio(a / b)
+}
+
+// method is the short account of how each figure is made.
+func (r *report) method() {
+	c := r.f.Counts
+	n := func(i int) string {
+		if i < 1000 {
+			return strconv.Itoa(i)
+		}
+		return fmtNum(float64(i))
+	}
+	r.printf(`## Method
+
+- **Setups.** R1: one nats-server child process, file storage in a temporary directory, the topology of `+"`streams.Provision`"+`; R3: three nats-server children on the same cores, every stream and bucket R3, their CPU summed. Default sync flushes to disk every 2 minutes; *always* is `+"`sync_interval: always`"+` (every write fsynced before it is acknowledged). Raw JetStream and Spool run back to back on the same server in every run.
+- **Meters.** Throughput is tasks over the measured window. CPU per task is user + system time over the window divided by the tasks: the consumer child's (getrusage), the server's (/proc/<pid>/stat) and, for enqueue, the producer's. Writes per task are the consumer's write system calls.
+- **Processing.** %s tasks queued, a consumer child takes %s (%s with always) with a no-op handler at concurrency c. *raw*: nats.go `+"`Consume`"+` with its defaults and `+"`Ack`"+`, storing nothing. *raw, bounded*: the same with `+"`PullMaxMessages(c)`"+`. *raw + results*: the floor of Spool's promise: raw that writes a 70-byte result document to `+"`spool_results`"+` with `+"`PublishAsync`"+` and acks each task once its PubAck is in. *raw, acks confirmed* (always only): `+"`DoubleAck`"+` from c goroutines. *Spool*: a `+"`consumer.Worker`"+` with c slots storing each completed result before the ack; *events off* with `+"`WithEvents(false)`"+`, *state written* with the processing state written as every attempt starts, *discarded* with every result discarded.
+- **Enqueue.** Single: %s sequential publishes waiting for the ack. Streaming: %s tasks with 4,096 in flight, raw `+"`PublishMsgAsync`"+` without a header and with the `+"`Nats-Msg-Id`"+` Spool sends (dedup), Spool `+"`EnqueueAsync`"+`, also from a client without enqueued events. Batches: %s tasks in batches of %s, each batch waited for, raw against `+"`EnqueueBatch`"+`. 128-byte payloads, a fresh stream per variant.
+- **Pickup.** An idle consumer, %s tasks published one at a time at %s/s; stream timestamp to handler start (raw: a waiting `+"`Fetch(1)`"+`).
+- **Shares.** %s tasks in each priority, %s slots, boost off: the share of the first %s starts per priority against the weights; raw round-robins the five consumers (20%% each).
+- **Flow control.** Workers pull by type; %s tasks of one type with a rule on it, a worker of 100 slots. A hand-back returns a pulled task to the stream because its limit is full; rate reached is tasks/s over the rate.
+- **Backlog.** %s drains of %s tasks at concurrency 100, each after a top-up to the backlog; RSS is the consumer's peak.
+- **Workflows.** A worker of 100 slots in the harness: %s chains of 10 steps against 10 plain tasks each enqueued once the last completed, and a group of %s with a callback against as many plain tasks.
+`, n(c.Queued), n(c.ProcessN), n(c.ProcessNAlw), n(c.LatencyN), n(c.BatchN), n(c.BatchN), n(c.BatchSize),
+		n(c.PickupN), n(c.PickupRate), n(c.SharesPer), n(c.SharesSlots), n(c.SharesWin), n(c.LimitsN),
+		n(c.BacklogReps), n(c.BacklogN), n(c.WfChains), n(c.WfGroup))
+	if c.Cluster {
+		r.printf("- **Cluster.** The same scenarios on R3 with smaller counts. Leader change: a quarter into a drain at concurrency 100 the task stream's leader steps down or its node is killed (SIGKILL, restarted after); the figure is the longest time between two acks from then on. Partitions: K task partitions, their leaders spread over the servers, a worker pinned to each partition.\n")
+	}
+	r.printf("%s\n", peerMethod(r.f.Peers))
 }
