@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,5 +43,35 @@ func TestTargetVerdicts(t *testing.T) {
 	summary := "Targets: 1 met, 1 not met, " + strconv.Itoa(total-2) + " not measured"
 	if !strings.Contains(report, summary) {
 		t.Errorf("report lacks the summary %q:\n%s", summary, report)
+	}
+}
+
+// TestBenchmarksFile checks the repository's BENCHMARKS.md: its generated
+// part is the report of the figures beside it, at most 20 KB, and the
+// whole file with its notes at most 30 KB.
+func TestBenchmarksFile(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join("..", "..", "..")
+	f, err := readFigures(filepath.Join(root, "BENCHMARKS.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := renderReport(f)
+	if len(report) > 20_000 {
+		t.Errorf("the report of the last run is %d bytes, more than 20,000", len(report))
+	}
+	b, err := os.ReadFile(filepath.Join(root, "BENCHMARKS.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > 30_000 {
+		t.Errorf("BENCHMARKS.md is %d bytes, more than 30,000", len(b))
+	}
+	generated, _, ok := strings.Cut(string(b), notesMarker)
+	if !ok {
+		t.Fatal("BENCHMARKS.md has no notes marker")
+	}
+	if generated != string(report)+"\n" {
+		t.Errorf("BENCHMARKS.md is not the report of BENCHMARKS.json: run go run ./tests/cmd/spool-bench -render BENCHMARKS.json -out BENCHMARKS.md")
 	}
 }
