@@ -56,6 +56,9 @@ type counts struct {
 	WfChains    int  `json:"wf_chains"`
 	WfGroup     int  `json:"wf_group"`
 	Cluster     bool `json:"cluster"`
+	// LimitsByType says the flow-control rows ran with workers pulling
+	// by type; runs before it pulled by priority.
+	LimitsByType bool `json:"limits_by_type"`
 }
 
 // peerVersions says which peers ran, or why not.
@@ -101,6 +104,7 @@ func (r *results) snapshot(cfg config, wall time.Duration) *figures {
 			SharesPer: cfg.sharesPer, SharesWin: cfg.sharesWin, SharesSlots: cfg.sharesSlots,
 			BacklogN: cfg.backlogN, BacklogReps: cfg.backlogReps, LimitsN: cfg.limitsN,
 			WfChains: cfg.wfChains, WfGroup: cfg.wfGroup, Cluster: cfg.cluster,
+			LimitsByType: true,
 		},
 		Peers: peerVersions{
 			Redis: r.peer.redis, Asynq: r.peer.asynq, AsynqSkipped: r.peer.skipped,

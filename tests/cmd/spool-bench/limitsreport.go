@@ -75,7 +75,7 @@ func (r *report) flowControl() {
 	if len(rows)+len(hol) == 0 {
 		return
 	}
-	r.printf("## Flow control\n\nOne type, a worker of 100 slots, workers pulling by type.\n\n")
+	r.printf("## Flow control\n\nOne type with a rule, a worker of 100 slots.\n\n")
 	r.table([]string{"setup", "rule", "tasks/s", "/ unlimited", "rate reached", "CPU per task (µs)", "hand-backs per task"}, rows, 2)
 	r.printf("No head-of-line blocking: an unlimited type alone, then beside a backlogged type with a concurrency limit (tasks/s):\n\n")
 	r.table([]string{"setup", "limit of the other type", "alone", "beside it", "beside / alone"}, hol)

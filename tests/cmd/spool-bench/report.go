@@ -315,6 +315,10 @@ func (r *report) method() {
 		}
 		return fmtNum(float64(i))
 	}
+	pull := "priority"
+	if c.LimitsByType {
+		pull = "type"
+	}
 	r.printf(`## Method
 
 - **Setups.** R1: one nats-server child process, file storage in a temporary directory, the topology of `+"`streams.Provision`"+`; R3: three nats-server children on the same cores, every stream and bucket R3, their CPU summed. Default sync flushes to disk every 2 minutes; *always* is `+"`sync_interval: always`"+` (every write fsynced before it is acknowledged). Raw JetStream and Spool run back to back on the same server in every run.
@@ -323,11 +327,11 @@ func (r *report) method() {
 - **Enqueue.** Single: %s sequential publishes waiting for the ack. Streaming: %s tasks with 4,096 in flight, raw `+"`PublishMsgAsync`"+` without a header and with the `+"`Nats-Msg-Id`"+` Spool sends (dedup), Spool `+"`EnqueueAsync`"+`, also from a client without enqueued events. Batches: %s tasks in batches of %s, each batch waited for, raw against `+"`EnqueueBatch`"+`. 128-byte payloads, a fresh stream per variant.
 - **Pickup.** An idle consumer, %s tasks published one at a time at %s/s; stream timestamp to handler start (raw: a waiting `+"`Fetch(1)`"+`).
 - **Shares.** %s tasks in each priority, %s slots, boost off: the share of the first %s starts per priority against the weights; raw round-robins the five consumers (20%% each).
-- **Flow control.** Workers pull by type; %s tasks of one type with a rule on it, a worker of 100 slots. A hand-back returns a pulled task to the stream because its limit is full; rate reached is tasks/s over the rate.
+- **Flow control.** Workers pull by %s; %s tasks of one type with a rule on it, a worker of 100 slots. A hand-back returns a pulled task to the stream because its limit is full; rate reached is tasks/s over the rate.
 - **Backlog.** %s drains of %s tasks at concurrency 100, each after a top-up to the backlog; RSS is the consumer's peak.
 - **Workflows.** A worker of 100 slots in the harness: %s chains of 10 steps against 10 plain tasks each enqueued once the last completed, and a group of %s with a callback against as many plain tasks.
 `, n(c.Queued), n(c.ProcessN), n(c.ProcessNAlw), n(c.LatencyN), n(c.BatchN), n(c.BatchN), n(c.BatchSize),
-		n(c.PickupN), n(c.PickupRate), n(c.SharesPer), n(c.SharesSlots), n(c.SharesWin), n(c.LimitsN),
+		n(c.PickupN), n(c.PickupRate), n(c.SharesPer), n(c.SharesSlots), n(c.SharesWin), pull, n(c.LimitsN),
 		n(c.BacklogReps), n(c.BacklogN), n(c.WfChains), n(c.WfGroup))
 	if c.Cluster {
 		r.printf("- **Cluster.** The same scenarios on R3 with smaller counts. Leader change: a quarter into a drain at concurrency 100 the task stream's leader steps down or its node is killed (SIGKILL, restarted after); the figure is the longest time between two acks from then on. Partitions: K task partitions, their leaders spread over the servers, a worker pinned to each partition.\n")
