@@ -25,9 +25,11 @@ func TestMain(m *testing.M) {
 
 // TestQuickRun runs every scenario once with tiny counts under the default
 // sync, so the harness cannot rot. It checks the report, not the figures.
+// It takes one to two minutes; the deadline leaves room for a loaded
+// machine.
 func TestQuickRun(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	cfg := defaultConfig(true)
 	cfg.only = "default"
