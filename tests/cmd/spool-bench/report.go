@@ -229,9 +229,13 @@ func renderReport(f *figures) []byte {
 // headline figure.
 func (r *report) summary(targets [][]string) {
 	f := r.f
-	r.printf("`make bench` (`go run ./tests/cmd/spool-bench`) of %s, %s: medians of %d runs on %s, %d cores (%s/%s), %s, nats-server %s, nats.go %s.\n\n",
+	runs := fmt.Sprintf("medians of %d runs", f.Runs)
+	if f.Runs == 1 {
+		runs = "one run"
+	}
+	r.printf("`make bench` (`go run ./tests/cmd/spool-bench`) of %s, %s: %s on %s, %d cores (%s/%s), %s, nats-server %s, nats.go %s.\n\n",
 		f.Written.Format("2006-01-02 15:04 MST"), time.Duration(f.WallSeconds*float64(time.Second)),
-		f.Runs, f.Machine.CPU, f.Machine.Cores, f.Machine.OS, f.Machine.Arch, f.Machine.Go, f.Machine.NATSServer, f.Machine.NATSGo)
+		runs, f.Machine.CPU, f.Machine.Cores, f.Machine.OS, f.Machine.Arch, f.Machine.Go, f.Machine.NATSServer, f.Machine.NATSGo)
 	verdicts := map[string]int{}
 	for _, t := range targets {
 		verdicts[t[1]]++
