@@ -189,8 +189,3 @@ func (b *bench) notCurrent(ctx context.Context) string {
 	}
 	return ""
 }
-
-// clusterNote is a line of the method notes about the cluster sections.
-func clusterNote() string {
-	return "- **cluster R3**: three nats-server child processes on 127.0.0.1 (one cluster, routes between them), every stream and bucket R3 (`streams.Provision` with `Replicas: 3`); the same enqueue, processing, pickup and shares code as one server, connected to all three URLs; the server CPU is the sum of the three. **Leader change**: a drain at concurrency 100; a quarter of the way in, the task stream's leader steps down (`$JS.API.STREAM.LEADER.STEPDOWN`) or its node gets SIGKILL (restarted afterwards); the figure is the longest time between two acks from then on, seen by a core subscription on `$JS.ACK.<stream>.>` on a surviving node.\n"
-}

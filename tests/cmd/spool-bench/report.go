@@ -338,7 +338,7 @@ func (r *report) method() {
 		n(c.PickupN), n(c.PickupRate), n(c.SharesPer), n(c.SharesSlots), n(c.SharesWin), pull, n(c.LimitsN),
 		n(c.BacklogReps), n(c.BacklogN), n(c.WfChains), n(c.WfGroup))
 	if c.Cluster {
-		r.printf("- **Cluster.** The same scenarios on R3 with smaller counts. Leader change: a quarter into a drain at concurrency 100 the task stream's leader steps down or its node is killed (SIGKILL, restarted after); the figure is the longest time between two acks from then on. Partitions: K task partitions, their leaders spread over the servers, a worker pinned to each partition.\n")
+		r.printf("- **Cluster.** The same scenarios on R3 with smaller counts, the clients connected to all three servers. Leader change: a quarter into a drain at concurrency 100 the task stream's leader steps down or its node is killed (SIGKILL, restarted after); the figure is the longest time between two acks from then on, seen on `$JS.ACK.<stream>.>` from a surviving node. Partitions: K task partitions, their leaders spread over the servers, a worker pinned to each partition.\n")
 	}
 	r.printf("%s\n", peerMethod(r.f.Peers))
 }
