@@ -69,9 +69,6 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology, logger *
 			}
 		}
 	}
-	if err := SpreadLeaders(ctx, js, t, logger); err != nil {
-		return err
-	}
 	if err := ensureConsumer(ctx, js, t.Names.AdvisoryStream(), t.RouterConsumerConfig(), logger); err != nil {
 		return err
 	}
@@ -80,7 +77,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology, logger *
 			return err
 		}
 	}
-	return nil
+	return SpreadLeaders(ctx, js, t, logger)
 }
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, logger *slog.Logger) error {
