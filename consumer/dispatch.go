@@ -46,8 +46,10 @@ type dispatcher struct {
 	attempt   func(lane int, msg jetstream.Msg, beat time.Time)
 	hard      context.Context
 	onRefresh func()
-	// pl sends pull requests and receives the tasks they bring.
+	// pl sends pull requests and receives the tasks they bring; wk
+	// watches the idle lanes that are not long-polled (wakeup.go).
 	pl *puller
+	wk *waker
 
 	// wake nudges the dispatcher (capacity 1, never closed).
 	wake chan struct{}
@@ -99,7 +101,11 @@ func (d *dispatcher) begin(nc *nats.Conn, ioCtx, hard context.Context, attempt f
 	d.ioCtx, d.hard, d.attempt, d.onRefresh = ioCtx, hard, attempt, onRefresh
 	var err error
 	d.pl, err = newPuller(d, nc)
-	return err
+	if err != nil {
+		return err
+	}
+	d.wk = newWaker(nc, d.log, d.lanes, min(d.o.IOTimeout, 2*time.Second), d.woke)
+	return nil
 }
 
 // run starts the dispatcher and refresher goroutines.
@@ -126,6 +132,7 @@ func (d *dispatcher) stopPulling() {
 	d.mu.Lock()
 	d.mu.Unlock() //nolint:staticcheck // an empty critical section orders the admissions before it
 	d.loops.Wait()
+	d.wk.close()
 	d.awaitFetches()
 	d.pl.expire(true)
 }
@@ -205,11 +212,12 @@ func (d *dispatcher) isStopping() bool {
 func (d *dispatcher) dispatchLoop() {
 	defer d.loops.Done()
 	for {
-		plans, start := d.dispatch()
+		plans, start, watch := d.dispatch()
 		for _, j := range start {
 			d.startAttempt(j.lane, j.msg)
 		}
 		d.pl.send(plans)
+		d.wk.arm(watch, d.unarm)
 		select {
 		case <-d.wake:
 		case <-d.stopping:
@@ -218,7 +226,19 @@ func (d *dispatcher) dispatchLoop() {
 	}
 }
 
-// dispatch plans pulls under the lock; the caller sends them.
+// dispatch plans pulls under the lock, and the lanes to watch
+// (watchLocked); the caller sends and arms them.
+func (d *dispatcher) dispatch() (plans []pullPlan, start []job, watch []int) {
+	if d.isStopping() {
+		return nil, nil, nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	plans, start = d.planLocked()
+	return plans, start, d.watchLocked()
+}
+
+// planLocked plans pulls. d.mu is held.
 //
 // Slots go first to priorities known to have work, in any partition:
 // the scheduler splits the free slots over the priorities, and each
@@ -227,13 +247,11 @@ func (d *dispatcher) dispatchLoop() {
 // known to have work, or what is known is fewer tasks than free slots),
 // every other lane gets a long-poll, the most urgent priorities' first: a
 // single-message pull that reserves a slot out of MaxConcurrency, so a
-// message it brings always has a slot.
-func (d *dispatcher) dispatch() (plans []pullPlan, start []job) {
-	if d.isStopping() {
-		return nil, nil
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+// message it brings always has a slot. When the spare slots do not cover
+// every such lane and wake-ups are on, none is long-polled: they are
+// watched instead, and a lane woken by a publish counts as a lane with
+// work, pulled with a long-poll of one task while a slot is spare.
+func (d *dispatcher) planLocked() (plans []pullPlan, start []job) {
 	var caps [numPriorities]int
 	_, oldest := d.backlogLocked()
 	laneCaps, resting := d.laneCaps, d.resting
@@ -250,7 +268,7 @@ func (d *dispatcher) dispatch() (plans []pullPlan, start []job) {
 		case d.pl.polling(i):
 		case st.pending > 0:
 			laneCaps[i] = int(min(st.pending, uint64(2*d.o.MaxConcurrency))) // what a round may ask for: the slots and as many ahead
-		case st.maybe && !d.pl.outstanding(i):
+		case (st.maybe || st.woken) && !d.pl.outstanding(i):
 			laneCaps[i] = 1
 		}
 		if room := d.roomLocked(i); room >= 0 {
@@ -272,6 +290,7 @@ func (d *dispatcher) dispatch() (plans []pullPlan, start []job) {
 	}
 	for _, c := range capped {
 		if n := min(c[1], d.slots.spare()); n > 0 {
+			d.lanes[c[0]].woken = false
 			d.slots.reserve(n, true)
 			plans = append(plans, d.pl.planLocked(c[0], n, true))
 			resting[c[0]] = true
@@ -308,9 +327,16 @@ func (d *dispatcher) dispatch() (plans []pullPlan, start []job) {
 			}
 			for j, n := range d.splitLocked(p, alloc[p], laneCaps) {
 				if n > 0 {
+					i := laneOf(j, p)
 					used += n
-					d.slots.reserve(n, false)
-					plans = append(plans, d.pl.planLocked(laneOf(j, p), n, false))
+					// A lane known to have work only from a wake-up is
+					// pulled with a long-poll: its task may not be stored
+					// yet when the pull arrives.
+					st := &d.lanes[i]
+					poll := st.woken && st.pending == 0 && n == 1 && d.slots.spare() > 0
+					st.woken = false
+					d.slots.reserve(n, poll)
+					plans = append(plans, d.pl.planLocked(i, n, poll))
 				}
 			}
 		}
@@ -319,8 +345,12 @@ func (d *dispatcher) dispatch() (plans []pullPlan, start []job) {
 		}
 	}
 	// Spare capacity: long-poll every lane with no known work, the most
-	// urgent priorities first.
+	// urgent priorities first; or, when that is more lanes than the
+	// spare slots, watch them all.
 	budget := d.slots.spare()
+	if d.wk.on && d.idleLocked(laneCaps, resting) > budget {
+		return plans, start
+	}
 	for _, p := range spool.Priorities {
 		for g := range d.groups {
 			if budget <= 0 {

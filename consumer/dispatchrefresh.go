@@ -130,6 +130,10 @@ type prioState struct {
 	// pause, read at each refresh): nothing is pulled, so no slot waits
 	// on it.
 	paused bool
+	// armed is set while a watch waits for a publish to the lane (see
+	// wakeup.go); woken is set when one came and the lane was not pulled
+	// since.
+	armed, woken bool
 	// retired is set when the lane's priority consumer was removed
 	// because the deployment switched to pulling by type: the lane is
 	// never pulled again (see retireIfSwitched).
