@@ -43,6 +43,11 @@ type consumeFlags struct {
 	discard         bool          // spool: discard every result (WithDiscardResults)
 	countType       string        // drain: count the completions of this type only
 	asynqPoll       time.Duration // asynq: Config.TaskCheckInterval (0: its default, 1s)
+	// types, when set, is the exact types the spool worker serves (see
+	// typeNames) in place of bench; sleep is how long their handler
+	// sleeps.
+	types string
+	sleep time.Duration
 }
 
 // consumeChild runs one consumer-side measurement: raw JetStream or a
@@ -62,6 +67,8 @@ func consumeChild(ctx context.Context, args []string) error {
 	fs.BoolVar(&f.discard, "discard", false, "spool: discard the result of every task (WithDiscardResults)")
 	fs.StringVar(&f.countType, "count-type", "", "spool drain: count the completions of this task type only (default: all)")
 	fs.DurationVar(&f.asynqPoll, "asynq-poll", 0, "asynq: TaskCheckInterval (0: asynq's default, 1s)")
+	fs.StringVar(&f.types, "types", "", "spool: serve these exact types instead of bench: <prefix>:<count> (pick:50 is pick.00 … pick.49) or a comma-separated list")
+	fs.DurationVar(&f.sleep, "sleep", 0, "spool: how long the handler of -types sleeps")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile of the run to this file")
 	if err := fs.Parse(args); err != nil {
@@ -173,13 +180,31 @@ func finishConsume(rep *consumeReport, memProfile string) error {
 // concurrency conc until n tasks completed.
 func spoolRun(ctx context.Context, nc *nats.Conn, f consumeFlags, rep *consumeReport, observe func(*consumer.Task)) error {
 	mux := consumer.NewMux()
-	mux.HandleFunc("bench", func(ctx context.Context, t *consumer.Task) ([]byte, error) {
+	handle := func(ctx context.Context, t *consumer.Task) ([]byte, error) {
 		if observe != nil {
 			observe(t)
 		}
+		if f.sleep > 0 {
+			select {
+			case <-time.After(f.sleep):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
 		return nil, nil
-	})
-	mux.HandleFunc(limitedType, handleLimited)
+	}
+	if f.types == "" {
+		mux.HandleFunc("bench", handle)
+		mux.HandleFunc(limitedType, handleLimited)
+	} else {
+		types, err := parseTypes(f.types)
+		if err != nil {
+			return err
+		}
+		for _, typ := range types {
+			mux.HandleFunc(typ, handle)
+		}
+	}
 	opts := []consumer.Option{consumer.WithConcurrency(f.conc, f.conc), consumer.WithProcessingDelay(f.pdelay), consumer.WithEvents(f.events)}
 	if f.discard {
 		opts = append(opts, consumer.WithDiscardResults(">"))

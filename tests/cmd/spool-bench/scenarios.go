@@ -89,6 +89,8 @@ func runMode(ctx context.Context, cfg config, syncAlways bool, res *results, log
 		{"natsbench", b.natsBench},
 		{"fairness", b.fairness},
 		{"peers", b.peers},
+		{"types", b.typesPickup},
+		{"isolation", b.isolation},
 	}
 	for run := 1; run <= cfg.runs; run++ {
 		for _, s := range steps {
