@@ -254,10 +254,11 @@ func TestRolesDenyByConstruction(t *testing.T) {
 	if p := perms["spool-producer"]; p == nil || p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, []string{"_INBOX.>", "spool.events.>"}) {
 		t.Errorf("spool-producer subscribe permissions %+v, want _INBOX.> and spool.events.> only", p)
 	}
-	// The consumer also answers the NATS service API (nats micro) and
-	// watches the flow-control slots, and only that: it replies, it does
-	// not listen to tasks or remote calls.
-	consumerSubs := []string{
+	// The consumer also answers the NATS service API (nats micro),
+	// watches the flow-control slots and the publishes of tasks (to wake
+	// its idle consumers), and only that: it replies, it does not listen
+	// to remote calls.
+	serviceSubs := []string{
 		"_INBOX.>",
 		"$SRV.PING", "$SRV.PING.spool-consumer", "$SRV.PING.spool-consumer.*",
 		"$SRV.INFO", "$SRV.INFO.spool-consumer", "$SRV.INFO.spool-consumer.*",
@@ -273,11 +274,16 @@ func TestRolesDenyByConstruction(t *testing.T) {
 		// Producers' requests to start an ordered or fair key.
 		"spool.kick.>",
 	}
+	consumerSubs := append(slices.Clone(serviceSubs), "spool.tasks.>", "spool.part.*.tasks.>")
+	billingSubs := append(slices.Clone(serviceSubs),
+		"spool.tasks.*.billing.*", "spool.part.*.tasks.*.billing.*",
+		"spool.tasks.*.invoice.send", "spool.part.*.tasks.*.invoice.send",
+		"spool.tasks.*._spool.workflow.submit", "spool.part.*.tasks.*._spool.workflow.submit")
 	if p := perms["spool-consumer"]; p == nil || p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, consumerSubs) || p.Response == nil {
 		t.Errorf("spool-consumer subscribe permissions %+v, want %v and responses", p, consumerSubs)
 	}
-	if p := perms["spool-worker-billing"]; p == nil || p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, consumerSubs) || p.Response == nil {
-		t.Errorf("spool-worker-billing subscribe permissions %+v, want spool-consumer's: %v and responses", p, consumerSubs)
+	if p := perms["spool-worker-billing"]; p == nil || p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, billingSubs) || p.Response == nil {
+		t.Errorf("spool-worker-billing subscribe permissions %+v, want spool-consumer's narrowed to its types: %v and responses", p, billingSubs)
 	}
 	if p := perms["spool-handler"]; p == nil || p.Response == nil {
 		t.Errorf("spool-handler cannot reply: %+v", p)
