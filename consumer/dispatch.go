@@ -249,8 +249,8 @@ func (d *dispatcher) dispatch() (plans []pullPlan, start []job, watch []int) {
 // single-message pull that reserves a slot out of MaxConcurrency, so a
 // message it brings always has a slot. When the spare slots do not cover
 // every such lane and wake-ups are on, none is long-polled: they are
-// watched instead, and a lane woken by a publish counts as a lane with
-// work, pulled with a long-poll of one task while a slot is spare.
+// watched instead, and a lane woken by a publish is long-polled first
+// (pollWokenLocked).
 func (d *dispatcher) planLocked() (plans []pullPlan, start []job) {
 	var caps [numPriorities]int
 	_, oldest := d.backlogLocked()
@@ -268,7 +268,7 @@ func (d *dispatcher) planLocked() (plans []pullPlan, start []job) {
 		case d.pl.polling(i):
 		case st.pending > 0:
 			laneCaps[i] = int(min(st.pending, uint64(2*d.o.MaxConcurrency))) // what a round may ask for: the slots and as many ahead
-		case (st.maybe || st.woken) && !d.pl.outstanding(i):
+		case st.maybe && !d.pl.outstanding(i):
 			laneCaps[i] = 1
 		}
 		if room := d.roomLocked(i); room >= 0 {
@@ -296,6 +296,7 @@ func (d *dispatcher) planLocked() (plans []pullPlan, start []job) {
 			resting[c[0]] = true
 		}
 	}
+	plans = d.pollWokenLocked(plans, laneCaps, resting)
 	if known {
 		d.scaleUpLocked()
 		start = d.startQueuedLocked()
@@ -329,14 +330,9 @@ func (d *dispatcher) planLocked() (plans []pullPlan, start []job) {
 				if n > 0 {
 					i := laneOf(j, p)
 					used += n
-					// A lane known to have work only from a wake-up is
-					// pulled with a long-poll: its task may not be stored
-					// yet when the pull arrives.
-					st := &d.lanes[i]
-					poll := st.woken && st.pending == 0 && n == 1 && d.slots.spare() > 0
-					st.woken = false
-					d.slots.reserve(n, poll)
-					plans = append(plans, d.pl.planLocked(i, n, poll))
+					d.lanes[i].woken = false
+					d.slots.reserve(n, false)
+					plans = append(plans, d.pl.planLocked(i, n, false))
 				}
 			}
 		}

@@ -265,3 +265,28 @@ func (d *dispatcher) watchLocked() []int {
 	}
 	return out
 }
+
+// pollWokenLocked long-polls the lanes woken by a publish and not known to
+// have work otherwise, one task each, from the spare slots, the most
+// urgent priorities first: the long-polls the watches stand in for. A
+// long-poll waits for the task to be stored, which a fetch sent at once
+// could miss. A woken lane left without a slot waits for one, and a
+// refresh that finds its task makes it a lane with work. d.mu is held.
+func (d *dispatcher) pollWokenLocked(plans []pullPlan, laneCaps []int, resting []bool) []pullPlan {
+	for _, p := range spool.Priorities {
+		for g := range d.groups {
+			i := laneOf(g, p)
+			st := &d.lanes[i]
+			if !st.woken || laneCaps[i] > 0 || resting[i] || d.pl.outstanding(i) || d.roomLocked(i) == 0 {
+				continue
+			}
+			if d.slots.spare() <= 0 {
+				return plans
+			}
+			st.woken = false
+			d.slots.reserve(1, true)
+			plans = append(plans, d.pl.planLocked(i, 1, true))
+		}
+	}
+	return plans
+}

@@ -3,12 +3,14 @@ package consumer_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/streams/streamstest"
 )
 
@@ -104,5 +106,27 @@ func TestWakeUpKeepsPriorities(t *testing.T) {
 	})
 	if got := ran(); got[1] != "critical wake.t12" || got[2] != "idle wake.t11" {
 		t.Errorf("ran %q: want the critical task before the idle one", got)
+	}
+}
+
+// On task partitions, a lane is watched on the subjects its partition
+// hears: a task published to the plain subject, which the server maps to
+// a partition, wakes the lane that pulls it there.
+func TestWakeUpAcrossPartitions(t *testing.T) {
+	e := newPartitionedEnv(t, 3, streams.Settings{Consumers: streams.ConsumersByType})
+	mux, ran, _ := manyTypes(5)
+	w := e.worker(mux, consumer.WithConcurrency(1, 2), consumer.WithPolling(time.Second, time.Minute))
+	settled(t, w)
+	var want []string
+	for i, p := range []spool.Priority{spool.Idle, spool.Low, spool.High, spool.Normal} {
+		typ := fmt.Sprintf("wake.t%02d", i+1)
+		e.publishID(p, typ, fmt.Sprintf("wake-part-%d", i), nil, nil)
+		want = append(want, p.String()+" "+typ)
+		streamstest.WaitFor(t, 10*time.Second, func() error {
+			if got := ran(); !slices.Equal(got, want) {
+				return fmt.Errorf("ran %q, want %q", got, want)
+			}
+			return nil
+		})
 	}
 }
