@@ -185,7 +185,7 @@ func (b *bench) isolation(ctx context.Context) error {
 	}
 	b.add("isolation: service A alone (tasks/s)", "spool", alone)
 	b.add("isolation: service A beside B's slow backlog (tasks/s)", "spool", beside)
-	b.add("isolation: service A beside B's backlog / alone", "spool", beside/alone)
+	b.add("isolation: service A beside B's backlog / alone (×)", "spool", beside/alone)
 	if err := b.purge(ctx); err != nil {
 		return err
 	}
