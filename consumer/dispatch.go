@@ -81,6 +81,9 @@ type dispatcher struct {
 	// switched logs once that the deployment switched to pulling by type
 	// under this worker, which pulls by priority (retireIfSwitched).
 	switched sync.Once
+	// rateRoom says how many more tasks of a type its rate line takes
+	// (see holdRates); nil when no lane is bound by one.
+	rateRoom func(typ string) (int, bool)
 }
 
 func newDispatcher(o *config, log *slog.Logger, stopping <-chan struct{}) *dispatcher {
@@ -261,7 +264,8 @@ func (d *dispatcher) planLocked() (plans []pullPlan, start []job) {
 	for i := range d.lanes {
 		st := &d.lanes[i]
 		p := lanePriority(i)
-		resting[i] = now.Before(st.restUntil) || st.paused || st.retired
+		rateRoom := d.laneRoomLocked(i) // a full rate line rests its lane
+		resting[i] = now.Before(st.restUntil) || st.paused || st.retired || rateRoom == 0
 		laneCaps[i] = 0
 		switch {
 		case resting[i]:
@@ -270,6 +274,9 @@ func (d *dispatcher) planLocked() (plans []pullPlan, start []job) {
 			laneCaps[i] = int(min(st.pending, uint64(2*d.o.MaxConcurrency))) // what a round may ask for: the slots and as many ahead
 		case st.maybe && !d.pl.outstanding(i):
 			laneCaps[i] = 1
+		}
+		if rateRoom > 0 {
+			laneCaps[i] = min(laneCaps[i], rateRoom)
 		}
 		if room := d.roomLocked(i); room >= 0 {
 			// The server delivers no more than the consumer's cap, and

@@ -172,7 +172,8 @@ func (f *flowControl) admit(a *attemptInfo, meta spool.Meta) (bool, error) {
 // admitLimits takes the leases the flow-control rule of the task's type
 // asks for, taking over the slots the task carried out of a waiting room
 // (used up either way). When a concurrency limit is full, it parks the
-// task in the limit's waiting room; when a rate limit is full or the
+// task in the limit's waiting room; a task whose rate start is not due
+// waits for it here (leaseContext), and when its rate line is full or the
 // leases cannot be read, it hands the task back for later. Either way it
 // returns false: the attempt is over, and it cost the task none of its
 // attempts.
@@ -184,13 +185,13 @@ func (f *flowControl) admitLimits(a *attemptInfo, meta spool.Meta) bool {
 	a.grants = nil
 	// A type without a rule in the local view of the rules takes no
 	// lease: no context, no round trip.
-	if rule, ok := f.limiter.Rule(a.typ); !ok || !rule.Limits() {
+	rule, ok := f.limiter.Rule(a.typ)
+	if !ok || !rule.Limits() {
 		f.limiter.Drop(f.io.ctx, gs...)
 		return true
 	}
 	budget := f.io.admitTimeout(a.p)
-	ctx, cancel := context.WithTimeout(f.io.ctx, budget)
-	defer cancel()
+	ctx, done := f.leaseContext(a, rule, budget)
 	// A task delivered through its type's own consumer was let through
 	// by the limit's cap (capLanes): a slot frees for it in a moment.
 	wait := time.Duration(0)
@@ -198,6 +199,7 @@ func (f *flowControl) admitLimits(a *attemptInfo, meta spool.Meta) bool {
 		wait = min(capWait, budget/2)
 	}
 	lease, err := f.limiter.AcquireWaiting(ctx, a.typ, meta.Key, a.id, gs, wait)
+	done()
 	if err == nil {
 		a.lease = lease
 		return true

@@ -79,15 +79,18 @@ func TestHandedBackTaskKeepsEnqueuedAt(t *testing.T) {
 	t.Parallel()
 	t.Run("rate", func(t *testing.T) {
 		t.Parallel()
-		e := newEnv(t, streams.Settings{})
+		e := newEnv(t, streams.Settings{Consumers: streams.ConsumersByPriority})
 		e.putRule(limits.Rule{Type: "paced", Rate: &limits.Rate{Limit: 1, Period: limits.Duration(time.Second)}})
 		l := &enqueueLog{saw: map[string]time.Time{}}
 		var enqueued []time.Time
-		for i := range 3 {
+		for i := range 6 {
 			enqueued = append(enqueued, e.storedAt(e.publishID(spool.Normal, "paced", fmt.Sprintf("paced-%d", i), nil, nil)))
 		}
-		e.worker(l.handler(nil))
-		// One task runs in the first second; the others were handed back.
+		// A worker of four slots pulling by priority: one task runs at
+		// once, three wait in its rate line (three quarters of its
+		// slots), and the ones pulled beside them find the line full and
+		// are handed back.
+		e.worker(l.handler(nil), consumer.WithConcurrency(4, 4))
 		handedBack := 0
 		for i, at := range enqueued {
 			id := fmt.Sprintf("paced-%d", i)
@@ -98,7 +101,7 @@ func TestHandedBackTaskKeepsEnqueuedAt(t *testing.T) {
 			}
 		}
 		if handedBack < 2 {
-			t.Errorf("%d of 3 tasks were handed back, want at least 2 under a rate of 1/s", handedBack)
+			t.Errorf("%d of 6 tasks were handed back, want at least 2 under a rate of 1/s", handedBack)
 		}
 	})
 	t.Run("waiting_room", func(t *testing.T) {

@@ -192,6 +192,7 @@ func (w *Worker) startStages(ctx context.Context, res *results.Store) error {
 	if err != nil {
 		return err
 	}
+	d.holdRates(flow)
 	w.mu.Lock()
 	w.flow = flow // read by Stats
 	w.mu.Unlock()

@@ -41,10 +41,6 @@ func (e *DeniedError) Error() string {
 	return fmt.Sprintf("%s limit of %q is full (retry after %s)", e.Limit, e.Type, e.RetryAfter)
 }
 
-// localWait is the longest a task waits in its worker for its rate
-// limit's next start before it is handed back.
-const localWait = 600 * time.Millisecond
-
 // staleHint is how long the view holds a slot taken after a create found
 // it held, when no change of the slot was seen.
 const staleHint = time.Second
@@ -103,6 +99,10 @@ type Limiter struct {
 	// ratePace is, per rate key, how long a start took this worker lately
 	// (see paceLocked).
 	ratePace map[string]time.Duration
+	// lineMost bounds each rate line, and holdTypes are the types whose
+	// pulls this worker stops while their rate line is full (see Hold).
+	lineMost  int
+	holdTypes map[string]bool
 	// roomLocks let one releaser of a waiting room at a time in this
 	// process hand slots on (striped by the room's hash; see lockRoom).
 	roomLocks [roomLockStripes]sync.Mutex
@@ -136,7 +136,7 @@ type TypeStats struct {
 	// Held is the leases this worker holds now.
 	Held int
 	// Waiting is the tasks of the type waiting in this worker now for a
-	// rate limit's start (at most 600ms each before they run or are
+	// rate limit's start (at most MaxHold each before they run or are
 	// handed back). Tasks of a full concurrency limit wait in its waiting
 	// room on the task stream, not in a worker.
 	Waiting int

@@ -334,7 +334,7 @@ func TestRateLineFirstComeFirstServed(t *testing.T) {
 
 // Two workers, each with a dozen tasks arriving at once for one fast rate
 // (10 per 100ms, a start every 10.5ms): the heads write the starts due
-// within 50ms ahead, up to five in one write, for themselves and the
+// within 75ms ahead, up to seven in one write, for themselves and the
 // tasks behind them. Every task that is not handed back starts once, and
 // no window of a period holds more starts than the limit (three more are
 // the jitter between the allowed moment and Acquire's return on a loaded

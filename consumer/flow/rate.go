@@ -20,8 +20,11 @@ import (
 //
 // The tasks of one rate key waiting in this worker form a line, first
 // come first served, of at most lineCap: only its head reads the key, so a
-// waiting task costs no reads of its own; a task that finds the line
-// full, or whose wait would pass localWait, is handed back. The head
+// waiting task costs no reads of its own. A task waits in the line for
+// its start, however many are ahead of it, up to MaxHold where the worker
+// stops pulling its type while the line is full (Hold) and 600ms
+// elsewhere: a task that finds the line full (unless its type is one of
+// those), or whose wait would pass that, is handed back. The head
 // writes its start ahead (reserve): once the start is due within
 // reserveAhead it moves tat on at once and sleeps until the start is
 // allowed, and the next in line reserves the start after it meanwhile.
@@ -41,8 +44,8 @@ import (
 func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, limit string) error {
 	iv, tol := r.GCRA()
 	rk := limits.RateKey(typ, key)
-	deadline := time.Now().Add(localWait)
-	w, ahead := l.joinLine(rk, lineCap(iv))
+	deadline := time.Now().Add(l.holdFor(typ, key))
+	w, ahead := l.joinLine(rk, typ, key, iv)
 	if w == nil {
 		// The line is full: come back after it.
 		return l.bookReturn(ctx, typ, key, limit, iv, time.Duration(ahead+1)*iv)
@@ -50,7 +53,7 @@ func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, 
 	defer l.leaveLine(rk, w)
 	if ahead > 0 {
 		l.waiting(typ, 1)
-		t := time.NewTimer(localWait)
+		t := time.NewTimer(time.Until(deadline))
 		select {
 		case <-w.turn:
 		case <-t.C:
@@ -117,13 +120,20 @@ func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, 
 // reserveAhead is how long before its start a task writes it to the rate
 // key (see takeRate): longer than a round trip to the server on a loaded
 // machine, short enough that a worker killed while it sleeps loses few
-// starts (about reserveAhead / interval across the fleet).
+// starts (about reserveSpan / interval across the fleet).
 const reserveAhead = 50 * time.Millisecond
+
+// reserveSpan is how far ahead the write of the line's head takes starts
+// for the tasks behind it: the head writes once its start is due within
+// reserveAhead, and a span longer than that takes a few starts per write
+// (about one write per 25ms of starts) where writing only up to
+// reserveAhead would take one or two at a time.
+const reserveSpan = reserveAhead + reserveAhead/2
 
 // reserve writes the next starts of rate key rk to the key when the
 // first is due within reserveAhead and within most: one for the line's
 // head w and one for each task behind it in the line whose start is due
-// within reserveAhead too, in one write. When the head's start is allowed
+// within reserveSpan, in one write. When the head's start is allowed
 // at once (now), the write is the start, as in GCRA. Each other start k
 // is reserved for its task (reserved; the task's until), allowed from
 // tat_k − tol to tat_k: a start in that span is one GCRA would let
@@ -167,7 +177,7 @@ func (l *Limiter) reserve(ctx context.Context, rk string, w *waiter, iv, tol, mo
 			cancel()
 			return false, false, wait, nil
 		}
-		n := 1 + min(max(behind, 0), int((reserveAhead-wait)/iv))
+		n := 1 + min(max(behind, 0), int((reserveSpan-wait)/iv))
 		next := tat.Add(time.Duration(n) * iv)
 		rev, err := l.writeInstant(rctx, rk, next, last.rev, max(time.Second, next.Sub(at)+time.Second))
 		cancel()

@@ -17,7 +17,9 @@ import (
 
 // limits: the processing drain at concurrency 100 with a flow-control rule
 // on the task type, beside the same drain without one: a concurrency
-// limit of 50, a per-key limit of 1 over 10,000 keys, and a rate limit.
+// limit of 50, a per-key limit of 1 over 10,000 keys, and rate limits of
+// a tenth and of the whole run's tasks per second (ten seconds of backlog
+// each, the fast one with ten times the tasks), with the rate reached.
 // Throughput and CPU per task (consumer + server), each row against the
 // unlimited run. The runs are small (limitsN): a limited type runs at tens
 // to hundreds of tasks a second today, see the flow-control
@@ -44,20 +46,25 @@ func (b *bench) limits(ctx context.Context) error {
 		}
 	}()
 	rate := max(1, n/10) // ten seconds of backlog
+	// The fast rate runs ten times as many tasks, for as long.
+	fast := 10 * rate
 	for _, v := range []struct {
 		name string
 		rule limits.Rule
 		keys int
+		n    int
+		rate int // the rule's rate per second (0: none)
 	}{
-		{"unlimited", limits.Rule{Type: "bench"}, 0},
-		{"concurrency limit 50", limits.Rule{Type: "bench", Concurrency: 50}, 0},
-		{"per-key limit 1, 10,000 keys", limits.Rule{Type: "bench", KeyConcurrency: 1}, 10_000},
-		{fmt.Sprintf("rate limit %d/s", rate), limits.Rule{Type: "bench", Rate: &limits.Rate{Limit: rate, Period: limits.Duration(time.Second)}}, 0},
+		{"unlimited", limits.Rule{Type: "bench"}, 0, n, 0},
+		{"concurrency limit 50", limits.Rule{Type: "bench", Concurrency: 50}, 0, n, 0},
+		{"per-key limit 1, 10,000 keys", limits.Rule{Type: "bench", KeyConcurrency: 1}, 10_000, n, 0},
+		{fmt.Sprintf("rate limit %d/s", rate), limits.Rule{Type: "bench", Rate: &limits.Rate{Limit: rate, Period: limits.Duration(time.Second)}}, 0, n, rate},
+		{fmt.Sprintf("rate limit %d/s", fast), limits.Rule{Type: "bench", Rate: &limits.Rate{Limit: fast, Period: limits.Duration(time.Second)}}, 0, 10 * n, fast},
 	} {
 		if err := b.purge(ctx); err != nil {
 			return err
 		}
-		if err := b.fillKeyed(ctx, n, v.keys); err != nil {
+		if err := b.fillKeyed(ctx, v.n, v.keys); err != nil {
 			return err
 		}
 		// An empty rule deletes the type's rule.
@@ -66,13 +73,16 @@ func (b *bench) limits(ctx context.Context) error {
 		}
 		runtime.GC()
 		row := fmt.Sprintf("flow control: %s, concurrency %d", v.name, conc)
-		r, err := b.drain(ctx, row, "spool", "spool", n, conc)
+		r, err := b.drain(ctx, row, "spool", "spool", v.n, conc)
 		if err != nil {
 			return err
 		}
 		tasks := float64(r.Tasks)
 		b.add(row+", CPU per task: consumer + server (µs)", "spool", (r.CPUus+r.ServerCPUus)/tasks)
 		b.add(row+", hand-backs per task", "spool", float64(r.HandBacks)/tasks)
+		if v.rate > 0 {
+			b.add(row+", rate reached (% of the limit)", "spool", 100*tasks/r.Seconds/float64(v.rate))
+		}
 	}
 	if err := st.Delete(ctx, "bench"); err != nil {
 		return err

@@ -1,0 +1,130 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spoolq/spool/consumer"
+	spool "github.com/spoolq/spool/shared"
+	"github.com/spoolq/spool/shared/limits"
+	"github.com/spoolq/spool/streams"
+)
+
+// paceRecorder records the handler starts of a rate-limited type.
+type paceRecorder struct {
+	mu     sync.Mutex
+	starts []time.Time
+}
+
+func (r *paceRecorder) handle(context.Context, *consumer.Task) ([]byte, error) {
+	r.mu.Lock()
+	r.starts = append(r.starts, time.Now())
+	r.mu.Unlock()
+	return nil, nil
+}
+
+// mostIn is the most starts within any window of d.
+func (r *paceRecorder) mostIn(d time.Duration) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := append([]time.Time(nil), r.starts...)
+	sort.Slice(s, func(i, j int) bool { return s[i].Before(s[j]) })
+	most := 0
+	for i := range s {
+		j := sort.Search(len(s), func(j int) bool { return !s[j].Before(s[i].Add(d)) })
+		most = max(most, j-i)
+	}
+	return most
+}
+
+// handBacks sums the tasks a worker turned away by flow control.
+func handBacks(w *consumer.Worker, typ string) uint64 {
+	var n uint64
+	for _, c := range w.Stats().Flow[typ].Denied {
+		n += c
+	}
+	return n
+}
+
+// runPaced queues n tasks of type paced, limited to limit starts a
+// second, starts a worker of slots slots that records their starts, and
+// waits until each task completed on its first attempt.
+func runPaced(t *testing.T, s streams.Settings, limit, slots, n int) (*env, *consumer.Worker, *paceRecorder) {
+	t.Helper()
+	e := newEnv(t, s)
+	e.putRule(limits.Rule{Type: "paced", Rate: &limits.Rate{Limit: limit, Period: limits.Duration(time.Second)}})
+	for i := range n {
+		e.publishID(spool.Normal, "paced", fmt.Sprintf("paced-%d", i), nil, nil)
+	}
+	rec := &paceRecorder{}
+	mux := consumer.NewMux()
+	mux.HandleFunc("paced", rec.handle)
+	w := e.worker(mux, consumer.WithConcurrency(slots, slots))
+	for i := range n {
+		if doc := e.waitResult(fmt.Sprintf("paced-%d", i), spool.StateCompleted, time.Minute); doc.Attempts != 1 {
+			t.Errorf("task paced-%d took %d attempts", i, doc.Attempts)
+		}
+	}
+	return e, w, rec
+}
+
+// A worker that pulls a rate-limited type through a consumer of its own
+// holds the type's tasks for their starts and stops pulling the type
+// while its line is full: a backlog of five times the worker's slots runs
+// at the rate with no task handed back, each on its first attempt, and no
+// second holds more starts than the rate (+1 for the jitter between a
+// start and its handler).
+func TestRateHeldWithoutHandBacks(t *testing.T) {
+	t.Parallel()
+	const limit, slots, n = 40, 20, 100
+	_, w, rec := runPaced(t, streams.Settings{Consumers: streams.ConsumersByType}, limit, slots, n)
+	if hb := handBacks(w, "paced"); hb != 0 {
+		t.Errorf("%d of %d tasks handed back, want none", hb, n)
+	}
+	if most := rec.mostIn(time.Second); most > limit+1 {
+		t.Errorf("%d starts within one second, limit %d", most, limit)
+	}
+}
+
+// deliveries sums the deliveries of every consumer of the task stream.
+func deliveries(t *testing.T, e *env) uint64 {
+	t.Helper()
+	stream, err := e.js.Stream(testCtx(t), e.names.TaskStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for ci := range stream.ListConsumers(testCtx(t)).Info() {
+		n += ci.Delivered.Consumer
+	}
+	return n
+}
+
+// A task held for its start longer than the AckWait is heartbeated
+// meanwhile: a rate of 2 a second with a line of four tasks in one worker
+// holds the last for about two AckWaits of one second, and every task
+// is delivered once and runs once, with none handed back.
+func TestRateHeldPastAckWait(t *testing.T) {
+	t.Parallel()
+	const limit, n = 2, 6
+	e, w, rec := runPaced(t, streams.Settings{Consumers: streams.ConsumersByType, AckWait: time.Second}, limit, 8, n)
+	if hb := handBacks(w, "paced"); hb != 0 {
+		t.Errorf("%d of %d tasks handed back, want none", hb, n)
+	}
+	if d := deliveries(t, e); d != n {
+		t.Errorf("%d deliveries of %d tasks, want one each: a held task was delivered again", d, n)
+	}
+	rec.mu.Lock()
+	runs := len(rec.starts)
+	rec.mu.Unlock()
+	if runs != n {
+		t.Errorf("%d runs of %d tasks, want each once", runs, n)
+	}
+	if most := rec.mostIn(time.Second); most > limit+1 {
+		t.Errorf("%d starts within one second, limit %d", most, limit)
+	}
+}
