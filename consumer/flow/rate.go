@@ -72,11 +72,11 @@ func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, 
 	}
 	head := time.Now() // when this task was first ready to start
 	for {
-		if until := l.reservedFor(w); !until.IsZero() {
-			// A start is reserved for it, allowed from until−tol to
-			// until.
+		if from, until := l.reservedFor(w); !until.IsZero() {
+			// A start is reserved for it, allowed up to until; its
+			// group starts together from from.
 			l.waiting(typ, 1)
-			err := sleep(ctx, time.Until(until.Add(-tol)))
+			err := sleep(ctx, time.Until(from))
 			l.waiting(typ, -1)
 			if err != nil {
 				return err
@@ -88,7 +88,7 @@ func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, 
 			// lost, and this task takes the next one free.
 			l.mu.Lock()
 			l.statsLocked(typ).LateStarts++
-			w.until = time.Time{}
+			w.from, w.until = time.Time{}, time.Time{}
 			l.paceLocked(rk, iv, 2*iv) // that start went unused
 			l.mu.Unlock()
 		}
@@ -120,25 +120,33 @@ func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, 
 // reserveAhead is how long before its start a task writes it to the rate
 // key (see takeRate): longer than a round trip to the server on a loaded
 // machine, short enough that a worker killed while it sleeps loses few
-// starts (about reserveSpan / interval across the fleet).
-const reserveAhead = 50 * time.Millisecond
+// starts (about (reserveAhead + tolerance) / interval across the fleet).
+const reserveAhead = 25 * time.Millisecond
 
-// reserveSpan is how far ahead the write of the line's head takes starts
-// for the tasks behind it: the head writes once its start is due within
-// reserveAhead, and a span longer than that takes a few starts per write
-// (about one write per 25ms of starts) where writing only up to
-// reserveAhead would take one or two at a time.
-const reserveSpan = reserveAhead + reserveAhead/2
+// groupSpan is the share, in percent, of a rate's tolerance that the
+// starts of one write span (see reserve): they start together, and the
+// rest of the tolerance is how late their worker may wake for them.
+const groupSpan = 50
+
+// groupOf is how many starts of a rate of interval iv and tolerance tol
+// one write takes, at most: those within groupSpan of the tolerance of
+// the first.
+func groupOf(iv, tol time.Duration) int {
+	return 1 + int(tol*groupSpan/100/max(iv, 1))
+}
 
 // reserve writes the next starts of rate key rk to the key when the
 // first is due within reserveAhead and within most: one for the line's
-// head w and one for each task behind it in the line whose start is due
-// within reserveSpan, in one write. When the head's start is allowed
-// at once (now), the write is the start, as in GCRA. Each other start k
-// is reserved for its task (reserved; the task's until), allowed from
-// tat_k − tol to tat_k: a start in that span is one GCRA would let
-// through writing the same value. When the first start is further off,
-// nothing is written and wait is how long until it is due.
+// head w and one for each task behind it in the line, up to groupOf
+// starts, in one write. When the head's start is allowed at once (now),
+// the write is the start, as in GCRA. Each other start k is reserved for
+// its task (reserved; the task's until), allowed from tat_k − tol to
+// tat_k: a start in that span is one GCRA would let through writing the
+// same value. The starts of one write go together (the tasks' from:
+// tat of the last one − tol, which is no later than the first's tat):
+// their runs, results and acks then share the round trips, a tenth of
+// the cost of starts an interval apart. When the first start is further
+// off, nothing is written and wait is how long until it is due.
 //
 // A start that was due a whole interval or more before head (when the
 // task was first ready to take it) went by unused: no task of the fleet
@@ -162,6 +170,7 @@ func (l *Limiter) reserve(ctx context.Context, rk string, w *waiter, iv, tol, mo
 		behind = len(line) - 1
 	}
 	l.mu.Unlock()
+	n := min(1+max(behind, 0), groupOf(iv, tol))
 	for range casTries {
 		rctx, cancel := context.WithTimeout(ctx, l.io)
 		if !cached {
@@ -172,12 +181,11 @@ func (l *Limiter) reserve(ctx context.Context, rk string, w *waiter, iv, tol, mo
 			}
 		}
 		at := time.Now()
-		tat, _, wait := reserveStep(last.at, at, iv, tol)
+		tat, _, wait := reserveStep(last.at, at, iv, tol, tol-time.Duration(n-1)*iv)
 		if wait > reserveAhead || wait > most {
 			cancel()
 			return false, false, wait, nil
 		}
-		n := 1 + min(max(behind, 0), int((reserveSpan-wait)/iv))
 		next := tat.Add(time.Duration(n) * iv)
 		rev, err := l.writeInstant(rctx, rk, next, last.rev, max(time.Second, next.Sub(at)+time.Second))
 		cancel()
@@ -194,7 +202,7 @@ func (l *Limiter) reserve(ctx context.Context, rk string, w *waiter, iv, tol, mo
 				late := max(0, at.Sub(maxTime(last.at, head)))
 				l.paceLocked(rk, iv, iv+late/time.Duration(n))
 			}
-			l.handOutLocked(rk, w, tat, iv, n, wait <= 0)
+			l.handOutLocked(rk, w, tat, iv, tol, n, wait <= 0)
 			l.mu.Unlock()
 			return wait <= 0, wait > 0, 0, nil
 		case errors.Is(err, jetstream.ErrKeyExists), isWrongLastSeq(err):
@@ -211,8 +219,11 @@ func (l *Limiter) reserve(ctx context.Context, rk string, w *waiter, iv, tol, mo
 // reserveStep is the arithmetic of reserve: with the key at stored, the
 // next start at now is the one GCRA allows from tat − tol (due in wait;
 // allowed at once when wait ≤ 0) to tat, and it moves the key to next.
-func reserveStep(stored, now time.Time, iv, tol time.Duration) (tat, next time.Time, wait time.Duration) {
-	tat = maxTime(stored, now)
+// An idle key's start is written lead after now (at most tol, so it is
+// allowed at once): a group of starts taken together then has lead to
+// spare for a late wake-up, as it has under a backlog.
+func reserveStep(stored, now time.Time, iv, tol, lead time.Duration) (tat, next time.Time, wait time.Duration) {
+	tat = maxTime(stored, now.Add(min(lead, tol)))
 	return tat, tat.Add(iv), tat.Sub(now) - tol
 }
 

@@ -102,8 +102,10 @@ func (l *Limiter) lineCapLocked(iv time.Duration) int {
 // A waiter is a task in the line of a rate key: turn is closed when it
 // reaches the head, or when the head reserved a start for it (until).
 type waiter struct {
-	turn  chan struct{}
-	until time.Time // the last moment of the start reserved for it
+	turn chan struct{}
+	// from and until are the first and last moments of the start
+	// reserved for it (zero: none).
+	from, until time.Time
 	// out: it left the line with a reserved start, and counts in
 	// Limiter.reserved until it returns; gone: it left without one.
 	out, gone bool
@@ -133,22 +135,24 @@ func (l *Limiter) joinLine(rk, typ, key string, iv time.Duration) (w *waiter, ah
 // it, which leave the line and count in l.reserved until they return;
 // the next task becomes the head. Fewer tasks than n left in the line
 // (one gave up meanwhile) leave the last starts unused.
-func (l *Limiter) handOutLocked(rk string, w *waiter, tat time.Time, iv time.Duration, n int, now bool) {
+func (l *Limiter) handOutLocked(rk string, w *waiter, tat time.Time, iv, tol time.Duration, n int, now bool) {
 	line := l.lines[rk]
 	if len(line) == 0 || line[0] != w {
 		// A task that left the line and woke too late for its start
 		// reserves one for itself.
 		if !now {
-			w.until = tat
+			w.from, w.until = tat.Add(-tol), tat
 		}
 		return
 	}
 	n = min(n, len(line))
+	// The group starts together, once the last of its starts is allowed.
+	from := tat.Add(time.Duration(n-1)*iv - tol)
 	for k, o := range line[:n] {
 		if k == 0 && now {
 			continue
 		}
-		o.until, o.out = tat.Add(time.Duration(k)*iv), true
+		o.from, o.until, o.out = from, tat.Add(time.Duration(k)*iv), true
 		l.reserved[rk]++
 		if k > 0 {
 			close(o.turn)
@@ -160,12 +164,12 @@ func (l *Limiter) handOutLocked(rk string, w *waiter, tat time.Time, iv time.Dur
 	l.setLineLocked(rk, line[n:])
 }
 
-// reservedFor returns the last moment of the start reserved for w (zero:
-// none).
-func (l *Limiter) reservedFor(w *waiter) time.Time {
+// reservedFor returns the first and last moments of the start reserved
+// for w (zero: none).
+func (l *Limiter) reservedFor(w *waiter) (from, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return w.until
+	return w.from, w.until
 }
 
 // giveUp takes w out of the line of rk when it is not at the head and no

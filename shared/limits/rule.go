@@ -225,8 +225,13 @@ func (r Rate) Interval() time.Duration {
 // BurstOrOne is Burst, or 1 when unset.
 func (r Rate) BurstOrOne() int { return max(1, r.Burst) }
 
-// MaxSlack bounds the slack of a rate without a burst (see GCRA).
-const MaxSlack = 50 * time.Millisecond
+// MaxSlack bounds the slack of a rate without a burst, and SlackShare is
+// the share of its period, in parts per thousand, it is at least (see
+// GCRA).
+const (
+	MaxSlack   = 50 * time.Millisecond
+	SlackShare = 25
+)
 
 // GCRA returns the parameters of the generic cell-rate algorithm that
 // enforces r: a start is allowed when tat − now ≤ tolerance, and moves
@@ -236,20 +241,23 @@ const MaxSlack = 50 * time.Millisecond
 // (B−1)·interval: B starts may go at once after an idle spell, so a
 // window of a period holds at most Limit+B−1 starts.
 //
-// Without a burst, a start may be up to a slack late (min(Period/Limit/2,
-// MaxSlack): a worker that wakes late for its turn) without pushing back
-// every later start, and any half-open window [t, t+Period) still holds
-// at most Limit starts: the interval is (Period+slack)/Limit, rounded up,
-// so the steady rate is Limit·Period/(Period+slack) (99% of 50/s, 95% of
-// 1/s). Proof: GCRA lets n starts t_1 ≤ … ≤ t_n through only when t_n −
-// t_1 ≥ (n−1)·interval − slack; for n = Limit+1 that is at least Period,
-// so they do not fit in a window of a period.
+// Without a burst, a start may be up to a slack early or late
+// (min(max(Period/Limit/2, Period·SlackShare/1000), MaxSlack): 25ms of a
+// one-second period) without pushing back every later start: a worker
+// takes the starts due within that span together, and one that wakes a
+// little late for them still takes them. Any half-open window [t,
+// t+Period) still holds at most Limit starts: the interval is
+// (Period+slack)/Limit, rounded up, so the steady rate is
+// Limit·Period/(Period+slack) (97.6% of a rate per second, 95% of 1/s).
+// Proof: GCRA lets n starts t_1 ≤ … ≤ t_n through only when t_n − t_1 ≥
+// (n−1)·interval − slack; for n = Limit+1 that is at least Period, so
+// they do not fit in a window of a period.
 func (r Rate) GCRA() (interval, tolerance time.Duration) {
 	iv := r.Interval()
 	if b := r.BurstOrOne(); b > 1 {
 		return iv, time.Duration(b-1) * iv
 	}
-	slack := min(iv/2, MaxSlack)
+	slack := min(max(iv/2, time.Duration(r.Period)*SlackShare/1000), MaxSlack)
 	n := time.Duration(r.Limit)
 	return (time.Duration(r.Period) + slack + n - 1) / n, slack
 }
