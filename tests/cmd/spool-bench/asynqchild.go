@@ -69,19 +69,32 @@ func asynqConsume(ctx context.Context, f consumeFlags, rep *consumeReport) error
 	return nil
 }
 
-// awaitCount polls count every 2ms until it reaches n; it fails when the
-// count stands still for stallLimit (what names the tasks counted).
+// awaitCount looks at the count every awaitTick, and every run's time /
+// awaitShare once that is longer, at most every awaitMax.
+const (
+	awaitTick  = 2 * time.Millisecond
+	awaitShare = 500
+	awaitMax   = 20 * time.Millisecond
+)
+
+// awaitCount polls count until it reaches n; it fails when the count
+// stands still for stallLimit (what names the tasks counted).
 func awaitCount(ctx context.Context, n int, what string, count func() uint64) error {
-	tick := time.NewTicker(2 * time.Millisecond)
+	begin := time.Now()
+	tick := time.NewTimer(awaitTick)
 	defer tick.Stop()
 	var last uint64
-	progress := time.Now()
+	progress := begin
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
 		}
+		// A long run is looked at less often: the looks cost CPU, which
+		// is billed to its tasks, and the end is as precise in share of
+		// the run.
+		tick.Reset(min(max(awaitTick, time.Since(begin)/awaitShare), awaitMax))
 		c := count()
 		if c >= uint64(n) {
 			return nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,6 +34,14 @@ type consumeReport struct {
 	// HandBacks counts the tasks a spool worker handed back for flow
 	// control (a full limit) during the run.
 	HandBacks uint64 `json:"hand_backs"`
+	// StartSpan is the time from the first handler start to the last
+	// (spool drain), in seconds: the rate reached leaves out the
+	// worker's start.
+	StartSpan float64 `json:"start_span"`
+	// MostInSecond is the most handler starts in any window of a second
+	// [t, t+1s) (spool drain): a rate limit per second must not be
+	// above it.
+	MostInSecond int `json:"most_in_second"`
 }
 
 type consumeFlags struct {
@@ -180,10 +189,18 @@ func finishConsume(rep *consumeReport, memProfile string) error {
 // concurrency conc until n tasks completed.
 func spoolRun(ctx context.Context, nc *nats.Conn, f consumeFlags, rep *consumeReport, observe func(*consumer.Task)) error {
 	mux := consumer.NewMux()
+	var (
+		spanMu sync.Mutex
+		starts []time.Time
+	)
 	handle := func(ctx context.Context, t *consumer.Task) ([]byte, error) {
 		if observe != nil {
 			observe(t)
 		}
+		now := time.Now()
+		spanMu.Lock()
+		starts = append(starts, now)
+		spanMu.Unlock()
 		if f.sleep > 0 {
 			select {
 			case <-time.After(f.sleep):
@@ -233,6 +250,9 @@ func spoolRun(ctx context.Context, nc *nats.Conn, f consumeFlags, rep *consumeRe
 		return err
 	}
 	win.end(rep, f.n)
+	spanMu.Lock()
+	rep.StartSpan, rep.MostInSecond = startWindows(starts)
+	spanMu.Unlock()
 	for _, ts := range w.Stats().Flow {
 		for _, n := range ts.Denied {
 			rep.HandBacks += n
@@ -244,4 +264,22 @@ func spoolRun(ctx context.Context, nc *nats.Conn, f consumeFlags, rep *consumeRe
 		return fmt.Errorf("stopping worker: %w", err)
 	}
 	return nil
+}
+
+// startWindows returns the time from the first start to the last, in
+// seconds, and the most starts in any half-open window of a second.
+func startWindows(starts []time.Time) (span float64, most int) {
+	s := slices.Clone(starts)
+	slices.SortFunc(s, func(a, b time.Time) int { return a.Compare(b) })
+	j := 0
+	for i := range s {
+		for j < len(s) && s[j].Before(s[i].Add(time.Second)) {
+			j++
+		}
+		most = max(most, j-i)
+	}
+	if len(s) > 1 {
+		span = s[len(s)-1].Sub(s[0]).Seconds()
+	}
+	return span, most
 }
