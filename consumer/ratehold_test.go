@@ -12,6 +12,7 @@ import (
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/limits"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/streamstest"
 )
 
 // paceRecorder records the handler starts of a rate-limited type.
@@ -50,10 +51,9 @@ func handBacks(w *consumer.Worker, typ string) uint64 {
 	return n
 }
 
-// runPaced queues n tasks of type paced, limited to limit starts a
-// second, starts a worker of slots slots that records their starts, and
-// waits until each task completed on its first attempt.
-func runPaced(t *testing.T, s streams.Settings, limit, slots, n int) (*env, *consumer.Worker, *paceRecorder) {
+// queuePaced queues n tasks of type paced, limited to limit starts a
+// second, and returns a mux whose handler records their starts.
+func queuePaced(t *testing.T, s streams.Settings, limit, n int) (*env, *consumer.Mux, *paceRecorder) {
 	t.Helper()
 	e := newEnv(t, s)
 	e.putRule(limits.Rule{Type: "paced", Rate: &limits.Rate{Limit: limit, Period: limits.Duration(time.Second)}})
@@ -63,6 +63,15 @@ func runPaced(t *testing.T, s streams.Settings, limit, slots, n int) (*env, *con
 	rec := &paceRecorder{}
 	mux := consumer.NewMux()
 	mux.HandleFunc("paced", rec.handle)
+	return e, mux, rec
+}
+
+// runPaced queues n tasks of type paced, limited to limit starts a
+// second, starts a worker of slots slots that records their starts, and
+// waits until each task completed on its first attempt.
+func runPaced(t *testing.T, s streams.Settings, limit, slots, n int) (*env, *consumer.Worker, *paceRecorder) {
+	t.Helper()
+	e, mux, rec := queuePaced(t, s, limit, n)
 	w := e.worker(mux, consumer.WithConcurrency(slots, slots))
 	for i := range n {
 		if doc := e.waitResult(fmt.Sprintf("paced-%d", i), spool.StateCompleted, time.Minute); doc.Attempts != 1 {
@@ -123,6 +132,44 @@ func TestRateHeldPastAckWait(t *testing.T) {
 	rec.mu.Unlock()
 	if runs != n {
 		t.Errorf("%d runs of %d tasks, want each once", runs, n)
+	}
+	if most := rec.mostIn(time.Second); most > limit+1 {
+		t.Errorf("%d starts within one second, limit %d", most, limit)
+	}
+}
+
+// Two workers share a rate whose tasks wait in their rate lines; one is
+// killed (its connection closed) while it holds tasks. No second holds
+// more starts than the rate (+1 for the jitter between a start and its
+// handler), and every task completes: the killed worker's held tasks come
+// back after the AckWait and run on the other.
+func TestRateHeldWorkerKilled(t *testing.T) {
+	t.Parallel()
+	const limit, n = 20, 60
+	e, mux, rec := queuePaced(t, streams.Settings{Consumers: streams.ConsumersByType, AckWait: time.Second}, limit, n)
+	nc := e.connect()
+	victim, err := consumer.New(nc, mux, consumer.WithLogger(testLogger(t)), consumer.WithWorkerName("victim"),
+		consumer.WithConcurrency(10, 10), consumer.WithPolling(100*time.Millisecond, 50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := victim.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	e.worker(mux, consumer.WithConcurrency(10, 10))
+	streamstest.WaitFor(t, 30*time.Second, func() error {
+		if w := victim.Stats().Flow["paced"].Waiting; w < 2 {
+			return fmt.Errorf("%d tasks wait in the victim's rate line", w)
+		}
+		return nil
+	})
+	// The kill: nothing more leaves the victim.
+	nc.Close()
+	if err := victim.Stop(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		e.waitResult(fmt.Sprintf("paced-%d", i), spool.StateCompleted, time.Minute)
 	}
 	if most := rec.mostIn(time.Second); most > limit+1 {
 		t.Errorf("%d starts within one second, limit %d", most, limit)

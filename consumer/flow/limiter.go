@@ -99,6 +99,9 @@ type Limiter struct {
 	// ratePace is, per rate key, how long a start took this worker lately
 	// (see paceLocked).
 	ratePace map[string]time.Duration
+	// rateRTT is the recent round trip of this worker's rate writes (see
+	// ahead).
+	rateRTT time.Duration
 	// lineMost bounds each rate line, and holdTypes are the types whose
 	// pulls this worker stops while their rate line is full (see Hold).
 	lineMost  int

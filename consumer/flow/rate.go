@@ -26,11 +26,14 @@ import (
 // elsewhere: a task that finds the line full (unless its type is one of
 // those), or whose wait would pass that, is handed back. The head
 // writes its start ahead (reserve): once the start is due within
-// reserveAhead it moves tat on at once and sleeps until the start is
-// allowed, and the next in line reserves the start after it meanwhile.
-// So the round trips of one start overlap the wait for the one before,
-// and a worker slow to answer (a loaded machine) does not push every
-// start back by its latency.
+// reserveAhead it moves tat on at once, for itself and the tasks behind
+// it whose starts fall within half the tolerance (groupOf), and the
+// group sleeps until its starts are allowed, while the next in line
+// reserves the starts after them. So the round trips of one group
+// overlap the wait for the one before, a worker slow to answer (a loaded
+// machine) does not push every start back by its latency, and a group
+// that wakes late by up to the other half of the tolerance still takes
+// its starts.
 //
 // A denied start books its return in the limit's queue key (q.<type> or
 // kq.<type>.<key>, the same arithmetic with a burst of 1): waiting tasks
@@ -109,7 +112,7 @@ func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, 
 		// the task back (schedules fire in clumps, so tasks booked an
 		// interval apart often come back together).
 		l.waiting(typ, 1)
-		err = sleep(ctx, max(wait-reserveAhead, time.Millisecond))
+		err = sleep(ctx, max(wait-l.ahead(), time.Millisecond))
 		l.waiting(typ, -1)
 		if err != nil {
 			return err
@@ -122,6 +125,21 @@ func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, 
 // machine, short enough that a worker killed while it sleeps loses few
 // starts (about (reserveAhead + tolerance) / interval across the fleet).
 const reserveAhead = 25 * time.Millisecond
+
+// maxAhead bounds how far ahead a worker whose writes are slow writes
+// its starts (see ahead).
+const maxAhead = 250 * time.Millisecond
+
+// ahead is how long before its start a task writes it: reserveAhead, or
+// twice this worker's recent round trip of a rate write when that is
+// longer (a loaded machine), so that the write is back before the start
+// is due and one write takes the starts due meanwhile. Writing one start
+// per round trip would cap the starts at one per round trip.
+func (l *Limiter) ahead() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return min(max(reserveAhead, 2*l.rateRTT), maxAhead)
+}
 
 // groupSpan is the share, in percent, of a rate's tolerance that the
 // starts of one write span (see reserve): they start together, and the
@@ -170,7 +188,12 @@ func (l *Limiter) reserve(ctx context.Context, rk string, w *waiter, iv, tol, mo
 		behind = len(line) - 1
 	}
 	l.mu.Unlock()
-	n := min(1+max(behind, 0), groupOf(iv, tol))
+	ahead := l.ahead()
+	// The write takes the starts due within ahead, at least a group; the
+	// first group of them has lead to spare for a late wake-up.
+	g := groupOf(iv, tol)
+	n := min(1+max(behind, 0), max(g, 1+int(ahead/iv)))
+	lead := tol - time.Duration(min(n, g)-1)*iv
 	for range casTries {
 		rctx, cancel := context.WithTimeout(ctx, l.io)
 		if !cached {
@@ -181,8 +204,8 @@ func (l *Limiter) reserve(ctx context.Context, rk string, w *waiter, iv, tol, mo
 			}
 		}
 		at := time.Now()
-		tat, _, wait := reserveStep(last.at, at, iv, tol, tol-time.Duration(n-1)*iv)
-		if wait > reserveAhead || wait > most {
+		tat, _, wait := reserveStep(last.at, at, iv, tol, lead)
+		if wait > ahead || wait > most {
 			cancel()
 			return false, false, wait, nil
 		}
@@ -192,6 +215,7 @@ func (l *Limiter) reserve(ctx context.Context, rk string, w *waiter, iv, tol, mo
 		switch {
 		case err == nil:
 			l.mu.Lock()
+			l.rateRTT += (time.Since(at) - l.rateRTT) / 4
 			l.rateLast[rk] = instant{at: next, rev: rev}
 			if last.rev != 0 && head.Sub(last.at) >= iv {
 				l.rateIdle[rk] = at
@@ -202,7 +226,7 @@ func (l *Limiter) reserve(ctx context.Context, rk string, w *waiter, iv, tol, mo
 				late := max(0, at.Sub(maxTime(last.at, head)))
 				l.paceLocked(rk, iv, iv+late/time.Duration(n))
 			}
-			l.handOutLocked(rk, w, tat, iv, tol, n, wait <= 0)
+			l.handOutLocked(rk, w, tat, iv, tol, n, g, wait <= 0)
 			l.mu.Unlock()
 			return wait <= 0, wait > 0, 0, nil
 		case errors.Is(err, jetstream.ErrKeyExists), isWrongLastSeq(err):

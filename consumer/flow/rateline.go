@@ -130,12 +130,13 @@ func (l *Limiter) joinLine(rk, typ, key string, iv time.Duration) (w *waiter, ah
 	return w, len(line)
 }
 
-// handOutLocked gives the n starts written from tat on to the head w
-// (unless its start is now, and it is going) and the n−1 tasks behind
-// it, which leave the line and count in l.reserved until they return;
-// the next task becomes the head. Fewer tasks than n left in the line
-// (one gave up meanwhile) leave the last starts unused.
-func (l *Limiter) handOutLocked(rk string, w *waiter, tat time.Time, iv, tol time.Duration, n int, now bool) {
+// handOutLocked gives the n starts written from tat on, in groups of
+// group that start together, to the head w (unless its start is now, and
+// it is going) and the n−1 tasks behind it, which leave the line and
+// count in l.reserved until they return; the next task becomes the head.
+// Fewer tasks than n left in the line (one gave up meanwhile) leave the
+// last starts unused.
+func (l *Limiter) handOutLocked(rk string, w *waiter, tat time.Time, iv, tol time.Duration, n, group int, now bool) {
 	line := l.lines[rk]
 	if len(line) == 0 || line[0] != w {
 		// A task that left the line and woke too late for its start
@@ -146,12 +147,14 @@ func (l *Limiter) handOutLocked(rk string, w *waiter, tat time.Time, iv, tol tim
 		return
 	}
 	n = min(n, len(line))
-	// The group starts together, once the last of its starts is allowed.
-	from := tat.Add(time.Duration(n-1)*iv - tol)
 	for k, o := range line[:n] {
 		if k == 0 && now {
 			continue
 		}
+		// Each group of the starts goes together, once the last of its
+		// starts is allowed.
+		last := min((k/group+1)*group, n) - 1
+		from := tat.Add(time.Duration(last)*iv - tol)
 		o.from, o.until, o.out = from, tat.Add(time.Duration(k)*iv), true
 		l.reserved[rk]++
 		if k > 0 {
