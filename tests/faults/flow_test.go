@@ -15,6 +15,7 @@ import (
 	"github.com/spoolq/spool/producer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/shared/limits"
+	"github.com/spoolq/spool/streams"
 	"github.com/spoolq/spool/tests/checker"
 )
 
@@ -49,7 +50,11 @@ func TestFlowControlUnderCrash(t *testing.T) {
 	start := time.Now()
 	q := startQueue(t, "flow")
 	nc := connect(t, q.url, "faults-flow")
-	js := provision(t, nc, q.settings)
+	// Workers pull by type, as a new deployment's do: a worker pulls the
+	// paced type only while its rate line has room.
+	s := q.settings
+	s.Consumers = streams.ConsumersByType
+	js := provision(t, nc, s)
 	ctx := ctxFor(t, time.Duration(scale(4))*time.Minute)
 	store, err := limits.Open(ctx, js, names)
 	if err != nil {
