@@ -63,12 +63,18 @@ func (d *dispatcher) laneRoomLocked(i int) int {
 }
 
 // leaseContext is the context that bounds taking a task's leases: a
-// check's bound (admitTimeout, passed as bound), or, for a rule with a rate, that plus
-// flow.MaxHold, the longest a task waits in the worker for its start,
-// with the task heartbeated meanwhile so that it is not delivered again.
+// check's bound (admitTimeout, passed as bound), or, for a rule with a
+// rate and a first delivery, that plus flow.MaxHold, the longest a task
+// waits in the worker for its start, with the task heartbeated meanwhile
+// so that it is not delivered again.
 // done ends it and records the last heartbeat in a.
 func (f *flowControl) leaseContext(a *attemptInfo, rule limits.Rule, bound time.Duration) (ctx context.Context, done func()) {
-	if rule.Rate == nil && rule.KeyRate == nil {
+	if rule.Rate == nil && rule.KeyRate == nil || a.attempt+a.snoozes > 1 {
+		// A delivery again (its worker may have been killed while the
+		// task waited in it) waits no longer than a check: past that it
+		// is handed back with its return booked, a copy with a fresh
+		// count of deliveries, so that waiting in workers that die never
+		// uses up the task's deliveries.
 		return context.WithTimeout(f.io.ctx, bound)
 	}
 	ctx, cancel := context.WithTimeout(f.io.ctx, flow.MaxHold+bound)

@@ -47,7 +47,13 @@ import (
 func (l *Limiter) takeRate(ctx context.Context, typ, key string, r limits.Rate, limit string) error {
 	iv, tol := r.GCRA()
 	rk := limits.RateKey(typ, key)
-	deadline := time.Now().Add(l.holdFor(typ, key))
+	hold := l.holdFor(typ, key)
+	if dl, ok := ctx.Deadline(); ok {
+		// The caller's bound ends the wait before it does: the task is
+		// then handed back with its return booked.
+		hold = min(hold, time.Until(dl)*3/4)
+	}
+	deadline := time.Now().Add(hold)
 	w, ahead := l.joinLine(rk, typ, key, iv)
 	if w == nil {
 		// The line is full: come back after it.
