@@ -76,6 +76,11 @@ func runMode(ctx context.Context, cfg config, syncAlways bool, res *results, log
 	}
 	b := &bench{cfg: cfg, mode: mode, srv: srv, nc: nc, js: js, names: names, topo: topo, res: res, log: log.With("sync", mode), backlogLoRate: map[string]float64{}}
 	res.modes = append(res.modes, mode)
+	// Provision before the first scenario: a run of one scenario only
+	// (-scenarios processing) finds the stream and its consumers.
+	if err := streams.Provision(ctx, js, topo, slog.New(slog.DiscardHandler)); err != nil {
+		return fmt.Errorf("provisioning: %w", err)
+	}
 	steps := []struct {
 		name string
 		fn   func(context.Context) error
