@@ -271,7 +271,7 @@ func (d *dispatcher) planLocked() (plans []pullPlan, start []job) {
 		case resting[i]:
 		case d.pl.polling(i):
 		case st.pending > 0:
-			laneCaps[i] = int(min(st.pending, uint64(2*d.o.MaxConcurrency))) // what a round may ask for: the slots and as many ahead
+			laneCaps[i] = int(min(st.pending, uint64(d.o.MaxConcurrency+maxAhead(d.o.MaxConcurrency)))) // what a round may ask for: the slots and the most ahead
 		case st.maybe && !d.pl.outstanding(i):
 			laneCaps[i] = 1
 		}
@@ -291,7 +291,7 @@ func (d *dispatcher) planLocked() (plans []pullPlan, start []job) {
 			resting[i] = resting[i] || room == 0 || d.pl.outstanding(i)
 		}
 		if laneCaps[i] > 0 {
-			caps[p] = min(caps[p]+laneCaps[i], 2*d.o.MaxConcurrency)
+			caps[p] = min(caps[p]+laneCaps[i], d.o.MaxConcurrency+maxAhead(d.o.MaxConcurrency))
 			known = true
 		}
 	}
@@ -317,7 +317,7 @@ func (d *dispatcher) planLocked() (plans []pullPlan, start []job) {
 		if !d.o.Strict {
 			// Strict mode pulls no task ahead: one pulled ahead could
 			// start before a more urgent one of the same round.
-			d.slots.ahead = aheadFor(d.slots.size, d.o.MaxConcurrency, d.rtt, d.inSlot)
+			d.slots.ahead = aheadFor(d.slots.size, aheadCap(d.o.MaxConcurrency, caps), d.rtt, d.inSlot)
 		}
 		free := d.slots.free()
 		if free <= 0 || d.slots.queued > 0 && 2*free < d.slots.size+d.slots.ahead {

@@ -28,9 +28,10 @@ import (
 //     priorities' busy;
 //   - polling is the number of lanes with a long-poll out (a long-poll
 //     reserves one slot);
-//   - 0 <= ahead <= max, and busy + queued + fetching + polling <= 2*max:
-//     a pulled task always finds a slot or a place in the queue, and at
-//     most max tasks are pulled ahead;
+//   - 0 <= ahead <= maxAhead(max), and busy + queued + fetching +
+//     polling <= max + maxAhead(max): a pulled task always finds a slot
+//     or a place in the queue, and at most maxAhead(max) tasks are pulled
+//     ahead;
 //   - queued > 0 only while every slot is busy (busy >= size): a slot
 //     that frees goes to a queued task first;
 //   - min <= size <= max, and busy <= size: the pool grows to fit the
@@ -139,15 +140,45 @@ func (s *slots) spare() int { return s.max - s.busy - s.queued - s.fetching - s.
 
 // aheadFor is how many tasks fetches pull beyond the idle slots of a pool
 // of size slots: the attempts that end during one pull round trip (rtt)
-// when each takes run (from pulled to its slot freed), at most max; 0
+// when each takes run (from pulled to its slot freed), at most most; 0
 // until both are known, and about 0 when attempts take much longer than a
 // round trip.
-func aheadFor(size, maxSlots int, rtt, run time.Duration) int {
+func aheadFor(size, most int, rtt, run time.Duration) int {
 	if rtt <= 0 || run <= 0 {
 		return 0
 	}
-	return int(min(int64(maxSlots), int64(size)*int64(rtt)/int64(run)))
+	return int(min(int64(most), int64(size)*int64(rtt)/int64(run)))
 }
+
+// aheadCap is the most tasks a pool of maxSlots slots pulls ahead when
+// the priorities with known work are those whose caps are not 0: as many
+// as its slots, and maxAhead when one priority alone has work. A round
+// pulls each priority its share, the priorities' tasks arriving a batch
+// after another: in a deeper queue, a short window of starts would show
+// one priority's batch rather than the weights.
+func aheadCap(maxSlots int, caps [numPriorities]int) int {
+	with := 0
+	for _, c := range caps {
+		if c > 0 {
+			with++
+		}
+	}
+	if with > 1 {
+		return maxSlots
+	}
+	return maxAhead(maxSlots)
+}
+
+// maxAhead is the most tasks a pool of maxSlots slots pulls ahead: as
+// many as its slots, and at least minAhead.
+func maxAhead(maxSlots int) int { return max(maxSlots, minAhead) }
+
+// minAhead lets a small pool of slots running short tasks of one priority
+// pull ahead more than its slots: the tasks one round trip frees would
+// otherwise come in pulls of a few tasks each, every pull, burst of
+// result writes and burst of acks a network write of its own on the
+// worker and a read on the server.
+const minAhead = 64
 
 // idle is the pool's slots not busy.
 func (s *slots) idle() int { return max(0, s.size-s.busy) }

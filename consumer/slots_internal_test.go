@@ -23,14 +23,14 @@ func (s *slots) check() error {
 	switch {
 	case s.busy < 0 || s.fetching < 0 || s.polling < 0 || s.queued < 0:
 		return fmt.Errorf("negative: busy %d, fetching %d, polling %d, queued %d", s.busy, s.fetching, s.polling, s.queued)
-	case s.ahead < 0 || s.ahead > s.max:
-		return fmt.Errorf("ahead %d outside [0, max %d]", s.ahead, s.max)
+	case s.ahead < 0 || s.ahead > maxAhead(s.max):
+		return fmt.Errorf("ahead %d outside [0, %d]", s.ahead, maxAhead(s.max))
 	case s.queued > 0 && s.busy < s.size:
 		return fmt.Errorf("%d queued with %d of %d slots busy", s.queued, s.busy, s.size)
 	case busy != s.busy:
 		return fmt.Errorf("busy %d, priorities' busy %d", s.busy, busy)
-	case s.busy+s.queued+s.fetching+s.polling > 2*s.max:
-		return fmt.Errorf("busy %d + queued %d + fetching %d + polling %d > 2 * max %d", s.busy, s.queued, s.fetching, s.polling, s.max)
+	case s.busy+s.queued+s.fetching+s.polling > s.max+maxAhead(s.max):
+		return fmt.Errorf("busy %d + queued %d + fetching %d + polling %d > max %d + %d ahead", s.busy, s.queued, s.fetching, s.polling, s.max, maxAhead(s.max))
 	case s.size < s.min || s.size > s.max || s.busy > s.size:
 		return fmt.Errorf("size %d outside [max(min %d, busy %d), max %d]", s.size, s.min, s.busy, s.max)
 	case s.highWater < s.busy:
@@ -206,12 +206,31 @@ func TestSlotsPullAhead(t *testing.T) {
 	}{
 		{4, 8, 0, time.Millisecond, 0},                           // no round trip known yet
 		{4, 8, time.Millisecond, 0, 0},                           // no attempt finished yet
-		{4, 8, 300 * time.Microsecond, 50 * time.Microsecond, 8}, // no-op tasks: as many as max
+		{4, 8, 300 * time.Microsecond, 50 * time.Microsecond, 8}, // no-op tasks: as many as the cap
 		{4, 8, 300 * time.Microsecond, 600 * time.Microsecond, 2},
-		{10, 10, time.Millisecond, time.Second, 0}, // long tasks are never pulled ahead
+		{4, 64, 300 * time.Microsecond, 50 * time.Microsecond, 24}, // what one round trip frees
+		{10, 10, time.Millisecond, time.Second, 0},                 // long tasks are never pulled ahead
 	} {
 		if got := aheadFor(c.size, c.max, c.rtt, c.run); got != c.want {
 			t.Errorf("aheadFor(%d, %d, %s, %s) = %d, want %d", c.size, c.max, c.rtt, c.run, got, c.want)
+		}
+	}
+
+	// One priority with work: a small pool pulls up to minAhead ahead;
+	// several: as many as its slots, so a round's shares stay interleaved.
+	one, two := [numPriorities]int{spool.Normal: 5}, [numPriorities]int{spool.High: 5, spool.Normal: 5}
+	for _, c := range []struct {
+		max  int
+		caps [numPriorities]int
+		want int
+	}{
+		{8, one, minAhead},
+		{8, two, 8},
+		{100, one, 100},
+		{100, two, 100},
+	} {
+		if got := aheadCap(c.max, c.caps); got != c.want {
+			t.Errorf("aheadCap(%d, %v) = %d, want %d", c.max, c.caps, got, c.want)
 		}
 	}
 
