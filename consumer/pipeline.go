@@ -3,7 +3,6 @@ package consumer
 import (
 	"fmt"
 	"log/slog"
-	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -248,17 +247,11 @@ func (p *pipeline) awaitRoom(a *attemptInfo, beat time.Time) time.Time {
 	}
 }
 
-// writeBurst is the queue length from which the writer does not yield
-// before a round: the burst is there already.
-const writeBurst = 8
-
-// writeLoop publishes queued result documents in rounds. Before a round
-// that would be short it yields once, so attempts finishing at about the
-// same time join it: their writes leave in one burst, which the
-// connection sends in one or a few network writes instead of one each (a
-// network write costs the worker and the server several times what
-// publishing a message does). A yield costs a trip through the scheduler,
-// so a round that is long already goes at once.
+// writeLoop publishes queued result documents in rounds: each round
+// takes every document queued since the last, so attempts finishing
+// while a round is sent join the next one, and their writes leave in one
+// burst, which the connection sends in one or a few network writes
+// instead of one each.
 func (p *pipeline) writeLoop() {
 	defer close(p.written)
 	for {
@@ -266,12 +259,6 @@ func (p *pipeline) writeLoop() {
 		case <-p.kick:
 		case <-p.stopWrite:
 			return
-		}
-		p.mu.Lock()
-		short := len(p.queue) < writeBurst
-		p.mu.Unlock()
-		if short {
-			runtime.Gosched()
 		}
 		p.mu.Lock()
 		q := p.queue
