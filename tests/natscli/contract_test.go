@@ -26,12 +26,16 @@ import (
 	"github.com/spoolq/spool/streams/streamstest"
 )
 
-// contractBlocks returns the ```sh blocks of docs/contract.md, each as its
-// commands: comment lines dropped, backslash continuations joined.
+// recipesPage holds the `nats` recipes of the contract, its worked examples.
+const recipesPage = "docs/guide/clients.md"
+
+// contractBlocks returns the ```sh blocks of the contract's recipes page,
+// each as its commands: comment lines dropped, backslash continuations
+// joined.
 func contractBlocks(t *testing.T) [][]string {
 	t.Helper()
 	root := filepath.Dir(filepath.Dir(natsBin(t))) // <root>/bin/nats
-	raw, err := os.ReadFile(filepath.Join(root, "docs", "contract.md"))
+	raw, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(recipesPage)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,13 +73,13 @@ func block(t *testing.T, blocks [][]string, marker string) []string {
 	for _, b := range blocks {
 		if strings.Contains(strings.Join(b, "\n"), marker) {
 			if found != nil {
-				t.Fatalf("two blocks of docs/contract.md hold %q", marker)
+				t.Fatalf("two blocks of %s hold %q", recipesPage, marker)
 			}
 			found = b
 		}
 	}
 	if found == nil {
-		t.Fatalf("no block of docs/contract.md holds %q", marker)
+		t.Fatalf("no block of %s holds %q", recipesPage, marker)
 	}
 	return found
 }
@@ -176,7 +180,7 @@ func startWorker(ctx context.Context, t *testing.T, nc *natsgo.Conn, mux *consum
 	})
 }
 
-// TestContractExamples runs the `nats` CLI examples of docs/contract.md
+// TestContractExamples runs the `nats` CLI examples of the contract
 // for type pauses, cancel, events, progress, priority pauses and periodic
 // schedules, read from the doc itself, and asserts the effect of each.
 func TestContractExamples(t *testing.T) {
