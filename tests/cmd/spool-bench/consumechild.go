@@ -42,6 +42,10 @@ type consumeReport struct {
 	// [t, t+1s) (spool drain): a rate limit per second must not be
 	// above it.
 	MostInSecond int `json:"most_in_second"`
+	// OutMsgs and InMsgs count the messages a spool worker's connection
+	// sent and received over the measured window.
+	OutMsgs uint64 `json:"out_msgs"`
+	InMsgs  uint64 `json:"in_msgs"`
 }
 
 type consumeFlags struct {
@@ -237,8 +241,10 @@ func spoolRun(ctx context.Context, nc *nats.Conn, f consumeFlags, rep *consumeRe
 		return fmt.Errorf("creating worker: %w", err)
 	}
 	var win window
+	var s0 nats.Statistics
 	if f.task == "drain" {
 		win = startWindow()
+		s0 = nc.Stats()
 	}
 	if err := w.Start(ctx); err != nil {
 		return fmt.Errorf("starting worker: %w", err)
@@ -253,6 +259,8 @@ func spoolRun(ctx context.Context, nc *nats.Conn, f consumeFlags, rep *consumeRe
 	spanMu.Lock()
 	rep.StartSpan, rep.MostInSecond = startWindows(starts)
 	spanMu.Unlock()
+	s1 := nc.Stats()
+	rep.OutMsgs, rep.InMsgs = s1.OutMsgs-s0.OutMsgs, s1.InMsgs-s0.InMsgs
 	for _, ts := range w.Stats().Flow {
 		for _, n := range ts.Denied {
 			rep.HandBacks += n

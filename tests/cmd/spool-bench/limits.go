@@ -86,6 +86,8 @@ func (b *bench) limits(ctx context.Context) error {
 			b.add(row+", rate reached (% of the limit)", "spool", 100*(tasks-1)/r.StartSpan/float64(v.rate))
 			b.add(row+", most starts in any second", "spool", float64(r.MostInSecond))
 		}
+		b.add(row+", messages per task: worker sent", "spool", float64(r.OutMsgs)/tasks)
+		b.add(row+", messages per task: worker received", "spool", float64(r.InMsgs)/tasks)
 	}
 	if err := st.Delete(ctx, "bench"); err != nil {
 		return err
