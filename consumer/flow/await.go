@@ -12,10 +12,9 @@ import (
 // task as soon as a running one is acked, which can be a moment before
 // the slot it held is freed. Such a task waits in this worker's line for
 // the type (AcquireWaiting), first come first served, instead of going to
-// the waiting room: a slot this worker releases is handed straight to the
-// first in line, who takes it over at its revision (one write instead of
-// a delete and a create), and a slot freed elsewhere wakes the first in
-// line to take it.
+// the waiting room: a slot this worker releases stays with the worker
+// and wakes the first in line to take it (keepIdle), and a slot freed
+// elsewhere wakes the first in line to create it.
 
 // slotWaiter is a task in a type's line. ch receives the slot handed to
 // it: rev > 0 is a slot to take over at that revision, rev 0 a slot freed
@@ -88,18 +87,6 @@ func (l *Limiter) passOn(ctx context.Context, typ string, g Grant) {
 	l.mu.Lock()
 	l.handToLineLocked(typ, g)
 	l.mu.Unlock()
-}
-
-// handLocal hands type-wide slot k, held at rev by a task of this worker
-// that ended, to the first task of typ waiting in this worker's line, if
-// the limit's waiting room is not holding tasks (they waited longer).
-func (l *Limiter) handLocal(typ, room, k string, rev uint64) bool {
-	if l.CanPark() && l.roomBusy(room) {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.handToLineLocked(typ, Grant{Slot: k, Rev: rev})
 }
 
 // slotFreedLocked wakes the first task waiting in this worker for a slot

@@ -33,6 +33,7 @@ type Lease struct {
 type slot struct {
 	key string
 	rev uint64
+	at  time.Time // when this worker wrote rev
 }
 
 // keep takes the lease's slots out of it, as grants for its task to
@@ -48,9 +49,12 @@ func (le *Lease) keep() []Grant {
 	return out
 }
 
-func (le *Lease) add(k string, rev uint64) {
+// add records slot k, written at revision rev just now.
+func (le *Lease) add(k string, rev uint64) { le.addSlot(slot{k, rev, time.Now()}) }
+
+func (le *Lease) addSlot(s slot) {
 	le.mu.Lock()
-	le.slots = append(le.slots, slot{k, rev})
+	le.slots = append(le.slots, s)
 	le.mu.Unlock()
 }
 
@@ -88,7 +92,7 @@ func (le *Lease) release(ctx context.Context) {
 	le.slots, le.released = nil, true
 	le.mu.Unlock()
 	for _, s := range slots {
-		le.l.handOn(ctx, s.key, s.rev)
+		le.l.releaseSlot(ctx, s)
 	}
 }
 
@@ -111,7 +115,7 @@ func (le *Lease) renew(ctx context.Context) {
 		}
 		le.mu.Lock()
 		if !le.released && i < len(le.slots) && le.slots[i].key == s.key {
-			le.slots[i].rev = rev
+			le.slots[i].rev, le.slots[i].at = rev, time.Now()
 		}
 		le.mu.Unlock()
 		l.mu.Lock()

@@ -120,6 +120,9 @@ type Limiter struct {
 	// slotLines are, per type, the tasks of this worker waiting for a
 	// type-wide slot, first come first served (see AcquireWaiting).
 	slotLines map[string][]*slotWaiter
+	// idle are, per type, the type-wide slots this worker holds with no
+	// task in them (see keepIdle).
+	idle map[string][]*idleSlot
 }
 
 // TypeStats count one type's flow-control decisions in this worker.
@@ -195,7 +198,7 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 		tasks: tasks, names: c.Names, onRule: c.OnRule, closing: make(chan struct{}),
 		taken: map[string]time.Time{},
 		mine:  map[*Lease]struct{}{}, stats: map[string]*TypeStats{},
-		lines: map[string][]*waiter{}, busy: map[string]time.Time{}, slotLines: map[string][]*slotWaiter{}, markers: map[string]uint64{},
+		lines: map[string][]*waiter{}, busy: map[string]time.Time{}, slotLines: map[string][]*slotWaiter{}, idle: map[string][]*idleSlot{}, markers: map[string]uint64{},
 		rateLast: map[string]instant{}, rateIdle: map[string]time.Time{},
 		reserved: map[string]int{}, ratePace: map[string]time.Duration{},
 	}
@@ -235,6 +238,7 @@ func (l *Limiter) Close() {
 		return
 	}
 	l.closeOnce.Do(func() { close(l.closing) })
+	l.freeAllIdle()
 	l.releasing.Wait()
 	l.cancel()
 	l.rules.Stop()
@@ -403,7 +407,7 @@ func (l *Limiter) acquire(ctx context.Context, rule limits.Rule, key string, lea
 		}
 	}
 	if rule.Concurrency > 0 {
-		if !l.adoptOne(ctx, gs, rule.Type, "", lease) {
+		if !l.adoptOne(ctx, gs, rule.Type, "", lease) && !l.takeIdle(rule.Type, rule.Concurrency, lease) {
 			if err := l.takeSlot(ctx, rule.Type, "", rule.Concurrency, value, lease); err != nil {
 				l.Drop(ctx, gs...)
 				var d *DeniedError
@@ -464,5 +468,6 @@ func (l *Limiter) renewLoop(ctx context.Context) {
 		for _, le := range held {
 			le.renew(ctx)
 		}
+		l.freeAllIdle()
 	}
 }

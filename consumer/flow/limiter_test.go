@@ -395,3 +395,61 @@ func TestRateStartsWrittenAhead(t *testing.T) {
 	}
 	t.Logf("%d started, %d handed back, most in a window of %s %d", len(starts), denied.Load(), period, most)
 }
+
+// A worker's tasks of a full concurrency limit, one after the other, pass
+// their slots on without a write to the leases bucket; a slot the worker
+// no longer uses is freed a moment later, and another worker takes it.
+func TestReleasedSlotPassesWithoutWrite(t *testing.T) {
+	t.Parallel()
+	e := streamstest.Start(t, streams.Settings{})
+	putRule(t, e, limits.Rule{Type: "two", Concurrency: 2})
+	ctx := streamstest.Context(t)
+	a := newLimiter(t, e, "a", 5*time.Second)
+	defer a.Close()
+	b := newLimiter(t, e, "b", 5*time.Second)
+	defer b.Close()
+	leases, err := e.JS.Stream(ctx, "KV_"+e.Names.LeasesBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes := func() uint64 {
+		t.Helper()
+		info, err := leases.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.LastSeq
+	}
+	before := writes()
+	const n = 20
+	for i := range n {
+		lease, err := a.AcquireWaiting(ctx, "two", "", fmt.Sprint("t", i), nil, 5*time.Second)
+		if err != nil || lease == nil {
+			t.Fatalf("task %d: lease %v, %v", i, lease, err)
+		}
+		lease.Release(ctx)
+	}
+	if w := writes() - before; w > 4 {
+		t.Errorf("%d lease writes for %d tasks one after the other, want at most 4 (the two slots taken and freed)", w, n)
+	}
+	// The slots a left idle are freed: b takes both.
+	var got []*flow.Lease
+	streamstest.WaitFor(t, 5*time.Second, func() error {
+		lease, err := b.Acquire(ctx, "two", "", fmt.Sprint("b", len(got)))
+		if err != nil {
+			return err
+		}
+		got = append(got, lease)
+		if len(got) < 2 {
+			return errors.New("one slot of two taken")
+		}
+		return nil
+	})
+	var denied *flow.DeniedError
+	if _, err := a.Acquire(ctx, "two", "", "over"); !errors.As(err, &denied) {
+		t.Errorf("a third task while b holds both slots: %v, want a DeniedError", err)
+	}
+	for _, l := range got {
+		l.Release(ctx)
+	}
+}

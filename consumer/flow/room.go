@@ -230,9 +230,6 @@ func (l *Limiter) slotsOf(typ, key string) int {
 // the room if a task arrived meanwhile).
 func (l *Limiter) handOn(ctx context.Context, k string, rev uint64) {
 	room, typ, key, ok := limits.RoomOf(l.names, k)
-	if ok && key == "" && l.handLocal(typ, room, k, rev) {
-		return
-	}
 	if !ok || !l.CanPark() {
 		l.deleteSlot(ctx, k, rev)
 		return
