@@ -205,14 +205,15 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 	for i := range l.rateLocks {
 		l.rateLocks[i] = make(chan struct{}, 1)
 	}
-	for _, f := range []string{"c.>", "kc.>"} {
-		sub, err := c.Conn.Subscribe(l.subj+f, l.onSlot)
-		if err != nil {
-			l.unsubscribe()
-			return nil, fmt.Errorf("subscribing to slot changes: %w", err)
-		}
-		l.subs = append(l.subs, sub)
+	// The view follows the type-wide slots only. A key's slots change
+	// with every keyed task, and a key is seldom held by two workers at
+	// once: every worker hearing every change would cost the fleet more
+	// than the compare-and-set a create loses to a slot held elsewhere.
+	sub, err := c.Conn.Subscribe(l.subj+"c.>", l.onSlot)
+	if err != nil {
+		return nil, fmt.Errorf("subscribing to slot changes: %w", err)
 	}
+	l.subs = append(l.subs, sub)
 	view, err := limits.Watch(ctx, c.JS, c.Names, l.ruleChanged)
 	if errors.Is(err, limits.ErrNoBucket) {
 		err = fmt.Errorf("%w: %w", ErrNotProvisioned, err)
@@ -333,6 +334,10 @@ func (l *Limiter) AcquireWaiting(ctx context.Context, typ, key, taskID string, g
 	value, err := json.Marshal(limits.Holder{Task: taskID, Worker: l.owner})
 	if err != nil {
 		return nil, fmt.Errorf("encoding lease holder: %w", err)
+	}
+	if rule.Concurrency == 0 {
+		// Only a type-wide slot is waited for in the worker's line.
+		wait = 0
 	}
 	deadline := time.Now().Add(wait)
 	lease := &Lease{l: l, typ: typ, value: value}

@@ -453,3 +453,38 @@ func TestReleasedSlotPassesWithoutWrite(t *testing.T) {
 		l.Release(ctx)
 	}
 }
+
+// Keyed tasks take and free their key's slots without every other worker
+// hearing of it: a worker follows the type-wide slots only.
+func TestKeySlotChangesStayWithTheirWorker(t *testing.T) {
+	t.Parallel()
+	e := streamstest.Start(t, streams.Settings{})
+	putRule(t, e, limits.Rule{Type: "keyed", KeyConcurrency: 1})
+	ctx := streamstest.Context(t)
+	nc := e.Connect(t)
+	other, err := flow.New(ctx, flow.Config{
+		JS: e.JS, Conn: nc, Names: e.Names, Owner: "other", TTL: 5 * time.Second,
+		IOTimeout: 5 * time.Second, Logger: streamstest.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	a := newLimiter(t, e, "a", 5*time.Second)
+	before := nc.Stats().InMsgs
+	const n = 50
+	for i := range n {
+		lease, err := a.Acquire(ctx, "keyed", fmt.Sprint("k", i), fmt.Sprint("t", i))
+		if err != nil || lease == nil {
+			t.Fatalf("task %d: lease %v, %v", i, lease, err)
+		}
+		lease.Release(ctx)
+	}
+	a.Close() // waits for the slots' deletes
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := nc.Stats().InMsgs - before; got > 0 {
+		t.Errorf("another worker received %d messages while %d keyed tasks took and freed their slots, want none", got, n)
+	}
+}
