@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
@@ -127,12 +128,10 @@ func (le *Lease) renew(ctx context.Context) {
 // put writes k if its last revision is still rev, with a per-key TTL (KV
 // Update would drop the TTL).
 func (l *Limiter) put(ctx context.Context, k string, val []byte, rev uint64, ttl time.Duration) (uint64, error) {
-	ack, err := l.js.PublishMsg(ctx, &nats.Msg{Subject: l.subj + k, Data: val, Header: nats.Header{}},
-		jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
-	if err != nil {
-		return 0, err
-	}
-	return ack.Sequence, nil
+	return l.write(ctx, &nats.Msg{Subject: l.subj + k, Data: val, Header: nats.Header{
+		jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(rev, 10)},
+		jetstream.MsgTTLHeader:              {ttl.String()},
+	}})
 }
 
 func isWrongLastSeq(err error) bool {

@@ -53,6 +53,7 @@ const casTries = 8
 // with Close.
 type Limiter struct {
 	js     jetstream.JetStream
+	nc     *nats.Conn
 	leases jetstream.KeyValue
 	subj   string // $KV.<leases>.
 	owner  string
@@ -193,7 +194,7 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 		tasks = nil
 	}
 	l := &Limiter{
-		js: c.JS, leases: leases, subj: "$KV." + c.Names.LeasesBucket() + ".",
+		js: c.JS, nc: c.Conn, leases: leases, subj: "$KV." + c.Names.LeasesBucket() + ".",
 		owner: c.Owner, ttl: c.TTL, io: c.IOTimeout, log: c.Logger,
 		tasks: tasks, names: c.Names, onRule: c.OnRule, closing: make(chan struct{}),
 		taken: map[string]time.Time{},

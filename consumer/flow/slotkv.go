@@ -2,9 +2,14 @@ package flow
 
 import (
 	"context"
+	"errors"
+	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spoolq/spool/shared/jsproto"
 )
 
 // Freeing and taking a slot key. A KV create of a key whose last entry is
@@ -22,8 +27,10 @@ const maxMarkers = 10_000
 // deleteSlotKey writes the delete of slot key k if its last revision is
 // still rev, and remembers the marker's revision.
 func (l *Limiter) deleteSlotKey(ctx context.Context, k string, rev uint64) error {
-	m := &nats.Msg{Subject: l.subj + k, Header: nats.Header{"KV-Operation": []string{"DEL"}}}
-	ack, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev))
+	seq, err := l.write(ctx, &nats.Msg{Subject: l.subj + k, Header: nats.Header{
+		"KV-Operation":                      {"DEL"},
+		jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(rev, 10)},
+	}})
 	if err != nil {
 		return err
 	}
@@ -31,7 +38,7 @@ func (l *Limiter) deleteSlotKey(ctx context.Context, k string, rev uint64) error
 	if len(l.markers) >= maxMarkers {
 		clear(l.markers)
 	}
-	l.markers[k] = ack.Sequence
+	l.markers[k] = seq
 	l.mu.Unlock()
 	return nil
 }
@@ -51,4 +58,35 @@ func (l *Limiter) createSlotKey(ctx context.Context, k string, value []byte) (ui
 		}
 	}
 	return l.leases.Create(ctx, k, value, jetstream.KeyTTL(l.ttl))
+}
+
+// write publishes m, a write of a key of the leases bucket, and returns
+// the revision stored. The acknowledgement is read by
+// jsproto.ParsePubAck, without the reflective decode of jetstream's
+// PublishMsg, and, as PublishMsg does, m is sent again while no stream
+// answers (an election), within ctx.
+func (l *Limiter) write(ctx context.Context, m *nats.Msg) (uint64, error) {
+	for retries := 0; ; retries++ {
+		resp, err := l.nc.RequestMsgWithContext(ctx, m)
+		if errors.Is(err, nats.ErrNoResponders) {
+			err = jetstream.ErrNoStreamResponse
+		}
+		var ack jsproto.PubAck
+		if err == nil {
+			ack, err = jsproto.ParsePubAck(resp)
+		}
+		if err == nil {
+			return ack.Seq, nil
+		}
+		if !jsproto.RetryNoResponders(err, retries) {
+			return 0, err
+		}
+		t := time.NewTimer(jsproto.NoResponderWait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, err
+		case <-t.C:
+		}
+	}
 }
