@@ -135,7 +135,7 @@ func (l *Limiter) unidle(typ string, s *idleSlot) bool {
 // task of its waiting room, or frees it.
 func (l *Limiter) freeIdle(typ string, s *idleSlot) {
 	defer l.releasing.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*l.io)
+	ctx, cancel := context.WithTimeout(l.life, 2*l.io)
 	defer cancel()
 	l.handOn(ctx, s.key, s.rev)
 }

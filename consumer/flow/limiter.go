@@ -68,6 +68,9 @@ type Limiter struct {
 	// for them); Close waits.
 	releasing sync.WaitGroup
 
+	// life lives until Close ends the renewals (cancel): the frees of
+	// idle slots, which their timers start, run under it.
+	life   context.Context
 	cancel context.CancelFunc
 	// closing is closed as Close starts: the delayed looks at waiting
 	// rooms (wakeLater) end.
@@ -226,14 +229,14 @@ func New(ctx context.Context, c Config) (*Limiter, error) {
 	l.rules = view
 	// The renewals live until Close, past ctx.
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	l.cancel = cancel
+	l.life, l.cancel = rctx, cancel
 	l.done.Add(1)
 	go l.renewLoop(rctx)
 	return l, nil
 }
 
-// Close waits for the releases in flight, and stops watching and
-// renewing. Leases still held expire after the TTL. A nil *Limiter does
+// Close frees the slots the worker keeps idle (keepIdle), waits for the
+// releases in flight, and stops watching and renewing. Leases still held expire after the TTL. A nil *Limiter does
 // nothing.
 func (l *Limiter) Close() {
 	if l == nil {
