@@ -348,11 +348,20 @@ func (d *dispatcher) planLocked() (plans []pullPlan, start []job) {
 		}
 	}
 	// Spare capacity: long-poll every lane with no known work, the most
-	// urgent priorities first; or, when that is more lanes than the
-	// spare slots, watch them all.
+	// urgent priorities first. When that is more lanes than the spare
+	// slots, long-poll the most urgent with half of the slots (at least
+	// one, so a pull is always waiting, which the server's max-deliveries
+	// advisories need) and keep the other half free for the lanes a
+	// publish wakes; watchLocked watches every lane not long-polled.
 	budget := d.slots.spare()
 	if d.wk.on && d.idleLocked(laneCaps, resting) > budget {
-		return plans, start
+		polling := 0
+		for i := range d.lanes {
+			if d.pl.polling(i) {
+				polling++
+			}
+		}
+		budget = min(budget, max(1, (budget+polling)/2)-polling)
 	}
 	for _, p := range spool.Priorities {
 		for g := range d.groups {
