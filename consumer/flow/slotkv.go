@@ -25,11 +25,15 @@ import (
 const maxMarkers = 10_000
 
 // deleteSlotKey writes the delete of slot key k if its last revision is
-// still rev, and remembers the marker's revision.
+// still rev, and remembers the marker's revision. The marker carries the
+// slot TTL: a per-key slot is seldom taken again, and a marker without a
+// TTL would stay in the bucket for good, one for every key ever limited.
+// When it expires the server leaves its own short-lived marker in its place.
 func (l *Limiter) deleteSlotKey(ctx context.Context, k string, rev uint64) error {
 	seq, err := l.write(ctx, &nats.Msg{Subject: l.subj + k, Header: nats.Header{
 		"KV-Operation":                      {"DEL"},
 		jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(rev, 10)},
+		jetstream.MsgTTLHeader:              {l.ttl.String()},
 	}})
 	if err != nil {
 		return err
