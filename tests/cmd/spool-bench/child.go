@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/spoolq/spool/tests/devstack"
 )
 
@@ -63,7 +65,7 @@ func serveChild(ctx context.Context, args []string) error {
 	fmt.Println(st.URL)
 	done := make(chan struct{})
 	go func() {
-		serverCommands(os.Stdin)
+		serverCommands(os.Stdin, st.Server)
 		close(done)
 	}()
 	select {
@@ -76,14 +78,20 @@ func serveChild(ctx context.Context, args []string) error {
 // serverCommands reads the harness's commands from r until it closes:
 // "profile <file>" starts a CPU profile of the server child, "stop" ends
 // it (the processing scenario profiles the server over a consumer's
-// measured window).
-func serverCommands(r io.Reader) {
+// measured window) and writes the server's traffic over the window to
+// the file's name with .traffic in place of .pprof.
+func serverCommands(r io.Reader, srv *server.Server) {
 	sc := bufio.NewScanner(r)
 	var prof *os.File
+	var t0 traffic
 	stop := func() {
 		if prof != nil {
 			pprof.StopCPUProfile()
 			_ = prof.Close()
+			name := strings.TrimSuffix(prof.Name(), ".pprof") + ".traffic"
+			if err := os.WriteFile(name, readTraffic(srv).since(t0), 0o644); err != nil {
+				fmt.Fprintln(os.Stderr, "spool-bench server: writing the traffic:", err)
+			}
 			prof = nil
 		}
 	}
@@ -104,6 +112,7 @@ func serverCommands(r io.Reader) {
 				continue
 			}
 			prof = fh
+			t0 = readTraffic(srv)
 		case "stop":
 			stop()
 		}
