@@ -15,6 +15,7 @@ import (
 	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
 	"github.com/spoolq/spool/streams"
+	"github.com/spoolq/spool/streams/embedded"
 	"github.com/spoolq/spool/streams/streamstest"
 )
 
@@ -125,6 +126,64 @@ func TestPlainTaskWire(t *testing.T) {
 			}
 			if p := got["pull request"]; p > n/2 {
 				t.Errorf("%d pull requests for %d tasks, want at most %d", p, n, n/2)
+			}
+		})
+	}
+}
+
+// The server's own count of the messages a worker sends for plain tasks:
+// per task its result write, its ack and, with events on, its two events,
+// plus a small share of pull requests. Where TestPlainTaskWire names each
+// message as a subscriber sees it, this counts what the server receives,
+// whatever its subject, so a read, a check or a write added to the path of
+// every attempt fails it.
+func TestPlainTaskServerMessages(t *testing.T) {
+	for _, c := range []struct {
+		mode   string
+		events bool
+	}{{streams.ConsumersByType, true}, {streams.ConsumersByType, false}, {streams.ConsumersByPriority, true}} {
+		mode, events := c.mode, c.events
+		t.Run(fmt.Sprintf("%s/events=%t", mode, events), func(t *testing.T) {
+			t.Parallel()
+			srv, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+			e := provisionEnv(t, srv.ClientURL(), streams.Settings{Consumers: mode})
+			mux := consumer.NewMux()
+			mux.HandleFunc("plain", func(context.Context, *consumer.Task) ([]byte, error) { return []byte(`1`), nil })
+			w := e.worker(mux, consumer.WithConcurrency(10, 10), consumer.WithPolling(time.Second, time.Minute), consumer.WithEvents(events))
+			inMsgs := func() int64 {
+				v, err := srv.Varz(nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return v.InMsgs
+			}
+			want := 2.0 // the result write and the ack
+			if events {
+				want += 2 // started and completed
+			}
+			before := inMsgs()
+			const n = 1000
+			e.publishMany(spool.Normal, "plain", n, nil)
+			// Every task completed and the server received its messages
+			// (the completed event follows the ack).
+			streamstest.WaitFor(t, 30*time.Second, func() error {
+				if c := w.Stats().Total().Completed; c < n {
+					return fmt.Errorf("%d of %d completed", c, n)
+				}
+				if got := inMsgs() - before - n; float64(got) < want*n {
+					return fmt.Errorf("%d messages from the worker, want %.0f", got, want*n)
+				}
+				return nil
+			})
+			// What the worker sent, less the n enqueues.
+			perTask := float64(inMsgs()-before-n) / n
+			t.Logf("%.3f messages per plain task at the server (events %t)", perTask, events)
+			if perTask > want+0.1 {
+				t.Errorf("the worker sent %.3f messages per plain task, want at most %.1f: a request was added to every attempt", perTask, want+0.1)
 			}
 		})
 	}
