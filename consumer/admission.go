@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -132,6 +133,10 @@ func (s *admission) attempt(lane int, msg jetstream.Msg, beat time.Time) {
 	a.maxAttempts = retries + 1
 	if md := s.maxDeliver[p]; md > 0 && meta.PriorAttempts+md-a.snoozes < a.maxAttempts {
 		a.maxAttempts = max(meta.PriorAttempts+md-a.snoozes, a.attempt)
+	}
+	if md := s.maxDeliver[p]; md > 0 && meta.PriorAttempts > 0 && a.attempt > md {
+		s.exhausted(a, meta, prior, md)
+		return
 	}
 	for _, g := range s.gates {
 		run, bad := g.admit(&a, meta)
@@ -269,4 +274,22 @@ func (s *admission) awaitOutcome(a *attemptInfo, prior *spool.Result, rev uint64
 			return doc, docRev
 		}
 	}
+}
+
+// exhausted dead-letters a handed-back task delivered after as many
+// deliveries without a verdict as max deliver allows, counted across its
+// copies (Spool-Prior-Attempts): a task that kills its worker on every
+// attempt is handed back by a rate limit with a fresh count of
+// deliveries, which would never reach max deliver, so the attempts it
+// carries stop it, as max deliver stops a task never handed back. A
+// result stored for this message already (its ack was lost) stands
+// instead.
+func (s *admission) exhausted(a attemptInfo, meta spool.Meta, prior *spool.Result, md int) {
+	a.uniqueKey = meta.UniqueKey
+	if prior != nil && s.settle.storedAlready(a, *prior) {
+		return
+	}
+	a.attempt = md
+	err := fmt.Errorf("deliveries exhausted without a verdict (worker crashed or timed out %d times)", md)
+	s.settle.deadLetter(a, spool.ReasonMaxDeliver, err, outcome{failed: true, pickup: -1})
 }

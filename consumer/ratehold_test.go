@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -173,5 +174,81 @@ func TestRateHeldWorkerKilled(t *testing.T) {
 	}
 	if most := rec.mostIn(time.Second); most > limit+1 {
 		t.Errorf("%d starts within one second, limit %d", most, limit)
+	}
+}
+
+// A task that kills its worker on every attempt, of a rate whose next
+// start is further off than a redelivery waits (one start every five
+// seconds, AckWait one second), is handed back on each redelivery with a
+// fresh count of deliveries, so the server's max deliver never stops it:
+// the attempts it carries must. With max deliver 2 and retries to spare
+// it runs twice, each time in a new worker killed as it runs, and then
+// lands in the dead-letter stream with reason max_deliver.
+func TestRateHeldCrashingTaskDeadLetters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, streams.Settings{Consumers: streams.ConsumersByType, AckWait: time.Second, MaxDeliver: 2})
+	e.putRule(limits.Rule{Type: "crashy", Rate: &limits.Rate{Limit: 1, Period: limits.Duration(5 * time.Second)}})
+	e.publishID(spool.Normal, "crashy", "crashy-1", nil, map[string]string{spool.HeaderMaxRetries: "5"})
+	const maxRuns = 2
+	runs := 0
+	for {
+		nc := e.connect()
+		crashed := make(chan struct{})
+		mux := consumer.NewMux()
+		mux.HandleFunc("crashy", func(context.Context, *consumer.Task) ([]byte, error) {
+			// The kill: nothing more leaves this worker.
+			nc.Close()
+			close(crashed)
+			return nil, nil
+		})
+		w, err := consumer.New(nc, mux, consumer.WithLogger(testLogger(t)), consumer.WithWorkerName(fmt.Sprintf("victim-%d", runs)),
+			consumer.WithConcurrency(4, 4), consumer.WithPolling(100*time.Millisecond, 50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		stopped := false
+		t.Cleanup(func() {
+			if !stopped {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				_ = w.Stop(ctx)
+			}
+		})
+		var doc spool.Result
+		streamstest.WaitFor(t, 30*time.Second, func() error {
+			select {
+			case <-crashed:
+				return nil
+			default:
+			}
+			var ok bool
+			if doc, ok = e.result("crashy-1"); ok && doc.State == spool.StateDead {
+				return nil
+			}
+			return errors.New("the task neither ran nor was dead-lettered")
+		})
+		stopped = true
+		if err := w.Stop(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if doc.State == spool.StateDead {
+			if doc.Reason != spool.ReasonMaxDeliver || doc.Attempts != maxRuns {
+				t.Errorf("dead letter of reason %q after %d attempts, want %q after %d", doc.Reason, doc.Attempts, spool.ReasonMaxDeliver, maxRuns)
+			}
+			break
+		}
+		runs++
+		if runs > maxRuns {
+			t.Fatalf("the task ran %d times, max deliver allows %d", runs, maxRuns)
+		}
+	}
+	if runs != maxRuns {
+		t.Errorf("the task ran %d times before its dead letter, want %d", runs, maxRuns)
+	}
+	if n := e.streamMsgs(e.names.DLQStream()); n != 1 {
+		t.Errorf("%d dead letters, want 1", n)
 	}
 }
