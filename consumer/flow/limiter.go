@@ -121,6 +121,9 @@ type Limiter struct {
 	// markers are the revisions of the delete markers this worker wrote
 	// for slot keys (see createSlotKey).
 	markers map[string]uint64
+	// slotStream is the leases bucket's stream, bound at the first read
+	// of a slot key's last entry (see lastSlotEntry).
+	slotStream jetstream.Stream
 	// slotLines are, per type, the tasks of this worker waiting for a
 	// type-wide slot, first come first served (see AcquireWaiting).
 	slotLines map[string][]*slotWaiter

@@ -3,6 +3,7 @@ package flow
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -47,21 +48,60 @@ func (l *Limiter) deleteSlotKey(ctx context.Context, k string, rev uint64) error
 	return nil
 }
 
-// createSlotKey creates slot key k with value and the slot TTL: a write at
-// the revision of the delete marker this Limiter wrote last for k, else a
-// KV create. It fails with jetstream.ErrKeyExists when k is held.
+// createSlotKey creates slot key k with value and the slot TTL. It writes
+// at the revision of the delete marker this Limiter wrote last for k, or,
+// knowing none, at revision 0 (k has no entry): one request when k is
+// free. When k has an entry after all, it reads it: a delete marker
+// (another worker's, or the server's when a marker expired) is written
+// over at its revision, anything else means k is held. It fails with
+// jetstream.ErrKeyExists when k is held.
 func (l *Limiter) createSlotKey(ctx context.Context, k string, value []byte) (uint64, error) {
 	l.mu.Lock()
-	seq, ok := l.markers[k]
+	seq := l.markers[k]
 	delete(l.markers, k)
 	l.mu.Unlock()
-	if ok {
-		rev, err := l.put(ctx, k, value, seq, l.ttl)
-		if err == nil || !isWrongLastSeq(err) {
-			return rev, err
-		}
+	rev, err := l.put(ctx, k, value, seq, l.ttl)
+	if err == nil || !isWrongLastSeq(err) {
+		return rev, err
 	}
-	return l.leases.Create(ctx, k, value, jetstream.KeyTTL(l.ttl))
+	last, free, err := l.lastSlotEntry(ctx, k)
+	if err != nil {
+		return 0, err
+	}
+	if !free {
+		return 0, jetstream.ErrKeyExists
+	}
+	rev, err = l.put(ctx, k, value, last, l.ttl)
+	if isWrongLastSeq(err) {
+		return 0, jetstream.ErrKeyExists
+	}
+	return rev, err
+}
+
+// lastSlotEntry reads the last entry of slot key k: its revision (0 when
+// k has none), and whether k is free (no entry, or a delete marker).
+func (l *Limiter) lastSlotEntry(ctx context.Context, k string) (rev uint64, free bool, err error) {
+	l.mu.Lock()
+	st := l.slotStream
+	l.mu.Unlock()
+	if st == nil {
+		if st, err = l.js.Stream(ctx, "KV_"+l.names.LeasesBucket()); err != nil {
+			return 0, false, fmt.Errorf("binding the leases stream: %w", err)
+		}
+		l.mu.Lock()
+		l.slotStream = st
+		l.mu.Unlock()
+	}
+	m, err := st.GetLastMsgForSubject(ctx, l.subj+k)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, true, nil // expired meanwhile
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("reading slot %q: %w", k, err)
+	}
+	op := m.Header.Get("KV-Operation")
+	free = op == "DEL" || op == "PURGE" || m.Header.Get(jetstream.MarkerReasonHeader) != ""
+	return m.Sequence, free, nil
 }
 
 // write publishes m, a write of a key of the leases bucket, and returns
