@@ -25,7 +25,7 @@ const (
 	bullmqDirDefault = "tests/cmd/spool-bench/bullmq"
 	// bullmqInstallHint is what the report prints when Node.js or the
 	// program's packages are missing.
-	bullmqInstallHint = "Node.js or the BullMQ packages are missing (`make bench-deps` installs the packages; Node.js: `apt-get install nodejs npm`); the BullMQ rows were skipped"
+	bullmqInstallHint = "Node.js or the BullMQ packages are missing (`make examples` installs the packages; Node.js: `apt-get install nodejs npm`); the BullMQ rows were skipped"
 )
 
 // bullmqInfo is what the report says about the BullMQ run.

@@ -168,7 +168,7 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.render, "render", c.render, "write the report from these JSON figures (a report's sidecar) instead of running the benchmarks")
 	fs.StringVar(&c.only, "sync", c.only, "run one sync mode only: default or always")
 	fs.StringVar(&c.bullmqDir, "bullmq-dir", c.bullmqDir, "the BullMQ program of the peers scenario, with its npm packages installed")
-	fs.StringVar(&c.scenarios, "scenarios", c.scenarios, "run only these scenarios (comma-separated: enqueue,processing,pickup,shares,limits,workflows,natsbench,fairness,backlog,peers,types,isolation,cluster,partitions)")
+	fs.StringVar(&c.scenarios, "scenarios", c.scenarios, "run only these scenarios (comma-separated: enqueue,processing,pickup,shares,limits,workflows,natsbench,fairness,backlog,peers,types,isolation,cluster,partitions; the peers table and its targets take Spool's figures from processing and pickup, so run them beside peers)")
 	fs.StringVar(&c.profileDir, "profile", c.profileDir, "write CPU profiles of the processing consumers, of the enqueue variants (producer and server) and of the server to this directory, with the server's messages, bytes and system calls over each profiled window (.traffic)")
 	fs.IntVar(&c.queued, "queued", c.queued, "queued tasks of the processing scenario")
 	fs.BoolVar(&c.cluster, "cluster", c.cluster, "run the cluster and partitions scenarios on a local 3-node cluster (default on; off with BENCH_QUICK)")
