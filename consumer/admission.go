@@ -193,9 +193,10 @@ func (s *admission) attempt(lane int, msg jetstream.Msg, beat time.Time) {
 		s.settle.settleCancelled(a, outcome{pickup: -1})
 		return
 	}
-	a.started = time.Now()
-	started := a.doc(spool.StateProcessing)
-	s.results.Event(spool.EventStarted, &started)
+	started := time.Now()
+	a.started, a.startedAt = started, &started
+	startedDoc := a.doc(spool.StateProcessing)
+	s.results.Event(spool.EventStarted, &startedDoc)
 	if s.policy.ProcessingDelay <= 0 {
 		s.run.putProcessing(a)
 	}

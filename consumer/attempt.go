@@ -56,6 +56,9 @@ type attemptInfo struct {
 	enq        time.Time
 	handedBack *time.Time
 	started    time.Time
+	// startedAt points at a copy of started that every document of the
+	// attempt shares: nothing changes it once the attempt starts.
+	startedAt *time.Time
 	// beat is when the task's AckWait clock last restarted as far as the
 	// worker knows: its arrival, then each heartbeat. The next heartbeat
 	// is timed from it at every stage (waiting for a slot, running,
@@ -92,7 +95,10 @@ func (a attemptInfo) doc(state spool.State) spool.Result {
 		TraceParent:  a.traceParent,
 		Snoozes:      a.snoozes,
 	}
-	if !a.started.IsZero() {
+	switch {
+	case a.startedAt != nil:
+		d.StartedAt = a.startedAt
+	case !a.started.IsZero():
 		s := a.started
 		d.StartedAt = &s
 	}

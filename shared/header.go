@@ -332,7 +332,10 @@ func EnqueueTimes(h nats.Header, stored time.Time) (enqueued time.Time, handedBa
 	if err != nil {
 		return stored, nil
 	}
-	return t, &stored
+	// A copy of stored, taken here, so that the common path (no header)
+	// allocates nothing.
+	hb := stored
+	return t, &hb
 }
 
 // KeepEnqueuedAt marks h, the header of a copy of a task about to be
