@@ -61,6 +61,11 @@ type consumeFlags struct {
 	// sleeps.
 	types string
 	sleep time.Duration
+	// rate paces a raw drain's acks to at most rate per second (0: no
+	// pacing), the rate limit a user first writes by hand; consumer is
+	// the consumer a raw run binds (default: the normal priority's).
+	rate     int
+	consumer string
 }
 
 // consumeChild runs one consumer-side measurement: raw JetStream or a
@@ -82,6 +87,8 @@ func consumeChild(ctx context.Context, args []string) error {
 	fs.DurationVar(&f.asynqPoll, "asynq-poll", 0, "asynq: TaskCheckInterval (0: asynq's default, 1s)")
 	fs.StringVar(&f.types, "types", "", "spool: serve these exact types instead of bench: <prefix>:<count> (pick:50 is pick.00 … pick.49) or a comma-separated list")
 	fs.DurationVar(&f.sleep, "sleep", 0, "spool: how long the handler of -types sleeps")
+	fs.IntVar(&f.rate, "rate", 0, "raw drain: ack at most this many tasks per second (0: no pacing)")
+	fs.StringVar(&f.consumer, "consumer", "", "raw: bind this consumer (default: the normal priority's)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile of the run to this file")
 	if err := fs.Parse(args); err != nil {

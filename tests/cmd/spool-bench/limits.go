@@ -88,6 +88,11 @@ func (b *bench) limits(ctx context.Context) error {
 		}
 		b.add(row+", messages per task: worker sent", "spool", float64(r.OutMsgs)/tasks)
 		b.add(row+", messages per task: worker received", "spool", float64(r.InMsgs)/tasks)
+		if v.rate > 0 {
+			if err := b.rawAtRate(ctx, row, v.n, v.rate); err != nil {
+				return err
+			}
+		}
 	}
 	if err := st.Delete(ctx, "bench"); err != nil {
 		return err
@@ -96,6 +101,27 @@ func (b *bench) limits(ctx context.Context) error {
 		return err
 	}
 	return b.purge(ctx)
+}
+
+// rawAtRate drains n queued tasks of the type bench with raw JetStream,
+// nats.go's Consume with its defaults acking at most rate tasks a
+// second: the floor of a rate-limited task's CPU, in the flow-control
+// row's raw column.
+func (b *bench) rawAtRate(ctx context.Context, row string, n, rate int) error {
+	if err := b.purge(ctx); err != nil {
+		return err
+	}
+	if err := b.fill(ctx, spool.Normal, n); err != nil {
+		return err
+	}
+	runtime.GC()
+	r, err := runConsume(ctx, b.srv, nil, "-mode", "raw", "-task", "drain", "-n", strconv.Itoa(n),
+		"-rate", strconv.Itoa(rate), "-consumer", b.names.TypeConsumer(spool.Normal, "bench"))
+	if err != nil {
+		return fmt.Errorf("raw at %d/s: %w", rate, err)
+	}
+	b.add(row+", CPU per task: consumer + server (µs)", "raw", (r.CPUus+r.ServerCPUus)/float64(max(1, r.Tasks)))
+	return nil
 }
 
 // The head-of-line rows: the type limitedType, limited to limitedConc

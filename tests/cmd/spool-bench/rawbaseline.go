@@ -79,7 +79,11 @@ func rawAckSync(ctx context.Context, js jetstream.JetStream, names spool.Names, 
 // (those past n too, until the drained consumer closes: unacked ones would
 // come back to a later run), the window ends at n.
 func rawConsume(ctx context.Context, js jetstream.JetStream, names spool.Names, f consumeFlags, rep *consumeReport, bounded bool) error {
-	cons, err := js.Consumer(ctx, names.TaskStream(), names.Consumer(spool.Normal))
+	name := f.consumer
+	if name == "" {
+		name = names.Consumer(spool.Normal)
+	}
+	cons, err := js.Consumer(ctx, names.TaskStream(), name)
 	if err != nil {
 		return fmt.Errorf("binding consumer: %w", err)
 	}
@@ -87,11 +91,22 @@ func rawConsume(ctx context.Context, js jetstream.JetStream, names spool.Names, 
 	if bounded {
 		opts = append(opts, jetstream.PullMaxMessages(f.conc))
 	}
+	// A paced drain acks each task on the next tick: Consume calls the
+	// callback for one message at a time, so this is a rate limit.
+	var pace <-chan time.Time
+	if f.rate > 0 {
+		tick := time.NewTicker(time.Second / time.Duration(f.rate))
+		defer tick.Stop()
+		pace = tick.C
+	}
 	var got atomic.Int64
 	var ackErr atomic.Value
 	done := make(chan struct{})
 	w := startWindow()
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if pace != nil {
+			<-pace
+		}
 		if err := m.Ack(); err != nil {
 			ackErr.CompareAndSwap(nil, err)
 		}

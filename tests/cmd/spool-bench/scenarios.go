@@ -259,6 +259,10 @@ func (b *bench) pickup(ctx context.Context) error {
 		b.add("pickup at "+rate+" tasks/s: p50 (µs)", variant, r.P50us)
 		b.add("pickup at "+rate+" tasks/s: p99 (µs)", variant, r.P99us)
 		b.add("pickup at "+rate+" tasks/s: max (µs)", variant, r.MaxUs)
+		// What a trickle costs: every task pays its own flushes and
+		// wake-ups, and the idle worker's upkeep counts against few tasks.
+		// The server's share includes storing the producer's publishes.
+		b.add("pickup at "+rate+" tasks/s: CPU per task, consumer + server (µs)", variant, (r.CPUus+r.ServerCPUus)/float64(max(1, r.Tasks)))
 	}
 	return nil
 }

@@ -84,7 +84,11 @@ func (r *report) flowFigure(prefix, suffix string) func() (float64, string, bool
 			return 0, "", false
 		}
 		v, ok := r.get(modeDefault, fr.row+suffix, "spool")
-		return v, "", ok
+		detail := ""
+		if raw, okRaw := r.get(modeDefault, fr.row+suffix, "raw"); okRaw {
+			detail = fmt.Sprintf("raw at the rate: %s", fmtNum(raw))
+		}
+		return v, detail, ok
 	}
 }
 
