@@ -66,6 +66,7 @@ type consumeFlags struct {
 	// the consumer a raw run binds (default: the normal priority's).
 	rate     int
 	consumer string
+	keySlots bool // raw-keyed: take a slot per key (false: the same pool without)
 }
 
 // consumeChild runs one consumer-side measurement: raw JetStream or a
@@ -89,6 +90,7 @@ func consumeChild(ctx context.Context, args []string) error {
 	fs.DurationVar(&f.sleep, "sleep", 0, "spool: how long the handler of -types sleeps")
 	fs.IntVar(&f.rate, "rate", 0, "raw drain: ack at most this many tasks per second (0: no pacing)")
 	fs.StringVar(&f.consumer, "consumer", "", "raw: bind this consumer (default: the normal priority's)")
+	fs.BoolVar(&f.keySlots, "key-slots", true, "raw-keyed: take a KV slot for each task's key")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile of the run to this file")
 	if err := fs.Parse(args); err != nil {
@@ -128,6 +130,8 @@ func consumeChild(ctx context.Context, args []string) error {
 		err = rawConsume(ctx, js, names, f, &rep, false)
 	case f.task == "drain" && f.mode == "raw-bounded":
 		err = rawConsume(ctx, js, names, f, &rep, true)
+	case f.task == "drain" && f.mode == "raw-keyed":
+		err = rawKeyed(ctx, js, names, f, &rep)
 	case f.task == "drain" && f.mode == "raw-results":
 		err = rawResults(ctx, js, names, f, &rep)
 	case f.task == "drain" && f.mode == "raw-acksync":

@@ -88,8 +88,13 @@ func (b *bench) limits(ctx context.Context) error {
 		}
 		b.add(row+", messages per task: worker sent", "spool", float64(r.OutMsgs)/tasks)
 		b.add(row+", messages per task: worker received", "spool", float64(r.InMsgs)/tasks)
-		if v.rate > 0 {
+		switch {
+		case v.rate > 0:
 			if err := b.rawAtRate(ctx, row, v.n, v.rate); err != nil {
+				return err
+			}
+		case v.rule.Concurrency == 0:
+			if err := b.rawKeyed(ctx, row, v.n, v.keys, conc); err != nil {
 				return err
 			}
 		}
@@ -120,6 +125,28 @@ func (b *bench) rawAtRate(ctx context.Context, row string, n, rate int) error {
 	if err != nil {
 		return fmt.Errorf("raw at %d/s: %w", rate, err)
 	}
+	b.add(row+", CPU per task: consumer + server (µs)", "raw", (r.CPUus+r.ServerCPUus)/float64(max(1, r.Tasks)))
+	return nil
+}
+
+// rawKeyed drains n queued tasks of the type bench, over keys keys (0:
+// none), with raw JetStream: a pool of conc goroutines storing each
+// result and taking a KV slot per key (see rawKeyed in rawkeyed.go). Over
+// the unlimited row's, it is the floor of a per-key limit's share.
+func (b *bench) rawKeyed(ctx context.Context, row string, n, keys, conc int) error {
+	if err := b.purge(ctx); err != nil {
+		return err
+	}
+	if err := b.fillKeyed(ctx, n, keys); err != nil {
+		return err
+	}
+	runtime.GC()
+	r, err := runConsume(ctx, b.srv, nil, "-mode", "raw-keyed", "-task", "drain", "-n", strconv.Itoa(n),
+		"-conc", strconv.Itoa(conc), "-consumer", b.names.TypeConsumer(spool.Normal, "bench"))
+	if err != nil {
+		return fmt.Errorf("raw keyed: %w", err)
+	}
+	b.add(row+" (tasks/s)", "raw", float64(r.Tasks)/r.Seconds)
 	b.add(row+", CPU per task: consumer + server (µs)", "raw", (r.CPUus+r.ServerCPUus)/float64(max(1, r.Tasks)))
 	return nil
 }

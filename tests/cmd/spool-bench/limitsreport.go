@@ -55,14 +55,14 @@ func (r *report) flowControl() {
 			tput, cpu, hb, ok := r.flowFigures(mode, fr)
 			// A rate-limited type is compared with its rate, the others
 			// with the unlimited type.
-			against, reached, raw := ratioCell(tput, ok[0], free, okFree), "", ""
+			against, reached := ratioCell(tput, ok[0], free, okFree), ""
+			raw := r.cellOf(mode, fr.row+", CPU per task: consumer + server (µs)", "raw")
 			if sm := rateRuleRe.FindStringSubmatch(fr.name); sm != nil {
 				rate, _ := strconv.ParseFloat(sm[1], 64)
 				against, reached = "", ratioCell(tput, ok[0], rate, rate > 0)
-				raw = r.cellOf(mode, fr.row+", CPU per task: consumer + server (µs)", "raw")
 			}
 			rows = append(rows, []string{modeLabels[mode], fr.name, cell(tput, ok[0]), against,
-				reached, cell(cpu, ok[1]), raw, cell(hb, ok[2])})
+				r.cellOf(mode, fr.row+" (tasks/s)", "raw"), r.rawAgainst(mode, fr), reached, cell(cpu, ok[1]), raw, cell(hb, ok[2])})
 		}
 		for _, a := range r.matches(mode, holAloneRe) {
 			alone, okA := r.get(mode, a[0], "spool")
@@ -76,8 +76,25 @@ func (r *report) flowControl() {
 	if len(rows)+len(hol) == 0 {
 		return
 	}
-	r.printf("## Flow control\n\nOne type with a rule, a worker of 100 slots. *Raw at the rate*: nats.go `Consume` with its defaults acking the same queued tasks at the same rate.\n\n")
-	r.table([]string{"setup", "rule", "tasks/s", "/ unlimited", "rate reached", "CPU per task (µs)", "raw at the rate: CPU per task (µs)", "hand-backs per task"}, rows, 2)
+	r.printf("## Flow control\n\nOne type with a rule, a worker of 100 slots. *Raw*, the floor of each rule: for the unlimited type and the per-key limit, nats.go `Consume` feeding a pool of 100 goroutines that store each result and ack once it is stored, the per-key run also taking a slot per key with a KV create (TTL) and freeing it with a delete; for a rate, `Consume` with its defaults acking the same queued tasks at the same rate. CPU per task is consumer + server.\n\n")
+	r.table([]string{"setup", "rule", "tasks/s", "/ unlimited", "raw tasks/s", "raw / raw unlimited", "rate reached", "CPU per task (µs)", "raw: CPU per task (µs)", "hand-backs per task"}, rows, 2)
 	r.printf("No head-of-line blocking: an unlimited type alone, then beside a backlogged type with a concurrency limit (tasks/s):\n\n")
 	r.table([]string{"setup", "limit of the other type", "alone", "beside it", "beside / alone"}, hol)
+}
+
+// rawAgainst is a rule's raw throughput over the raw unlimited type's.
+func (r *report) rawAgainst(mode string, fr flowRule) string {
+	if fr.name == "unlimited" {
+		return ""
+	}
+	for _, free := range r.flowRules(mode) {
+		if free.name == "unlimited" {
+			a, okA := r.get(mode, fr.row+" (tasks/s)", "raw")
+			b, okB := r.get(mode, free.row+" (tasks/s)", "raw")
+			if okA && okB {
+				return ratioCell(a, okA, b, okB)
+			}
+		}
+	}
+	return ""
 }

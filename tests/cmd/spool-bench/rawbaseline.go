@@ -213,28 +213,11 @@ func rawResults(ctx context.Context, js jetstream.JetStream, names spool.Names, 
 		wg.Wait()
 		return fmt.Errorf("consuming: %w", err)
 	}
-	err = awaitCount(ctx, f.n, "acked", got.Load)
-	if err == nil {
-		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err = js.Conn().FlushWithContext(fctx)
-		cancel()
-		w.end(rep, f.n)
-	}
-	// Every message delivered is acked once its result is stored (those
-	// past n too): unacked ones would come back to a later run.
-	// Under SyncAlways the messages in hand (a pull of up to 500, and the
-	// queue) take seconds to store their results.
-	cc.Drain()
-	select {
-	case <-cc.Closed():
-	case <-time.After(stallLimit):
-		return errors.Join(err, fmt.Errorf("the drained consumer did not close in %s", stallLimit))
+	if err := drainCounted(ctx, js, cc, f.n, got.Load, w, rep); err != nil {
+		return err
 	}
 	close(queue)
 	wg.Wait()
-	if err != nil {
-		return err
-	}
 	// The last acks leave before the process ends.
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -245,6 +228,28 @@ func rawResults(ctx context.Context, js jetstream.JetStream, names spool.Names, 
 		return fmt.Errorf("acking: %w", err)
 	}
 	return nil
+}
+
+// drainCounted waits until count reaches n, ends the window there, and
+// drains cc: every message delivered is acked once its result is stored
+// (those past n too), since unacked ones would come back to a later run.
+// Under SyncAlways the messages in hand (a pull of up to 500, and a
+// queue) take seconds to store their results.
+func drainCounted(ctx context.Context, js jetstream.JetStream, cc jetstream.ConsumeContext, n int, count func() uint64, w window, rep *consumeReport) error {
+	err := awaitCount(ctx, n, "acked", count)
+	if err == nil {
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = js.Conn().FlushWithContext(fctx)
+		cancel()
+		w.end(rep, n)
+	}
+	cc.Drain()
+	select {
+	case <-cc.Closed():
+	case <-time.After(stallLimit):
+		return errors.Join(err, fmt.Errorf("the drained consumer did not close in %s", stallLimit))
+	}
+	return err
 }
 
 // rawPickup is a waiting Fetch(1) loop: enqueue (stream time) → delivery.

@@ -88,7 +88,11 @@ func (r *report) againstUnlimited(prefix string) func() (float64, string, bool) 
 		if !ok || !okF {
 			return 0, "", false
 		}
-		return r.ratio(modeDefault, fr.row+" (tasks/s)", "spool", free.row+" (tasks/s)", "spool", "tasks/s")
+		v, detail, ok := r.ratio(modeDefault, fr.row+" (tasks/s)", "spool", free.row+" (tasks/s)", "spool", "tasks/s")
+		if raw, _, okRaw := r.ratio(modeDefault, fr.row+" (tasks/s)", "raw", free.row+" (tasks/s)", "raw", ""); ok && okRaw {
+			detail += fmt.Sprintf("; raw: %.2f×", raw)
+		}
+		return v, detail, ok
 	}
 }
 
