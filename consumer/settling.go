@@ -330,10 +330,20 @@ var errYield = errors.New("the task was cancelled: its outcome yields")
 // or this worker when it writes first). The write is over the revision
 // read, so a canceller writing meanwhile makes it read again.
 func (s *settling) putCancelled(ctx context.Context, id string, doc spool.Result) error {
-	for range maxFinalTries {
+	var inFlight replicating
+	tried, wrote := uint64(0), false
+	for tries := 0; tries < maxFinalTries; {
 		cur, rev, found, err := s.results.ReadFromLeader(ctx, id)
 		if err != nil {
 			return err
+		}
+		if wrote && rev == tried {
+			// The last write lost to one still being replicated: read
+			// again once that one may be applied.
+			if err := inFlight.wait(ctx); err != nil {
+				return err
+			}
+			continue
 		}
 		if found && cur.State == spool.StateCancelled {
 			if sameFinal(cur, doc) {
@@ -343,6 +353,8 @@ func (s *settling) putCancelled(ctx context.Context, id string, doc spool.Result
 			}
 			return nil
 		}
+		tries++
+		tried, wrote = rev, true
 		err = s.results.PutAt(ctx, doc, rev)
 		if err == nil || !results.IsConflict(err) {
 			return err
@@ -351,8 +363,33 @@ func (s *settling) putCancelled(ctx context.Context, id string, doc spool.Result
 	return fmt.Errorf("the result of task %s kept changing (%d writes lost a race)", id, maxFinalTries)
 }
 
-// maxFinalTries bounds putFinal's compare-and-set loop.
+// maxFinalTries bounds putFinal's compare-and-set loop: the writes that
+// lost to a change of the document, not those that lost to a write still
+// being replicated (see replicating).
 const maxFinalTries = 8
+
+// replicating paces the tries of a compare-and-set write that lost to a
+// write the stream has not applied yet. A replicated stream refuses a
+// write conditional on a key's revision while an earlier write to that
+// key is being replicated, and a read shows the key as it was until that
+// write is applied: the revision read is the one the write lost on. A
+// handler that reports progress and returns at once meets it, as does a
+// processing state written just before the outcome. Trying again at once
+// would lose again, so each wait doubles, from 1ms to 100ms, within the
+// caller's deadline.
+type replicating struct{ next time.Duration }
+
+func (r *replicating) wait(ctx context.Context) error {
+	r.next = min(max(2*r.next, time.Millisecond), 100*time.Millisecond)
+	t := time.NewTimer(r.next)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for a write still being replicated: %w", ctx.Err())
+	case <-t.C:
+		return nil
+	}
+}
 
 // putFinal stores the document an attempt ends with (completed or dead,
 // and the retrying or snoozed state a later attempt follows) over the
@@ -370,7 +407,8 @@ const maxFinalTries = 8
 // first step is then the read.
 func (s *settling) putFinal(ctx context.Context, a attemptInfo, doc spool.Result, conflicted bool) error {
 	rev := a.rev
-	for range maxFinalTries {
+	var inFlight replicating
+	for tries := 0; tries < maxFinalTries; tries++ {
 		if !conflicted {
 			err := s.results.PutAt(ctx, doc, rev)
 			if err == nil || !results.IsConflict(err) {
@@ -381,6 +419,16 @@ func (s *settling) putFinal(ctx context.Context, a attemptInfo, doc spool.Result
 		cur, curRev, found, err := s.results.ReadFromLeader(ctx, a.id)
 		if err != nil {
 			return err
+		}
+		if curRev == rev && !(found && sameFinal(cur, doc)) {
+			// The write lost to one still being replicated: the same
+			// write, once that one is applied, reads it first.
+			if err := inFlight.wait(ctx); err != nil {
+				return err
+			}
+			tries--
+			conflicted = true
+			continue
 		}
 		if found && sameFinal(cur, doc) {
 			return nil
