@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -236,20 +235,16 @@ func nodeChild(ctx context.Context, args []string) error {
 		return errors.New("node not ready for connections")
 	}
 	fmt.Println(s.ClientURL())
-	waitStdin(ctx)
-	return nil
-}
-
-// waitStdin returns when stdin closes (the harness is done with this
-// child) or ctx ends.
-func waitStdin(ctx context.Context) {
+	// Profiling commands, as the single server takes them, until stdin
+	// closes (the harness is done with this node) or ctx ends.
 	done := make(chan struct{})
 	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
+		serverCommands(os.Stdin, s)
 		close(done)
 	}()
 	select {
 	case <-done:
 	case <-ctx.Done():
 	}
+	return nil
 }

@@ -26,16 +26,13 @@ func clusterMode(syncAlways bool) string {
 
 // clusterConfig is cfg with the counts the cluster runs: a 3-node cluster
 // on the same cores does a third of the work per core, so the counts of a
-// mode are capped where the single-node run would take minutes, and no
-// profiles are written.
+// mode are capped where the single-node run would take minutes. Profiles
+// (-profile) are written for every node.
 func clusterConfig(cfg config, syncAlways bool) config {
 	if syncAlways {
 		cfg.batchN, cfg.processN = cfg.batchNAlw, cfg.processNAlw
 	}
 	cfg.queued = min(cfg.queued, 4*cfg.processN)
-	// Profiles (-profile) are of one server's runs: the cluster stands for
-	// three processes that take no profiling commands.
-	cfg.profileDir = ""
 	return cfg
 }
 

@@ -279,8 +279,12 @@ func spoolRun(ctx context.Context, nc *nats.Conn, f consumeFlags, rep *consumeRe
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	stopped := time.Now()
 	if err := w.Stop(sctx); err != nil {
 		return fmt.Errorf("stopping worker: %w", err)
+	}
+	if d := time.Since(stopped); d > time.Second {
+		fmt.Fprintf(os.Stderr, "spool-bench consume: the worker took %s to stop\n", d.Round(time.Millisecond))
 	}
 	return nil
 }

@@ -229,11 +229,12 @@ func (b *bench) profileEnqueue(variant, row string) (stop func(), err error) {
 		_ = fh.Close()
 		return nil, fmt.Errorf("starting the producer profile: %w", err)
 	}
-	fmt.Fprintf(b.srv.stdin, "profile %s\n", filepath.Join(b.cfg.profileDir, "server-"+name))
+	b.srv.profile = filepath.Join(b.cfg.profileDir, "server-"+name)
+	b.srv.startProfile()
 	return func() {
 		pprof.StopCPUProfile()
 		_ = fh.Close()
-		fmt.Fprintln(b.srv.stdin, "stop")
+		b.srv.stopProfile()
 	}, nil
 }
 

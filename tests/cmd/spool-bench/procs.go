@@ -45,6 +45,35 @@ func startServer(ctx context.Context, dir string, syncAlways bool) (*serverProc,
 	return startChildServer(ctx, args...)
 }
 
+// startProfile starts the CPU profile asked for by profile, on every
+// node of a cluster (node i's file ends in -node<i>.pprof).
+func (s *serverProc) startProfile() {
+	if s.profile == "" {
+		return
+	}
+	if len(s.nodes) == 0 {
+		fmt.Fprintf(s.stdin, "profile %s\n", s.profile)
+		return
+	}
+	for i, n := range s.nodes {
+		fmt.Fprintf(n.stdin, "profile %s-node%d.pprof\n", strings.TrimSuffix(s.profile, ".pprof"), i+1)
+	}
+}
+
+// stopProfile ends the profile startProfile started.
+func (s *serverProc) stopProfile() {
+	if s.profile == "" {
+		return
+	}
+	if len(s.nodes) == 0 {
+		fmt.Fprintln(s.stdin, "stop")
+	}
+	for _, n := range s.nodes {
+		fmt.Fprintln(n.stdin, "stop")
+	}
+	s.profile = ""
+}
+
 // stop closes the server's stdin and waits for it to exit.
 func (s *serverProc) stop() error {
 	_ = s.stdin.Close()
@@ -135,23 +164,26 @@ func runReporting(cmd *exec.Cmd, srv *serverProc, onReady func() error, name str
 	sc := bufio.NewScanner(stdout)
 	var cpu0 time.Duration
 	var readyErr error
-	got := false
+	got, ended := false, false
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
 		case line == "start":
-			if srv.profile != "" {
-				fmt.Fprintf(srv.stdin, "profile %s\n", srv.profile)
-			}
+			srv.startProfile()
 			cpu0 = srv.cpu()
 			if onReady != nil {
 				readyErr = onReady()
 			}
-		case strings.HasPrefix(line, "{"):
+		case line == "end" && !ended:
+			// The window closed: the consumer's shutdown that follows is
+			// not the server's work for the tasks.
 			res.ServerCPUus = float64((srv.cpu() - cpu0).Microseconds())
-			if srv.profile != "" {
-				fmt.Fprintln(srv.stdin, "stop")
-				srv.profile = ""
+			srv.stopProfile()
+			ended = true
+		case strings.HasPrefix(line, "{"):
+			if !ended {
+				res.ServerCPUus = float64((srv.cpu() - cpu0).Microseconds())
+				srv.stopProfile()
 			}
 			if err := json.Unmarshal([]byte(line), &res.consumeReport); err != nil {
 				return res, fmt.Errorf("decoding the consume report: %w", err)
