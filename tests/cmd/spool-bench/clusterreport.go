@@ -56,6 +56,7 @@ func (r *report) partitions() {
 		}
 		proc := "processing, concurrency " + strconv.Itoa(partitionConc) + " per partition (tasks/s)"
 		raw, okR := get(proc, "raw")
+		rawRes, okRR := get(proc, "raw-results")
 		sp, okS := get(proc, "spool")
 		kn, _ := strconv.Atoi(k)
 		one := "processing, one worker pulling every partition, concurrency %d (tasks/s)"
@@ -67,11 +68,11 @@ func (r *report) partitions() {
 		if okL {
 			servers = fmt.Sprintf("%.0f", leaders)
 		}
-		rows = append(rows, []string{k, servers, cell(pub, okP), cell(raw, okR), cell(sp, okS), ratioCell(sp, okS, raw, okR), cell(w1, ok1), cell(wk, okK && kn > 1)})
+		rows = append(rows, []string{k, servers, cell(pub, okP), cell(raw, okR), cell(rawRes, okRR), cell(sp, okS), ratioCell(sp, okS, raw, okR), cell(w1, ok1), cell(wk, okK && kn > 1)})
 	}
 	if len(rows) == 0 {
 		return
 	}
-	r.printf("## Task partitions\n\nR3, default sync: raw publishing over %d types through the servers' mapping, and processing with a consumer per partition at concurrency %d each, raw and a Spool worker pinned to each; then one Spool worker pulling every partition (tasks/s).\n\n", partitionTypes, partitionConc)
-	r.table([]string{"partitions", "servers leading one", "raw publish", "raw processing", "Spool pinned", "Spool / raw", "one worker, c=100", "one worker, c=100 per partition"}, rows)
+	r.printf("## Task partitions\n\nR3, default sync: raw publishing over %d types through the servers' mapping, and processing with a consumer per partition at concurrency %d each, raw (Fetch(32) + Ack; *+ results*: each batch's results stored in the one results bucket first) and a Spool worker pinned to each; then one Spool worker pulling every partition (tasks/s).\n\n", partitionTypes, partitionConc)
+	r.table([]string{"partitions", "servers leading one", "raw publish", "raw processing", "raw + results", "Spool pinned", "Spool / raw", "one worker, c=100", "one worker, c=100 per partition"}, rows)
 }

@@ -114,11 +114,19 @@ func (b *bench) partitions(ctx context.Context, k int) error {
 	b.add(label+": enqueue, PublishAsync over "+strconv.Itoa(partitionTypes)+" types (tasks/s)", "raw", float64(n)/time.Since(t0).Seconds())
 
 	row := fmt.Sprintf("%s: processing, concurrency %d per partition (tasks/s)", label, partitionConc)
-	rate, err := b.rawPartitions(ctx, names, k)
+	rate, err := b.rawPartitions(ctx, names, k, false)
 	if err != nil {
 		return err
 	}
 	b.add(row, "raw", rate)
+	if err := b.fillPartitions(ctx, names, n); err != nil {
+		return err
+	}
+	rate, err = b.rawPartitions(ctx, names, k, true)
+	if err != nil {
+		return err
+	}
+	b.add(row, "raw-results", rate)
 	if err := b.fillPartitions(ctx, names, n); err != nil {
 		return err
 	}
@@ -164,7 +172,10 @@ func (b *bench) fillPartitions(ctx context.Context, names spool.Names, n int) er
 
 // rawPartitions drains every partition's normal consumer at once, one
 // Fetch(32)+Ack loop per partition, and returns the tasks per second.
-func (b *bench) rawPartitions(ctx context.Context, names spool.Names, k int) (float64, error) {
+// With results, each batch's results are stored in the one results
+// bucket every partition shares (PublishAsync, awaited) before the
+// batch is acked: the floor of what Spool does.
+func (b *bench) rawPartitions(ctx context.Context, names spool.Names, k int, results bool) (float64, error) {
 	var total atomic.Int64
 	errs := make([]error, k)
 	var wg sync.WaitGroup
@@ -191,7 +202,32 @@ func (b *bench) rawPartitions(ctx context.Context, names spool.Names, k int) (fl
 					errs[p] = err
 					return
 				}
+				var msgs []jetstream.Msg
+				var puts []jetstream.PubAckFuture
 				for m := range batch.Messages() {
+					msgs = append(msgs, m)
+					if !results {
+						continue
+					}
+					md, err := m.Metadata()
+					if err != nil {
+						errs[p] = err
+						return
+					}
+					id := fmt.Sprintf("p%d-%d", p, md.Sequence.Stream)
+					doc := fmt.Appendf(nil, `{"id":%q,"state":"completed"}`, id)
+					put, err := b.js.PublishAsync(names.ResultSubject(id), doc, jetstream.WithStallWait(stallLimit))
+					if err != nil {
+						errs[p] = err
+						return
+					}
+					puts = append(puts, put)
+				}
+				if err := awaitFutures(puts); err != nil {
+					errs[p] = err
+					return
+				}
+				for _, m := range msgs {
 					if err := m.Ack(); err != nil {
 						errs[p] = err
 						return

@@ -223,7 +223,13 @@ func (r *report) partitionGain() (float64, string, bool) {
 	if !ok1 || !ok3 || !ok4 || !ok5 || s1 == 0 || r1 == 0 || r3 == 0 {
 		return 0, "", false
 	}
-	return (s3 / s1) / (r3 / r1), fmt.Sprintf("Spool %s×, raw %s×", fmtRatio(s3/s1), fmtRatio(r3/r1)), true
+	detail := fmt.Sprintf("Spool %s×, raw %s×", fmtRatio(s3/s1), fmtRatio(r3/r1))
+	rr1, okRR1 := r.get(partitionsMode, row(1), "raw-results")
+	rr3, okRR3 := r.get(partitionsMode, row(3), "raw-results")
+	if okRR1 && okRR3 && rr1 > 0 {
+		detail += fmt.Sprintf(", raw + results %s×", fmtRatio(rr3/rr1))
+	}
+	return (s3 / s1) / (r3 / r1), detail, true
 }
 
 // headOfLine is the unlimited type's throughput beside a type limited to 5
