@@ -193,8 +193,10 @@ func (s *admission) attempt(lane int, msg jetstream.Msg, beat time.Time) {
 		s.settle.settleCancelled(a, outcome{pickup: -1})
 		return
 	}
-	started := time.Now()
-	a.started, a.startedAt = started, &started
+	// a is on the heap already (the gates take it by pointer): the
+	// documents share its started.
+	a.started = time.Now()
+	a.startedAt = &a.started
 	startedDoc := a.doc(spool.StateProcessing)
 	s.results.Event(spool.EventStarted, &startedDoc)
 	if s.policy.ProcessingDelay <= 0 {

@@ -59,7 +59,7 @@ func (r *running) run(a attemptInfo, t *Task, timeout time.Duration, o outcome) 
 	wa := r.startWatch(time.Now().Add(timeout), a, o)
 	ctx := wa.ctx.ctx
 	defer wa.ctx.cancel(nil)
-	t.progress = wa.progress
+	t.watch = wa
 	r.cancels.track(a.id, wa)
 	defer r.cancels.untrack(a.id, wa)
 	var res handlerResult

@@ -127,14 +127,17 @@ func (s *settling) complete(a attemptInfo, out []byte, o outcome) {
 		doc.Result, doc.ResultEncoding = spool.ResultValue(out)
 	}
 	fin := time.Now()
-	doc.FinishedAt = &fin
 	if a.uniqueKey == "" && a.wf == nil && a.order == nil {
-		err := s.pipe.put(&a, o, &doc)
+		err := s.pipe.put(&a, o, &doc, fin)
 		if err == nil {
 			return
 		}
 		s.io.log.Warn("pipelined result write failed; writing it synchronously", "task_id", a.id, "error", err)
 	}
+	// Only this path takes the finish time's address, so only it
+	// allocates it.
+	finished := fin
+	doc.FinishedAt = &finished
 	yielded, err := s.writeOver(a, doc, "writing the result", o)
 	if yielded {
 		return
