@@ -25,6 +25,16 @@ type attemptCtx struct {
 	dl     deadlineCtx
 }
 
+// handlerBase is hard's values without its cancellation: the parent of
+// every attempt's context. It is context.WithoutCancel under a value
+// context, so a value looked up through it costs no allocation (a lookup
+// that starts at WithoutCancel's context boxes that context each time).
+func handlerBase(hard context.Context) context.Context {
+	return context.WithValue(context.WithoutCancel(hard), handlerBaseKey{}, nil)
+}
+
+type handlerBaseKey struct{}
+
 // init makes c the context of an attempt under base that ends at
 // deadline.
 func (c *attemptCtx) init(base context.Context, deadline time.Time) {

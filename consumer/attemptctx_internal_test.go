@@ -14,7 +14,7 @@ type ctxKey struct{}
 // that carries a value, as the worker makes them.
 func newAttemptCtx(deadline time.Time) *attemptCtx {
 	c := &attemptCtx{}
-	c.init(context.WithoutCancel(context.WithValue(context.Background(), ctxKey{}, "base")), deadline)
+	c.init(handlerBase(context.WithValue(context.Background(), ctxKey{}, "base")), deadline)
 	return c
 }
 
@@ -39,6 +39,9 @@ func TestAttemptCtxDeadline(t *testing.T) {
 	}
 	if c.ctx.Value(ctxKey{}) != "base" {
 		t.Error("the attempt's context lost the base's value")
+	}
+	if n := testing.AllocsPerRun(100, func() { c.ctx.Value(ctxKey{}) }); n != 0 {
+		t.Errorf("looking a value up allocates %.0f times", n)
 	}
 	derived, cancel := context.WithCancel(c.ctx)
 	defer cancel()
