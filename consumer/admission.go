@@ -153,17 +153,7 @@ func (s *admission) attempt(lane int, msg jetstream.Msg, beat time.Time) {
 		return
 	}
 	if md.NumDelivered > 1 && (prior == nil || !slices.Contains([]spool.State{spool.StateRetrying, spool.StateSnoozed, spool.StateCancelled}, prior.State)) {
-		// A redelivery that is not a retry, a snooze or a cancelled task
-		// (settled below): its earlier delivery never reached a stored
-		// outcome (it was lost, or its attempt is unfinished or unstored
-		// somewhere), or the document is of an earlier message under the
-		// same id. Logged, as the trace of a possible second run.
-		state, enq := "none", time.Time{}
-		if prior != nil {
-			state, enq = string(prior.State), prior.EnqueuedAt
-		}
-		s.io.log.Info("redelivered task has no stored outcome; running it", "task_id", a.id, "attempt", a.attempt,
-			"stored_state", state, "stored_enqueued_at", enq, "enqueued_at", a.enq)
+		s.logRerun(&a, prior)
 	}
 	timeout := s.policy.TaskTimeout
 	if meta.Timeout > 0 {
@@ -193,14 +183,40 @@ func (s *admission) attempt(lane int, msg jetstream.Msg, beat time.Time) {
 		s.settle.settleCancelled(a, outcome{pickup: -1})
 		return
 	}
-	started := time.Now()
-	a.started, a.startedAt = started, &started
+	s.start(&a)
+	s.run.run(a, task, timeout, outcome{pickup: pickup})
+}
+
+// start marks the attempt started: its started event, and its processing
+// state unless that waits for ProcessingDelay. Apart from attempt, its
+// frame is not on the stack while the handler runs and the attempt
+// settles.
+//
+//go:noinline
+func (s *admission) start(a *attemptInfo) {
+	// a is on the heap already (the gates take it by pointer): the
+	// documents share its started.
+	a.started = time.Now()
+	a.startedAt = &a.started
 	startedDoc := a.doc(spool.StateProcessing)
 	s.results.Event(spool.EventStarted, &startedDoc)
 	if s.policy.ProcessingDelay <= 0 {
-		s.run.putProcessing(a)
+		s.run.putProcessing(*a)
 	}
-	s.run.run(a, task, timeout, outcome{pickup: pickup})
+}
+
+// logRerun logs a redelivery that is not a retry, a snooze or a cancelled
+// task (settled later): its earlier delivery never reached a stored
+// outcome (it was lost, or its attempt is unfinished or unstored
+// somewhere), or the document is of an earlier message under the same id.
+// Logged, as the trace of a possible second run.
+func (s *admission) logRerun(a *attemptInfo, prior *spool.Result) {
+	state, enq := "none", time.Time{}
+	if prior != nil {
+		state, enq = string(prior.State), prior.EnqueuedAt
+	}
+	s.io.log.Info("redelivered task has no stored outcome; running it", "task_id", a.id, "attempt", a.attempt,
+		"stored_state", state, "stored_enqueued_at", enq, "enqueued_at", a.enq)
 }
 
 // priorResult reads the result document of a redelivered task from the

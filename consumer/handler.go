@@ -32,8 +32,9 @@ type Task struct {
 	// key's turn) keeps the time of its first message (Spool-Enqueued-At).
 	EnqueuedAt time.Time
 
-	// Set by the worker for the running attempt.
-	progress func(spool.Progress) error
+	// watch is the running attempt's, which records its progress; set by
+	// the worker.
+	watch *watch
 	// names and id make ProgressSubject on demand: few handlers ask for
 	// it, and building it for every attempt was an allocation each.
 	names *spool.Names
@@ -53,10 +54,10 @@ func (t *Task) Progress(percent float64, value json.RawMessage) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	if t.progress == nil {
+	if t.watch == nil {
 		return fmt.Errorf("%w: task %s is not running", ErrSettled, t.ID)
 	}
-	return t.progress(p)
+	return t.watch.progress(p)
 }
 
 // ProgressSubject is the subject a remote handler publishes progress of

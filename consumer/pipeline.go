@@ -114,6 +114,7 @@ type completion struct {
 	a   attemptInfo
 	o   outcome
 	doc spool.Result // re-encoded for a retry
+	fin time.Time    // doc.FinishedAt points here
 	tok uint64       // of its writes in the pending map
 	// deadline ends the try in flight (zero while a retry waits);
 	// retryAt is when the next try goes (zero while one is in flight);
@@ -175,12 +176,14 @@ func newPipeline(nc *nats.Conn, io *taskIO, res *results.Store, o *config, attem
 	return p, nil
 }
 
-// put queues doc for the writer and hands the attempt to the pipeline.
-// On error nothing was handed over. The document is encoded once, inside
-// its completed event: the write sends the document's part of the
-// event's buffer, and the event goes once the task is acked.
-func (p *pipeline) put(a *attemptInfo, o outcome, doc *spool.Result) error {
-	c := &completion{a: *a, o: o, doc: *doc}
+// put queues doc, finished at fin, for the writer and hands the attempt
+// to the pipeline. On error nothing was handed over. The document is
+// encoded once, inside its completed event: the write sends the
+// document's part of the event's buffer, and the event goes once the task
+// is acked.
+func (p *pipeline) put(a *attemptInfo, o outcome, doc *spool.Result, fin time.Time) error {
+	c := &completion{a: *a, o: o, doc: *doc, fin: fin}
+	c.doc.FinishedAt = &c.fin
 	c.evBuf = p.evBuf()
 	ev, data, err := p.encodeEvent((*c.evBuf)[:0], spool.EventCompleted, &c.doc)
 	if err != nil {

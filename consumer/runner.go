@@ -161,13 +161,41 @@ func (d *dispatcher) runner(j job) {
 			j = next
 			continue
 		}
-		select {
-		case j = <-d.runq:
-		case <-d.stopping:
+		var ok bool
+		if j, ok = d.nextJob(); !ok {
 			return
 		}
 	}
 }
+
+// runnerReserve is the stack an idle runner holds below its wait. The
+// garbage collector halves a goroutine's stack when it uses less than a
+// quarter of it, and an idle runner's wait alone uses little: without the
+// reserve, the stack an attempt grew (past 8 KiB, settling a completion)
+// shrank while the runner waited, and the next attempt copied it as it
+// grew again. With it, stacks of up to 4 × runnerReserve stay.
+const runnerReserve = 4 << 10
+
+// nextJob waits for an idle runner's next job; false once the dispatcher
+// stops. Its frame holds runnerReserve bytes of stack (see there).
+//
+//go:noinline
+func (d *dispatcher) nextJob() (job, bool) {
+	var reserve [runnerReserve]byte
+	holdStack(&reserve)
+	select {
+	case j := <-d.runq:
+		return j, true
+	case <-d.stopping:
+		return job{}, false
+	}
+}
+
+// holdStack keeps its argument on the caller's stack: the compiler cannot
+// drop an array whose address a call that is not inlined takes.
+//
+//go:noinline
+func holdStack(*[runnerReserve]byte) {}
 
 // release frees the slot of an attempt of the lane that took run, or
 // hands it to the oldest queued task, which it returns (ok) for the caller

@@ -49,20 +49,17 @@ const handlerGrace = 50 * time.Millisecond
 // deadline, turning a panic into a *PanicError, and settles the attempt
 // with its result. A watch (one timer, no goroutine unless it fires)
 // heartbeats the message while the handler runs, writes the processing
-// state after ProcessingDelay, and settles the attempt without the handler
-// when it has not returned handlerGrace after its deadline or after
-// shutdown cancelled it (timeout, or hand-back); the slot then stays busy
-// until the handler returns.
+// state after ProcessingDelay, ends the handler's context at its deadline,
+// and settles the attempt without the handler when it has not returned
+// handlerGrace after its deadline or after shutdown cancelled it (timeout,
+// or hand-back); the slot then stays busy until the handler returns.
 func (r *running) run(a attemptInfo, t *Task, timeout time.Duration, o outcome) {
-	// The attempt's contexts hang off base, so they take no lock shared
-	// by every runner. Shutdown reaches them through the watches
-	// (endHandlers).
-	ctx, cancel := context.WithTimeout(r.base, timeout)
-	defer cancel()
-	ctx, cancelTask := context.WithCancelCause(ctx)
-	defer cancelTask(nil)
-	wa := r.startWatch(ctx, cancelTask, a, o)
-	t.progress = wa.progress
+	// The attempt's context hangs off base, so it takes no lock shared by
+	// every runner. Shutdown reaches it through the watches (endHandlers).
+	wa := r.startWatch(time.Now().Add(timeout), a, o)
+	ctx := wa.ctx.ctx
+	defer wa.ctx.cancel(nil)
+	t.watch = wa
 	r.cancels.track(a.id, wa)
 	defer r.cancels.untrack(a.id, wa)
 	var res handlerResult
@@ -86,20 +83,20 @@ func (r *running) run(a attemptInfo, t *Task, timeout time.Duration, o outcome) 
 // run). Nothing it would still do happens once the attempt is settled, so
 // a late processing write cannot overwrite the final state.
 type watch struct {
-	r   *running
-	ctx context.Context
-	// cancel ends ctx with ErrCancelled when the task is cancelled.
-	cancel context.CancelCauseFunc
-	a      attemptInfo
-	o      outcome
-	every  time.Duration
-	once   sync.Once
+	r *running
+	// ctx is the handler's context, which the watch ends at the deadline.
+	ctx   attemptCtx
+	a     attemptInfo
+	o     outcome
+	every time.Duration
+	once  sync.Once
 
 	mu           sync.Mutex
 	stopped      bool
 	beat         time.Time // the last heartbeat (a.beat until the first)
 	nextBeat     time.Time
 	processingAt time.Time // zero once written or not wanted
+	deadlineAt   time.Time // the deadline, zero once ctx ended at it
 	expireAt     time.Time // the deadline plus handlerGrace
 	timer        *time.Timer
 
@@ -108,7 +105,7 @@ type watch struct {
 	sameTask *watch
 }
 
-func (r *running) startWatch(ctx context.Context, cancel context.CancelCauseFunc, a attemptInfo, o outcome) *watch {
+func (r *running) startWatch(deadline time.Time, a attemptInfo, o outcome) *watch {
 	every := r.io.ackWait[a.p] / 3
 	if every <= 0 {
 		every = 10 * time.Second
@@ -117,12 +114,11 @@ func (r *running) startWatch(ctx context.Context, cancel context.CancelCauseFunc
 	if beat.IsZero() {
 		beat = a.started
 	}
-	h := &watch{r: r, ctx: ctx, cancel: cancel, a: a, o: o, every: every, beat: beat, nextBeat: beat.Add(every)}
+	h := &watch{r: r, a: a, o: o, every: every, beat: beat, nextBeat: beat.Add(every),
+		deadlineAt: deadline, expireAt: deadline.Add(handlerGrace)}
+	h.ctx.init(r.base, deadline)
 	if d := r.processingDelay; d > 0 {
 		h.processingAt = a.started.Add(d)
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		h.expireAt = dl.Add(handlerGrace)
 	}
 	h.mu.Lock() // the first firing waits until timer is set
 	h.timer = time.AfterFunc(time.Until(h.nextFiringLocked()), h.fire)
@@ -134,17 +130,17 @@ func (r *running) startWatch(ctx context.Context, cancel context.CancelCauseFunc
 	r.watches[h] = struct{}{}
 	r.watchMu.Unlock()
 	if r.hard.Err() != nil {
-		h.cancel(context.Cause(r.hard))
+		h.ctx.cancel(context.Cause(r.hard))
 		h.expireSoon()
 	}
 	return h
 }
 
 // nextFiringLocked is the earliest of the next heartbeat, the processing
-// write and the expiry. h.mu is held.
+// write, the deadline and the expiry. h.mu is held.
 func (h *watch) nextFiringLocked() time.Time {
 	next := h.nextBeat
-	for _, t := range []time.Time{h.processingAt, h.expireAt} {
+	for _, t := range [...]time.Time{h.processingAt, h.deadlineAt, h.expireAt} {
 		if !t.IsZero() && t.Before(next) {
 			next = t
 		}
@@ -159,12 +155,22 @@ func (h *watch) fire() {
 		return
 	}
 	now := time.Now()
-	if !h.expireAt.IsZero() && !now.Before(h.expireAt) {
+	// The context ends outside h.mu: ending it runs the cancellation of
+	// the contexts the handler derived from it.
+	deadline := !h.deadlineAt.IsZero() && !now.Before(h.deadlineAt)
+	if deadline {
+		h.deadlineAt = time.Time{}
+	}
+	if !now.Before(h.expireAt) {
 		h.mu.Unlock()
-		// Past the deadline, the context's own timer may not have run yet
-		// on a loaded machine (both timers are due): the attempt timed out
-		// all the same, and must never settle as a success.
-		err := h.ctx.Err()
+		if deadline {
+			h.ctx.expire()
+		}
+		// Ended at its deadline, or earlier by a cancellation or the
+		// shutdown, whose grace ran out. The firing that passed the
+		// deadline may still be ending the context on a loaded machine:
+		// the attempt timed out all the same, never a success.
+		err := h.ctx.ctx.Err()
 		if err == nil {
 			err = context.DeadlineExceeded
 		}
@@ -186,6 +192,9 @@ func (h *watch) fire() {
 	}
 	h.timer.Reset(time.Until(h.nextFiringLocked()))
 	h.mu.Unlock()
+	if deadline {
+		h.ctx.expire()
+	}
 }
 
 // expireSoon gives the handler handlerGrace from now to return (its
@@ -223,7 +232,7 @@ func (h *watch) progress(p spool.Progress) error {
 // cancelTask cancels the handler's context because its task was
 // cancelled, and gives the handler handlerGrace to return.
 func (h *watch) cancelTask() {
-	h.cancel(ErrCancelled)
+	h.ctx.cancel(ErrCancelled)
 	h.expireSoon()
 }
 
@@ -236,7 +245,7 @@ func (h *watch) finish(r handlerResult) {
 		o.run = time.Since(h.a.started)
 		a := h.a
 		a.beat = h.beat // the timer is stopped: it no longer moves
-		h.r.settle.settle(h.ctx, a, r, o)
+		h.r.settle.settle(h.ctx.ctx, a, r, o)
 	})
 }
 
@@ -266,7 +275,7 @@ func (r *running) endHandlers(cause error) {
 	r.watchMu.Lock()
 	defer r.watchMu.Unlock()
 	for h := range r.watches {
-		h.cancel(cause)
+		h.ctx.cancel(cause)
 		h.expireSoon()
 	}
 }

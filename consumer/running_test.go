@@ -3,11 +3,14 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/spoolq/spool/consumer"
 	spool "github.com/spoolq/spool/shared"
@@ -144,3 +147,72 @@ func TestHandlerIgnoringDeadline(t *testing.T) {
 		t.Errorf("the late return overwrote the dead document: %+v", doc)
 	}
 }
+
+// What a handler sees of its deadline: ctx reports it, and once it passes
+// ctx, the contexts the handler derived from it and a NATS request made
+// with it all end with DeadlineExceeded. The attempt is retried with the
+// timeout as its error.
+func TestHandlerContextAtDeadline(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, streams.Settings{})
+	const timeout = 300 * time.Millisecond
+	silent := e.connect()
+	if _, err := silent.Subscribe("silent.service", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := silent.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	requester := e.connect()
+	seen := make(chan []string, 1)
+	mux := consumer.NewMux()
+	mux.HandleFunc("late", func(ctx context.Context, task *consumer.Task) ([]byte, error) {
+		if task.Attempt > 1 {
+			return []byte(`"ok"`), nil
+		}
+		var wrong []string
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > timeout || time.Until(dl) < -timeout {
+			wrong = append(wrong, fmt.Sprintf("deadline %v, %v: want about %s from now", dl, ok, timeout))
+		}
+		derived, cancel := context.WithCancel(ctx)
+		defer cancel()
+		longer, cancelLonger := context.WithTimeout(context.WithValue(ctx, ctxKey{}, 1), time.Hour)
+		defer cancelLonger()
+		_, err := requester.RequestWithContext(ctx, "silent.service", nil)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			wrong = append(wrong, fmt.Sprintf("request: %v, want DeadlineExceeded", err))
+		}
+		for name, c := range map[string]context.Context{"ctx": ctx, "derived": derived, "longer": longer} {
+			<-c.Done()
+			if !errors.Is(c.Err(), context.DeadlineExceeded) || !errors.Is(context.Cause(c), context.DeadlineExceeded) {
+				wrong = append(wrong, fmt.Sprintf("%s: Err %v, Cause %v, want DeadlineExceeded", name, c.Err(), context.Cause(c)))
+			}
+		}
+		seen <- wrong
+		return nil, err
+	})
+	writes := e.resultWrites("late-1")
+	e.worker(mux, consumer.WithRetry(10*time.Millisecond, 10*time.Millisecond, 3))
+	e.publishID(spool.Normal, "late", "late-1", nil, map[string]string{spool.HeaderTimeout: timeout.String()})
+	select {
+	case wrong := <-seen:
+		for _, w := range wrong {
+			t.Error(w)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("handler never saw its deadline")
+	}
+	var retrying *spool.Result
+	for retrying == nil {
+		d := nextWrites(t, writes, 1)[0]
+		if d.State == spool.StateRetrying {
+			retrying = &d
+		}
+	}
+	if !strings.Contains(retrying.Error, "timed out") || !strings.Contains(retrying.Error, "deadline exceeded") {
+		t.Errorf("retrying document %+v, want the timeout error", retrying)
+	}
+	e.waitResult("late-1", spool.StateCompleted, 20*time.Second)
+}
+
+type ctxKey struct{}

@@ -46,16 +46,7 @@ func (s *settling) settle(ctx context.Context, a attemptInfo, r handlerResult, o
 		s.complete(a, out, o)
 	case verdictReturned:
 		o.returned = true
-		doc := a.doc(spool.StatePending)
-		doc.Error = "handed back unfinished at worker shutdown"
-		if err := s.results.PutAsync(doc); err != nil {
-			s.io.log.Warn("writing pending state", "task_id", a.id, "error", err)
-		}
-		if err := a.msg.Nak(); err != nil {
-			s.io.log.Warn("handing back an unfinished task", "task_id", a.id, "error", err)
-		}
-		s.io.log.Info("task handed back at shutdown", "task_id", a.id, "type", a.typ, "priority", a.p.String())
-		s.io.rec.record(a.p, a.typ, o)
+		s.handBackUnfinished(&a, o)
 	case verdictSnoozed:
 		s.snooze(a, herr, o)
 	case verdictDead:
@@ -69,6 +60,21 @@ func (s *settling) settle(ctx context.Context, a attemptInfo, r handlerResult, o
 		}
 		s.retry(a, herr, o)
 	}
+}
+
+// handBackUnfinished hands back a task whose handler shutdown ended, in
+// state pending.
+func (s *settling) handBackUnfinished(a *attemptInfo, o outcome) {
+	doc := a.doc(spool.StatePending)
+	doc.Error = "handed back unfinished at worker shutdown"
+	if err := s.results.PutAsync(doc); err != nil {
+		s.io.log.Warn("writing pending state", "task_id", a.id, "error", err)
+	}
+	if err := a.msg.Nak(); err != nil {
+		s.io.log.Warn("handing back an unfinished task", "task_id", a.id, "error", err)
+	}
+	s.io.log.Info("task handed back at shutdown", "task_id", a.id, "type", a.typ, "priority", a.p.String())
+	s.io.rec.record(a.p, a.typ, o)
 }
 
 // storedAlready settles a redelivered task whose completed or dead
@@ -127,14 +133,26 @@ func (s *settling) complete(a attemptInfo, out []byte, o outcome) {
 		doc.Result, doc.ResultEncoding = spool.ResultValue(out)
 	}
 	fin := time.Now()
-	doc.FinishedAt = &fin
 	if a.uniqueKey == "" && a.wf == nil && a.order == nil {
-		err := s.pipe.put(&a, o, &doc)
+		err := s.pipe.put(&a, o, &doc, fin)
 		if err == nil {
 			return
 		}
 		s.io.log.Warn("pipelined result write failed; writing it synchronously", "task_id", a.id, "error", err)
 	}
+	s.completeSync(&a, &doc, fin, o)
+}
+
+// completeSync stores the completed document, finished at fin, and then
+// settles the task. Apart from complete, its frame is not on the stack of
+// the pipelined completions, which take most of a runner's stack.
+//
+//go:noinline
+func (s *settling) completeSync(ap *attemptInfo, docp *spool.Result, fin time.Time, o outcome) {
+	a, doc := *ap, *docp
+	// Only this path takes the finish time's address, so only it
+	// allocates it.
+	doc.FinishedAt = &fin
 	yielded, err := s.writeOver(a, doc, "writing the result", o)
 	if yielded {
 		return

@@ -213,7 +213,7 @@ func (w *Worker) startStages(ctx context.Context, res *results.Store) error {
 		processingDelay: w.o.ProcessingDelay, watches: make(map[*watch]struct{}),
 	}
 	run.hard, run.hardCancel = context.WithCancel(w.ioCtx)
-	run.base = context.WithoutCancel(run.hard)
+	run.base = handlerBase(run.hard)
 	settle.hard = run.hard
 	hard := run.hard
 	context.AfterFunc(hard, func() { run.endHandlers(context.Cause(hard)) })

@@ -59,6 +59,12 @@ func (st *steps) admit(a *attemptInfo, _ spool.Meta) (bool, error) {
 	if !ok {
 		return true, nil
 	}
+	return st.admitStep(a, ref)
+}
+
+// admitStep is admit for a workflow step; apart, a plain task does not
+// allocate the step's reference.
+func (st *steps) admitStep(a *attemptInfo, ref workflow.Ref) (bool, error) {
 	if st.wf == nil {
 		return false, fmt.Errorf("task %s is step %q of workflow %q, but the workflows bucket %q does not exist",
 			a.id, ref.Step, ref.Workflow, st.io.names.WorkflowsBucket())

@@ -175,10 +175,14 @@ func (n Names) ParseDLQSubject(subject string) (Priority, string, error) {
 }
 
 func (n Names) parsePriType(subject, kind string) (Priority, string, error) {
-	head := n.prefix + kind
-	rest, ok := strings.CutPrefix(subject, head)
+	// Cut in two steps: joining prefix and kind would allocate for every
+	// task a worker receives.
+	rest, ok := strings.CutPrefix(subject, n.prefix)
+	if ok {
+		rest, ok = strings.CutPrefix(rest, kind)
+	}
 	if !ok {
-		return 0, "", fmt.Errorf("%w: %q does not start with %q", ErrInvalidSubject, subject, head)
+		return 0, "", fmt.Errorf("%w: %q does not start with %q", ErrInvalidSubject, subject, n.prefix+kind)
 	}
 	pri, typ, ok := strings.Cut(rest, ".")
 	if !ok {

@@ -20,9 +20,18 @@ import (
 // (the second form is the newer one; a domain "_" means none). A subject
 // of neither form is jetstream.ErrNotJSMessage.
 func ParseAckSubject(subject string) (*jetstream.MsgMetadata, error) {
+	md := &jetstream.MsgMetadata{}
+	if err := parseAckSubject(subject, md); err != nil {
+		return nil, err
+	}
+	return md, nil
+}
+
+// parseAckSubject is ParseAckSubject into md.
+func parseAckSubject(subject string, md *jetstream.MsgMetadata) error {
 	rest, ok := strings.CutPrefix(subject, "$JS.ACK.")
 	if !ok {
-		return nil, fmt.Errorf("%w: reply %q is not a JetStream ack subject", jetstream.ErrNotJSMessage, subject)
+		return fmt.Errorf("%w: reply %q is not a JetStream ack subject", jetstream.ErrNotJSMessage, subject)
 	}
 	var tok [10]string
 	n := 0
@@ -46,9 +55,9 @@ func ParseAckSubject(subject string) (*jetstream.MsgMetadata, error) {
 		}
 		f = tok[2:9]
 	default:
-		return nil, fmt.Errorf("%w: reply %q is not a JetStream ack subject", jetstream.ErrNotJSMessage, subject)
+		return fmt.Errorf("%w: reply %q is not a JetStream ack subject", jetstream.ErrNotJSMessage, subject)
 	}
-	md := &jetstream.MsgMetadata{
+	*md = jetstream.MsgMetadata{
 		Stream:       f[0],
 		Consumer:     f[1],
 		NumDelivered: parseCount(f[2]),
@@ -58,7 +67,7 @@ func ParseAckSubject(subject string) (*jetstream.MsgMetadata, error) {
 	}
 	md.Sequence.Stream = parseCount(f[3])
 	md.Sequence.Consumer = parseCount(f[4])
-	return md, nil
+	return nil
 }
 
 // parseCount reads a decimal token of an ack subject; 0 when it is not one.
@@ -74,8 +83,11 @@ func parseCount(s string) uint64 {
 // own, as a jetstream.Msg. Acknowledgements are the JetStream ack protocol
 // on the message's reply subject (nats.go's message methods send them).
 type Msg struct {
-	m  *nats.Msg
-	md *jetstream.MsgMetadata // parsed once
+	m *nats.Msg
+	// md is parsed once, on the first call of Metadata; inside the Msg,
+	// it costs no allocation of its own.
+	md     jetstream.MsgMetadata
+	parsed bool
 }
 
 var _ jetstream.Msg = (*Msg)(nil)
@@ -85,15 +97,14 @@ func NewMsg(m *nats.Msg) *Msg { return &Msg{m: m} }
 
 // Metadata reads the delivery's metadata from its ack subject (once).
 func (p *Msg) Metadata() (*jetstream.MsgMetadata, error) {
-	if p.md != nil {
-		return p.md, nil
+	if p.parsed {
+		return &p.md, nil
 	}
-	md, err := ParseAckSubject(p.m.Reply)
-	if err != nil {
+	if err := parseAckSubject(p.m.Reply, &p.md); err != nil {
 		return nil, err
 	}
-	p.md = md
-	return md, nil
+	p.parsed = true
+	return &p.md, nil
 }
 
 func (p *Msg) Data() []byte                           { return p.m.Data }
