@@ -156,14 +156,18 @@ func (b *bench) partitions(ctx context.Context, k int) error {
 }
 
 // fillPartitions publishes n normal tasks over partitionTypes types and
-// waits for every ack.
+// waits for every ack. Each carries its id in Nats-Msg-Id, as Spool's
+// producer sends it: the stream sequences of the partitions overlap, so
+// tasks without an id would share result keys across partitions.
 func (b *bench) fillPartitions(ctx context.Context, names spool.Names, n int) error {
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	for i := range n {
 		subject, err := names.TaskSubject(spool.Normal, "bench.t"+strconv.Itoa(i%partitionTypes))
 		if err != nil {
 			return err
 		}
-		if _, err := b.js.PublishAsync(subject, []byte(`{"n":1}`), jetstream.WithStallWait(time.Minute)); err != nil {
+		id := jetstream.WithMsgID("pt-" + run + "-" + strconv.Itoa(i))
+		if _, err := b.js.PublishAsync(subject, []byte(`{"n":1}`), jetstream.WithStallWait(time.Minute), id); err != nil {
 			return fmt.Errorf("publishing: %w", err)
 		}
 	}
