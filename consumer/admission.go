@@ -184,7 +184,7 @@ func (s *admission) attempt(lane int, msg jetstream.Msg, beat time.Time) {
 		return
 	}
 	s.start(&a)
-	s.run.run(a, task, timeout, outcome{pickup: pickup})
+	s.run.run(&a, task, timeout, outcome{pickup: pickup})
 }
 
 // start marks the attempt started: its started event, and its processing

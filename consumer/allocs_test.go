@@ -50,7 +50,7 @@ func TestAllocsPerPlainTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	perTask := float64(after.Mallocs-before.Mallocs) / n
-	t.Logf("%.1f allocations per task (worker and server)", perTask)
+	t.Logf("%.1f allocations and %.0f bytes per task (worker and server)", perTask, float64(after.TotalAlloc-before.TotalAlloc)/n)
 	if perTask > maxAllocsPerTask {
 		t.Fatalf("%.1f allocations per plain task, want at most %d", perTask, maxAllocsPerTask)
 	}

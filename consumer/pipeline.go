@@ -92,6 +92,9 @@ type pipeline struct {
 	// queue buffer, swapped with queue on every round.
 	kick  chan struct{}
 	spare []resultWrite
+	// expectNone is the header of a write that expects no document yet
+	// (see expectRev).
+	expectNone nats.Header
 
 	stopSweep chan struct{}
 	swept     chan struct{}
@@ -158,6 +161,7 @@ func newPipeline(nc *nats.Conn, io *taskIO, res *results.Store, o *config, attem
 		room:         make(chan struct{}, pipelineDepth(o.MaxConcurrency)),
 		pending:      make(map[uint64]*completion),
 		kick:         make(chan struct{}, 1),
+		expectNone:   nats.Header{jetstream.ExpectedLastSubjSeqHeader: {"0"}},
 		stopSweep:    make(chan struct{}),
 		swept:        make(chan struct{}),
 		stopWrite:    make(chan struct{}),
@@ -274,9 +278,7 @@ func (p *pipeline) writeLoop() {
 			if wr.discard {
 				m = results.DiscardedMarker(p.subject(wr.id), wr.rev)
 			} else {
-				m = &nats.Msg{Subject: p.subject(wr.id), Data: wr.data, Header: nats.Header{
-					jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(wr.rev, 10)},
-				}}
+				m = &nats.Msg{Subject: p.subject(wr.id), Data: wr.data, Header: p.expectRev(wr.rev)}
 			}
 			if err := p.pub.PublishMsg(m, wr.tok); err != nil {
 				p.failTry(wr.tok, err)
@@ -285,6 +287,16 @@ func (p *pipeline) writeLoop() {
 		}
 		p.spare = q[:0]
 	}
+}
+
+// expectRev is the header of a write conditional on revision rev. Most
+// writes expect revision 0 (a first attempt reads no document): they share
+// one header, which nothing changes once made.
+func (p *pipeline) expectRev(rev uint64) nats.Header {
+	if rev == 0 {
+		return p.expectNone
+	}
+	return nats.Header{jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(rev, 10)}}
 }
 
 // take removes and returns the completion of tok, nil when it is gone.

@@ -53,7 +53,7 @@ const handlerGrace = 50 * time.Millisecond
 // and settles the attempt without the handler when it has not returned
 // handlerGrace after its deadline or after shutdown cancelled it (timeout,
 // or hand-back); the slot then stays busy until the handler returns.
-func (r *running) run(a attemptInfo, t *Task, timeout time.Duration, o outcome) {
+func (r *running) run(a *attemptInfo, t *Task, timeout time.Duration, o outcome) {
 	// The attempt's context hangs off base, so it takes no lock shared by
 	// every runner. Shutdown reaches it through the watches (endHandlers).
 	wa := r.startWatch(time.Now().Add(timeout), a, o)
@@ -85,8 +85,10 @@ func (r *running) run(a attemptInfo, t *Task, timeout time.Duration, o outcome) 
 type watch struct {
 	r *running
 	// ctx is the handler's context, which the watch ends at the deadline.
-	ctx   attemptCtx
-	a     attemptInfo
+	ctx attemptCtx
+	// a is the attempt's record, shared with admission: nothing changes
+	// it while the attempt runs.
+	a     *attemptInfo
 	o     outcome
 	every time.Duration
 	once  sync.Once
@@ -105,7 +107,7 @@ type watch struct {
 	sameTask *watch
 }
 
-func (r *running) startWatch(deadline time.Time, a attemptInfo, o outcome) *watch {
+func (r *running) startWatch(deadline time.Time, a *attemptInfo, o outcome) *watch {
 	every := r.io.ackWait[a.p] / 3
 	if every <= 0 {
 		every = 10 * time.Second
@@ -181,7 +183,7 @@ func (h *watch) fire() {
 	}
 	if !h.processingAt.IsZero() && !now.Before(h.processingAt) {
 		h.processingAt = time.Time{}
-		h.r.putProcessing(h.a)
+		h.r.putProcessing(*h.a)
 	}
 	if !now.Before(h.nextBeat) {
 		if err := h.a.msg.InProgress(); err != nil {
@@ -243,7 +245,7 @@ func (h *watch) finish(r handlerResult) {
 		h.stop()
 		o := h.o
 		o.run = time.Since(h.a.started)
-		a := h.a
+		a := *h.a
 		a.beat = h.beat // the timer is stopped: it no longer moves
 		h.r.settle.settle(h.ctx.ctx, a, r, o)
 	})
