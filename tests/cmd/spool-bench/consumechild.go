@@ -133,7 +133,9 @@ func consumeChild(ctx context.Context, args []string) error {
 	case f.task == "drain" && f.mode == "raw-keyed":
 		err = rawKeyed(ctx, js, names, f, &rep)
 	case f.task == "drain" && f.mode == "raw-results":
-		err = rawResults(ctx, js, names, f, &rep)
+		err = rawResults(ctx, js, names, f, false, &rep)
+	case f.task == "drain" && f.mode == "raw-duty":
+		err = rawResults(ctx, js, names, f, true, &rep)
 	case f.task == "drain" && f.mode == "raw-acksync":
 		err = rawAckSync(ctx, js, names, f, &rep)
 	case f.task == "drain":

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
@@ -164,7 +165,10 @@ wait:
 // future to a goroutine that acks it once the result is stored, so no ack
 // precedes its result, as in Spool. The task id is the stream sequence,
 // as Spool's is for a task published without one.
-func rawResults(ctx context.Context, js jetstream.JetStream, names spool.Names, f consumeFlags, rep *consumeReport) error {
+//
+// With duty it does what Spool's promise asks of a plain task instead
+// (spoolWrites): the floor of a worker with events on.
+func rawResults(ctx context.Context, js jetstream.JetStream, names spool.Names, f consumeFlags, duty bool, rep *consumeReport) error {
 	cons, err := js.Consumer(ctx, names.TaskStream(), names.Consumer(spool.Normal))
 	if err != nil {
 		return fmt.Errorf("binding consumer: %w", err)
@@ -198,10 +202,15 @@ func rawResults(ctx context.Context, js jetstream.JetStream, names spool.Names, 
 			return
 		}
 		id := strconv.FormatUint(md.Sequence.Stream, 10)
-		doc := fmt.Appendf(nil, `{"id":%q,"state":"completed","finished_at":%q}`, id, time.Now().UTC().Format(time.RFC3339Nano))
-		// A full window waits for room (back-pressure) rather than
-		// failing after nats.go's default 200ms, which SyncAlways exceeds.
-		put, err := js.PublishAsync(names.ResultSubject(id), doc, jetstream.WithStallWait(stallLimit))
+		var put jetstream.PubAckFuture
+		if duty {
+			put, err = spoolWrites(js, names, m, md, id)
+		} else {
+			doc := fmt.Appendf(nil, `{"id":%q,"state":"completed","finished_at":%q}`, id, time.Now().UTC().Format(time.RFC3339Nano))
+			// A full window waits for room (back-pressure) rather than
+			// failing after nats.go's default 200ms, which SyncAlways exceeds.
+			put, err = js.PublishAsync(names.ResultSubject(id), doc, jetstream.WithStallWait(stallLimit))
+		}
 		if err != nil {
 			ackErr.CompareAndSwap(nil, fmt.Errorf("storing a result: %w", err))
 			return
@@ -312,4 +321,35 @@ func rawShares(ctx context.Context, js jetstream.JetStream, names spool.Names, f
 	w.end(rep, len(order))
 	shares(order, starts, start, f.n, rep)
 	return nil
+}
+
+// spoolWrites is what Spool's contract asks of a plain task that
+// completes, written as directly as nats.go allows: the started event,
+// the completed result document Spool stores (its fields, encoded by
+// Spool's encoder), written only if the task has none yet
+// (Nats-Expected-Last-Subject-Sequence: 0, which keeps a cancellation
+// stored meanwhile), and the completed event. It returns the write's
+// future; the events are core publishes, as Spool's.
+func spoolWrites(js jetstream.JetStream, names spool.Names, m jetstream.Msg, md *jetstream.MsgMetadata, id string) (jetstream.PubAckFuture, error) {
+	_, typ, _ := names.ParseTaskSubject(m.Subject())
+	started := time.Now()
+	doc := spool.Result{ID: id, Type: typ, Priority: spool.Normal, State: spool.StateProcessing, Attempts: 1,
+		EnqueuedAt: md.Timestamp, StartedAt: &started, Worker: "raw"}
+	body, ok := spool.AppendResult(nil, &doc)
+	if !ok {
+		return nil, fmt.Errorf("encoding the result of task %s", id)
+	}
+	_ = js.Conn().Publish(names.EventSubject(spool.EventStarted, doc.Priority, id, typ), spool.AppendEvent(nil, spool.EventStarted, started, body))
+	finished := time.Now()
+	doc.State, doc.FinishedAt = spool.StateCompleted, &finished
+	if body, ok = spool.AppendResult(body[:0], &doc); !ok {
+		return nil, fmt.Errorf("encoding the result of task %s", id)
+	}
+	w := &nats.Msg{Subject: names.ResultSubject(id), Data: body, Header: nats.Header{jetstream.ExpectedLastSubjSeqHeader: {"0"}}}
+	put, err := js.PublishMsgAsync(w, jetstream.WithStallWait(stallLimit))
+	if err != nil {
+		return nil, err
+	}
+	_ = js.Conn().Publish(names.EventSubject(spool.EventCompleted, doc.Priority, id, typ), spool.AppendEvent(nil, spool.EventCompleted, finished, body))
+	return put, nil
 }

@@ -80,14 +80,14 @@ func (r *report) processing() {
 			raw, okR := r.get(mode, row, "raw")
 			floor, okF := r.get(mode, row, "raw-results")
 			sp, okS := r.get(mode, row, "spool")
-			t := append(slices.Clone(label), cell(raw, okR), r.cellOf(mode, row, "raw-bounded"), cell(floor, okF))
+			t := append(slices.Clone(label), cell(raw, okR), r.cellOf(mode, row, "raw-bounded"), cell(floor, okF), r.cellOf(mode, row, "raw-duty"))
 			if acks {
 				t = append(t, r.cellOf(mode, row, "raw-acksync"))
 			}
 			t = append(t, cell(sp, okS), ratioCell(sp, okS, floor, okF))
 			cpuT, okCT := r.get(mode, cpuRow(c, ""), "spool")
 			cpuF, okCF := r.get(mode, cpuRow(c, ""), "raw-results")
-			u := append(slices.Clone(label), r.cellOf(mode, cpuRow(c, ""), "raw"), r.cellOf(mode, cpuRow(c, ""), "raw-bounded"), cell(cpuF, okCF))
+			u := append(slices.Clone(label), r.cellOf(mode, cpuRow(c, ""), "raw"), r.cellOf(mode, cpuRow(c, ""), "raw-bounded"), cell(cpuF, okCF), r.cellOf(mode, cpuRow(c, ""), "raw-duty"))
 			if acks {
 				u = append(u, r.cellOf(mode, cpuRow(c, ""), "raw-acksync"))
 			}
@@ -116,7 +116,7 @@ func (r *report) processing() {
 	if len(tput) == 0 {
 		return
 	}
-	base := []string{"setup", "c", "raw", "raw, bounded", "raw + results"}
+	base := []string{"setup", "c", "raw", "raw, bounded", "raw + results", "raw + Spool's writes"}
 	if acks {
 		base = append(base, "raw, acks confirmed")
 	}
