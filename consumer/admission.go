@@ -66,7 +66,7 @@ func (s *admission) attempt(lane int, msg jetstream.Msg, beat time.Time) {
 		consumer: md.Consumer,
 		seq:      seq,
 		attempt:  int(md.NumDelivered),
-		id:       spool.TaskID(hdr, seq),
+		id:       s.policy.Names.TaskID(hdr, md.Stream, seq),
 		beat:     beat,
 	}
 	a.enq, a.handedBack = spool.EnqueueTimes(hdr, md.Timestamp)

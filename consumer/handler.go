@@ -14,7 +14,7 @@ import (
 // Task is one attempt's view of a queued task.
 type Task struct {
 	// ID is the task id (Spool-Task-Id, else Nats-Msg-Id, else the stream
-	// sequence).
+	// sequence, as p<k>-<seq> on task partition k > 0).
 	ID       string
 	Type     string
 	Priority spool.Priority

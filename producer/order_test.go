@@ -82,21 +82,21 @@ func TestEnqueueParksOrderedKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id := spool.TaskID(first.Header, first.Sequence); id != "nokey-0" {
+	if id := e.names.TaskID(first.Header, e.names.TaskStream(), first.Sequence); id != "nokey-0" {
 		t.Errorf("first task on the task subject %q, want nokey-0", id)
 	}
 	released, err := e.tasks.GetLastMsgForSubject(ctx, "spool.tasks.normal.ledger.post")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id := spool.TaskID(released.Header, released.Sequence); id != "post-0" || released.Header.Get(spool.HeaderOrderSeq) == "" {
+	if id := e.names.TaskID(released.Header, e.names.TaskStream(), released.Sequence); id != "post-0" || released.Header.Get(spool.HeaderOrderSeq) == "" {
 		t.Errorf("released task %q with %s %q, want post-0 with its turn", id, spool.HeaderOrderSeq, released.Header.Get(spool.HeaderOrderSeq))
 	}
 	next, err := e.tasks.GetMsg(ctx, 0, jetstream.WithGetMsgSubject(held1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id := spool.TaskID(next.Header, next.Sequence); id != "post-1" {
+	if id := e.names.TaskID(next.Header, e.names.TaskStream(), next.Sequence); id != "post-1" {
 		t.Errorf("next held task of acct-1 %q, want post-1", id)
 	}
 }
@@ -125,7 +125,7 @@ func (e *env) heldIDs(t *testing.T, held string) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, spool.TaskID(m.Header, m.Sequence))
+		ids = append(ids, e.names.TaskID(m.Header, e.names.TaskStream(), m.Sequence))
 		seq = m.Sequence + 1
 	}
 }

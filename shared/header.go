@@ -266,19 +266,25 @@ func flowCount(h nats.Header, name string) (int, error) {
 	return n, nil
 }
 
-// TaskID returns the id of a task, as the wire contract falls back:
-// Spool-Task-Id, else Nats-Msg-Id, else (or when that id is not a valid task
-// id) the stream sequence seq as a decimal string. It is the task's key in
-// the results bucket.
-func TaskID(h nats.Header, seq uint64) string {
+// TaskID returns the id of the task stored at sequence seq of stream, as
+// the wire contract falls back: Spool-Task-Id, else Nats-Msg-Id, else (or
+// when that id is not a valid task id) the sequence. On SPOOL_TASKS, or
+// when stream is empty or not a task partition, the sequence is a decimal
+// string. On partition k > 0 it is p<k>-<seq>, because every partition
+// numbers its messages from 1 and two tasks must not share an id. The id
+// is the task's key in the results bucket.
+func (n Names) TaskID(h nats.Header, stream string, seq uint64) string {
 	id := h.Get(HeaderTaskID)
 	if id == "" {
 		id = h.Get(HeaderMsgID)
 	}
-	if id == "" || ValidateID(id) != nil {
-		return strconv.FormatUint(seq, 10)
+	if id != "" && ValidateID(id) == nil {
+		return id
 	}
-	return id
+	if k, ok := n.PartitionOf(stream); ok && k > 0 {
+		return "p" + strconv.Itoa(k) + "-" + strconv.FormatUint(seq, 10)
+	}
+	return strconv.FormatUint(seq, 10)
 }
 
 // headerValue returns the first value of key, matching the exact name first

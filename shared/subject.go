@@ -54,6 +54,29 @@ func (n Names) PartitionStream(k int) string {
 	return n.TaskStream() + "_" + strconv.Itoa(k)
 }
 
+// PartitionOf is the partition number k of stream name stream, the
+// inverse of PartitionStream: 0 for TaskStream, k for SPOOL_TASKS_<k>.
+// ok is false for any other name.
+func (n Names) PartitionOf(stream string) (k int, ok bool) {
+	if stream == n.TaskStream() {
+		return 0, true
+	}
+	rest, found := strings.CutPrefix(stream, n.TaskStream()+"_")
+	if !found || rest == "" || rest[0] == '0' || len(rest) > 9 {
+		return 0, false
+	}
+	for i := 0; i < len(rest); i++ {
+		if rest[i] < '0' || rest[i] > '9' {
+			return 0, false
+		}
+	}
+	k, err := strconv.Atoi(rest)
+	if err != nil {
+		return 0, false
+	}
+	return k, true
+}
+
 // PartitionFilter is the subject tree task partition k's stream listens
 // on: spool.part.<k>.tasks.>. The server's subject mapping
 // (PartitionMapping) moves every task publish there; the stream's subject

@@ -140,9 +140,9 @@ func (f *Found) TaskSubject(names spool.Names) string {
 // oldest message first, by its Spool-Task-Id or Nats-Msg-Id header: a
 // queued, running or retrying task, a schedule, a parked task, a task
 // held for its key's turn or waiting in a concurrency limit's waiting
-// room. It returns nil when no task carries the id. It reads one message
-// per request, so it takes as long as the stream is deep: bound it with
-// ctx.
+// room, or a queued task whose sequence is its id. It returns nil when no
+// task carries the id. It reads one message per request, so it takes as
+// long as the stream is deep: bound it with ctx.
 func FindTask(ctx context.Context, tasks jetstream.Stream, names spool.Names, id string) (*Found, error) {
 	name := tasks.CachedInfo().Config.Name
 	seq, scanned := uint64(1), 0
@@ -162,7 +162,10 @@ func FindTask(ctx context.Context, tasks jetstream.Stream, names spool.Names, id
 		if !ok || place == PlacePeriodic {
 			continue
 		}
-		if msg.Header.Get(spool.HeaderTaskID) == id || msg.Header.Get(spool.HeaderMsgID) == id {
+		// A queued task published without an id is named by its sequence
+		// in this stream (Names.TaskID).
+		if msg.Header.Get(spool.HeaderTaskID) == id || msg.Header.Get(spool.HeaderMsgID) == id ||
+			place == PlaceQueued && names.TaskID(msg.Header, name, msg.Sequence) == id {
 			return &Found{Msg: msg, Place: place, Stream: name}, nil
 		}
 	}

@@ -2,6 +2,7 @@ package streams_test
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -132,17 +133,24 @@ func TestPlacesCoverTheTaskStreams(t *testing.T) {
 	}
 }
 
+// startJS starts a server with the topology of s provisioned and connects
+// a JetStream client to it.
+func startJS(t *testing.T, s streams.Settings) (*streamstest.Env, jetstream.JetStream) {
+	t.Helper()
+	env := streamstest.Start(t, s)
+	js, err := jetstream.New(env.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, js
+}
+
 // FindTask finds a task by id in each place of the task stream, tells
 // where, and skips periodic schedules; CountWaiting counts the places
 // beside the task subjects.
 func TestFindTaskInEveryPlace(t *testing.T) {
 	t.Parallel()
-	env := streamstest.Start(t, streams.Settings{})
-	nc := env.Connect(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, js := startJS(t, streams.Settings{})
 	ctx := streamstest.Context(t)
 	names := spool.DefaultNames()
 	task, _ := names.TaskSubject(spool.Normal, "email.send")
@@ -200,5 +208,45 @@ func TestFindTaskInEveryPlace(t *testing.T) {
 	}
 	if counts[streams.PlaceQueued] != 0 || len(counts) != 4 {
 		t.Errorf("CountWaiting counts the task subjects or misses a place: %v", counts)
+	}
+}
+
+// FindTask finds a queued task published without an id by the id its
+// sequence gives it in its stream: the plain sequence on SPOOL_TASKS,
+// p<k>-<seq> on partition k, never the other partition's task.
+func TestFindTaskBySequence(t *testing.T) {
+	t.Parallel()
+	env, js := startJS(t, streams.Settings{Partitions: 2})
+	ctx := streamstest.Context(t)
+	names := spool.DefaultNames()
+	var seqs [2]uint64
+	for k := range 2 {
+		// The server's mapping would move a task publish here.
+		subject := strings.TrimSuffix(names.PartitionFilter(k), ">") + "normal.email"
+		ack, err := js.Publish(ctx, subject, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ack.Stream != names.PartitionStream(k) {
+			t.Fatalf("%s stored in %s, want %s", subject, ack.Stream, names.PartitionStream(k))
+		}
+		seqs[k] = ack.Sequence
+	}
+	if seqs[0] != seqs[1] {
+		t.Fatalf("partitions stored the tasks at %v, want one sequence", seqs)
+	}
+	plain := strconv.FormatUint(seqs[0], 10)
+	for k, c := range []struct{ found, other string }{{plain, "p1-" + plain}, {"p1-" + plain, plain}} {
+		part := env.Stream(t, names.PartitionStream(k))
+		f, err := streams.FindTask(ctx, part, names, c.found)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f == nil || f.Place != streams.PlaceQueued || f.Stream != names.PartitionStream(k) || f.Msg.Sequence != seqs[k] {
+			t.Errorf("task %s: found %+v, want the queued task %d of %s", c.found, f, seqs[k], names.PartitionStream(k))
+		}
+		if f, err := streams.FindTask(ctx, part, names, c.other); err != nil || f != nil {
+			t.Errorf("task %s in %s: found %+v (%v), want none", c.other, names.PartitionStream(k), f, err)
+		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	spool "github.com/spoolq/spool/shared"
@@ -71,16 +70,8 @@ func (r *Router) deadLetter(ctx context.Context, b routerBinding, tasks jetstrea
 	if name := tasks.CachedInfo().Config.Name; name != r.names.TaskStream() {
 		m.Stream = name
 	}
-	// The dead letter loses Nats-Msg-Id; keep the task id in its own header.
-	id := spool.TaskID(raw.Header, raw.Sequence)
-	if raw.Header.Get(spool.HeaderTaskID) != id {
-		h := make(nats.Header, len(raw.Header)+1)
-		for k, v := range raw.Header {
-			h[k] = v
-		}
-		h.Set(spool.HeaderTaskID, id)
-		m.Header = h
-	}
+	// The dead letter carries the task id in Spool-Task-Id (dlq.Header).
+	id := r.names.TaskID(raw.Header, m.Stream, raw.Sequence)
 	log = log.With("task_id", id, "subject", raw.Subject)
 
 	if err := dlq.Publish(ctx, r.js, r.names, m); err != nil {

@@ -91,7 +91,7 @@ func (r *Router) sweepSubject(ctx context.Context, b routerBinding, part jetstre
 		}
 		// A task cancelled while it waited ends as cancelled: it goes
 		// without a dead letter, as a worker drops it.
-		id := spool.TaskID(raw.Header, raw.Sequence)
+		id := r.names.TaskID(raw.Header, part.CachedInfo().Config.Name, raw.Sequence)
 		if doc, found, err := b.results.GetFromLeader(ctx, id); err != nil {
 			return fmt.Errorf("reading the result of task %s: %w", id, err)
 		} else if found && doc.State.Terminal() {

@@ -330,7 +330,7 @@ func (l *Limiter) deleteSlot(ctx context.Context, k string, rev uint64) {
 
 // holderOf is the slot value naming a waiting task as its holder.
 func (l *Limiter) holderOf(m *jetstream.RawStreamMsg) ([]byte, error) {
-	b, err := json.Marshal(limits.Holder{Task: spool.TaskID(m.Header, m.Sequence), Worker: l.owner})
+	b, err := json.Marshal(limits.Holder{Task: l.names.TaskID(m.Header, l.names.TaskStream(), m.Sequence), Worker: l.owner})
 	if err != nil {
 		return nil, fmt.Errorf("encoding lease holder: %w", err)
 	}
@@ -358,7 +358,7 @@ func (l *Limiter) nextWaiting(ctx context.Context, room string) (*jetstream.RawS
 // its held copy. dup reports a task released already (the stream's
 // duplicate window dropped the copy): its grant was not delivered.
 func (l *Limiter) releaseWaiting(ctx context.Context, m *jetstream.RawStreamMsg, k string, rev uint64) (dup bool, err error) {
-	msg, id, err := limits.Unhold(m)
+	msg, id, err := limits.Unhold(l.names, m)
 	if err != nil {
 		// Not a task a worker parked: leave it for an operator.
 		return false, err

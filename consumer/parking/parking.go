@@ -398,7 +398,7 @@ func (p *Parking) unpark(ctx context.Context, raw *jetstream.RawStreamMsg) error
 	h := copyHeaders(raw.Header)
 	h.Del(spool.HeaderOriginalSubject)
 	spool.KeepEnqueuedAt(h, raw.Time)
-	id := spool.TaskID(raw.Header, raw.Sequence)
+	id := p.names.TaskID(raw.Header, p.names.TaskStream(), raw.Sequence)
 	h.Set(spool.HeaderMsgID, id+"-unpark-"+strconv.FormatUint(raw.Sequence, 10))
 	m := &nats.Msg{Subject: target, Header: h, Data: raw.Data}
 	err = jsproto.Tries{PerTry: p.perTry}.Do(ctx, "moving parked task "+id+" back", func(ctx context.Context) error {

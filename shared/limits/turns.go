@@ -250,7 +250,7 @@ func (t *Turns) next(ctx context.Context, held string, seq uint64) (*jetstream.R
 // held sequence, and deletes the held copy. Nats-Msg-Id makes a second
 // release of it one message within the duplicate window.
 func (t *Turns) release(ctx context.Context, m *jetstream.RawStreamMsg) error {
-	msg, id, err := Unhold(m)
+	msg, id, err := Unhold(t.names, m)
 	if err != nil {
 		return err
 	}
@@ -452,7 +452,7 @@ func OrderSeq(h nats.Header) (seq uint64, ok bool) {
 // task subject: its headers without Spool-Held-Target and the headers the
 // direct get added, with Spool-Task-Id set. Slots it holds while it waits
 // (Spool-Slot) stay.
-func Unhold(m *jetstream.RawStreamMsg) (*nats.Msg, string, error) {
+func Unhold(names spool.Names, m *jetstream.RawStreamMsg) (*nats.Msg, string, error) {
 	target := m.Header.Get(spool.HeaderHeldTarget)
 	if target == "" {
 		return nil, "", fmt.Errorf("held task %d on %s has no %s", m.Sequence, m.Subject, spool.HeaderHeldTarget)
@@ -468,7 +468,7 @@ func Unhold(m *jetstream.RawStreamMsg) (*nats.Msg, string, error) {
 	for _, k := range directGetHeaders {
 		h.Del(k)
 	}
-	id := spool.TaskID(m.Header, m.Sequence)
+	id := names.TaskID(m.Header, names.TaskStream(), m.Sequence)
 	h.Set(spool.HeaderTaskID, id)
 	// A task a producer held for its key's turn was enqueued when its
 	// held copy was stored.

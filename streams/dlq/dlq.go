@@ -106,21 +106,24 @@ func (d *DLQ) letter(seq uint64, subject string, stored time.Time, h nats.Header
 	if t, err := time.Parse(time.RFC3339Nano, h.Get(spool.HeaderFailedAt)); err == nil {
 		l.FailedAt = &t
 	}
-	l.TaskID = taskID(h, l.OriginalSeq)
+	l.TaskID = d.taskID(h, l.OriginalSeq)
 	return l
 }
 
-// taskID is the id the worker gave the task: Spool-Task-Id (the worker sets
-// it from the task's Nats-Msg-Id when the task had none), else the task
-// stream sequence.
-func taskID(h nats.Header, origSeq uint64) string {
+// taskID is the id the worker gave the task: Spool-Task-Id (Header sets it
+// when the task had none), else, when that is invalid or missing, the id
+// the task's sequence gives it in the task stream that the dead letter's
+// Nats-Msg-Id (dlq-<stream>-<seq>) names.
+func (d *DLQ) taskID(h nats.Header, origSeq uint64) string {
 	if id := h.Get(spool.HeaderTaskID); id != "" && spool.ValidateID(id) == nil {
 		return id
 	}
 	if origSeq == 0 {
 		return ""
 	}
-	return strconv.FormatUint(origSeq, 10)
+	stream := strings.TrimPrefix(h.Get(spool.HeaderMsgID), "dlq-")
+	stream = strings.TrimSuffix(stream, "-"+strconv.FormatUint(origSeq, 10))
+	return d.names.TaskID(nil, stream, origSeq)
 }
 
 // Filter selects dead letters. Zero fields select everything.

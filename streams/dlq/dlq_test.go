@@ -259,6 +259,18 @@ func TestReplay(t *testing.T) {
 	if r3.TaskID != "77" {
 		t.Errorf("id without Spool-Task-Id: %q", r3.TaskID)
 	}
+	// A task of partition 1 is named p1-<seq>: the dead letter's
+	// Nats-Msg-Id names the partition when Spool-Task-Id is not valid.
+	m4 := deadLetter("", spool.Low, "x", spool.ReasonBadInput, 78)
+	m4.Header.Set(spool.HeaderTaskID, "bad id!")
+	m4.Header.Set(spool.HeaderMsgID, dlq.PartitionMsgID(e.names.PartitionStream(1), 78))
+	r4, err := e.d.Replay(ctx(t), e.publish(m4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r4.TaskID != "p1-78" {
+		t.Errorf("id of a partition's task without a valid Spool-Task-Id: %q", r4.TaskID)
+	}
 }
 
 // A dead letter stays until its replay is stored.

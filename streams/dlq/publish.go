@@ -108,8 +108,8 @@ func SubjectFor(names spool.Names, subject string) string {
 // headers, which would change or refuse the republish), plus Spool-Error,
 // Spool-Reason, Spool-Attempts, Spool-Failed-At (RFC 3339 with nanoseconds,
 // UTC), Spool-Original-Subject, Spool-Original-Seq and Nats-Msg-Id
-// dlq-<taskstream>-<seq>. A task identified by its Nats-Msg-Id alone gets
-// that id in Spool-Task-Id.
+// dlq-<taskstream>-<seq>. A task without Spool-Task-Id gets its id
+// (spool.Names.TaskID) there: its Nats-Msg-Id or its sequence.
 func Header(names spool.Names, m Message) nats.Header {
 	h := nats.Header{}
 	for k, v := range m.Header {
@@ -118,13 +118,12 @@ func Header(names spool.Names, m Message) nats.Header {
 		}
 		h[k] = append([]string(nil), v...)
 	}
-	// The task's Nats-Msg-Id is dropped with the other Nats-* headers; when
-	// it was the task id (no Spool-Task-Id), keep the id in Spool-Task-Id
-	// so that the dead letter names the task and a replay keeps its id.
+	// The task's Nats-Msg-Id is dropped with the other Nats-* headers, and
+	// a sequence names the task only with its partition: a task without
+	// Spool-Task-Id gets its id there, so that the dead letter names the
+	// task and a replay keeps its id. An invalid one is kept as it was.
 	if h.Get(spool.HeaderTaskID) == "" {
-		if id := m.Header.Get(spool.HeaderMsgID); id != "" && spool.ValidateID(id) == nil {
-			h.Set(spool.HeaderTaskID, id)
-		}
+		h.Set(spool.HeaderTaskID, names.TaskID(m.Header, m.Stream, m.Seq))
 	}
 	failedAt := m.FailedAt
 	if failedAt.IsZero() {

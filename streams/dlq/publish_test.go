@@ -78,3 +78,28 @@ func TestHeaderKeepsTheMsgID(t *testing.T) {
 		t.Errorf("Nats-Msg-Id %q", got)
 	}
 }
+
+// A task without Spool-Task-Id gets its id in the dead letter, its
+// partition's sequence id included; an invalid one is kept as it was.
+func TestHeaderTaskIDOnPartitions(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		stream, taskID, want string
+	}{
+		{"", "", "9"},
+		{"SPOOL_TASKS_1", "", "p1-9"},
+		{"SPOOL_TASKS_1", "abc", "abc"},
+		{"SPOOL_TASKS_1", "bad id!", "bad id!"},
+	} {
+		orig := nats.Header{}
+		if c.taskID != "" {
+			orig.Set(spool.HeaderTaskID, c.taskID)
+		}
+		h := dlq.Header(spool.DefaultNames(), dlq.Message{
+			Subject: "spool.tasks.low.x", Stream: c.stream, Seq: 9, Header: orig, Reason: spool.ReasonError,
+		})
+		if got := h.Get(spool.HeaderTaskID); got != c.want {
+			t.Errorf("stream %q, Spool-Task-Id %q: dead letter has %q, want %q", c.stream, c.taskID, got, c.want)
+		}
+	}
+}

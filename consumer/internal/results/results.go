@@ -375,7 +375,7 @@ func (r *Store) Dead(ctx context.Context, m dlq.Message) error {
 
 // DeadDoc is the dead result document of a task dead-lettered as m.
 func (r *Store) DeadDoc(m dlq.Message) spool.Result {
-	id := spool.TaskID(m.Header, m.Seq)
+	id := r.names.TaskID(m.Header, m.Stream, m.Seq)
 	finished := m.FailedAt
 	if finished.IsZero() {
 		finished = time.Now()
