@@ -142,7 +142,7 @@ func LoadDeadLetters(ctx context.Context, js jetstream.JetStream, names spool.Na
 			h := m.Headers()
 			attempts, _ := strconv.Atoi(h.Get(spool.HeaderAttempts)) // 0 when absent or malformed
 			// The result key of the task: its id when valid, else its
-			// sequence in the task stream (spool.TaskID). Nats-Msg-Id
+			// sequence in the task stream (Names.TaskID). Nats-Msg-Id
 			// is stripped from dead letters.
 			id := h.Get(spool.HeaderTaskID)
 			if spool.ValidateID(id) != nil {
